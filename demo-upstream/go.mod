@@ -1,0 +1,3 @@
+module tollgate/demo-upstream
+
+go 1.22

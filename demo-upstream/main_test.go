@@ -1,0 +1,946 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testName = "test-up"
+
+// backend is one way of serving the handler: net/http (via httptest) or
+// the built-in fast server. Endpoint tests run against both.
+type backend struct {
+	name   string
+	url    string
+	client *http.Client
+}
+
+func startFast(t testing.TB, h http.Handler) (*fastServer, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := newFastServer(h, errorHeader(testName))
+	go func() { _ = fs.Serve(ln) }()
+	t.Cleanup(func() { _ = fs.Close() })
+	return fs, ln.Addr().String()
+}
+
+func backends(t *testing.T) []backend {
+	t.Helper()
+	h := newServer(testName)
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	_, addr := startFast(t, h)
+	client := func() *http.Client {
+		tr := &http.Transport{DisableCompression: true} // see raw gzip bodies
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	}
+	return []backend{
+		{"nethttp", ts.URL, client()},
+		{"fast", "http://" + addr, client()},
+	}
+}
+
+func each(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+type result struct {
+	code int
+	hdr  http.Header
+	body []byte
+}
+
+func (b backend) do(t *testing.T, method, path string, body io.Reader, hdr ...string) result {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Header.Get("x-upstream-name"); got != testName {
+		t.Errorf("%s %s: x-upstream-name = %q, want %q", method, path, got, testName)
+	}
+	return result{resp.StatusCode, resp.Header, data}
+}
+
+func (b backend) post(t *testing.T, path, body string, hdr ...string) result {
+	t.Helper()
+	return b.do(t, http.MethodPost, path, strings.NewReader(body), append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+func decode(t *testing.T, data []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("invalid JSON %q: %v", truncate(data), err)
+	}
+	return m
+}
+
+func truncate(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "..."
+	}
+	return string(b)
+}
+
+// get walks a decoded JSON document: get(m, "usage", "prompt_tokens"),
+// get(m, "choices", 0, "message").
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			a, ok := v.([]any)
+			if !ok || k >= len(a) {
+				return nil
+			}
+			v = a[k]
+		}
+	}
+	return v
+}
+
+func wantEq(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s = %#v, want %#v", what, got, want)
+	}
+}
+
+func gunzip(t *testing.T, data []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ---- simple endpoints -----------------------------------------------------
+
+func TestHealthz(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		r := b.do(t, "GET", "/healthz", nil)
+		wantEq(t, "status", r.code, 200)
+		wantEq(t, "body", string(r.body), "ok")
+		r = b.do(t, "HEAD", "/healthz", nil)
+		wantEq(t, "HEAD status", r.code, 200)
+		wantEq(t, "HEAD body", len(r.body), 0)
+	})
+}
+
+func TestStatus(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		for _, tc := range []struct {
+			method, path string
+			code         int
+			body         string
+		}{
+			{"GET", "/status/200", 200, `{"status":200}`},
+			{"GET", "/status/404", 404, `{"status":404}`},
+			{"POST", "/status/201", 201, `{"status":201}`},
+			{"DELETE", "/status/503", 503, `{"status":503}`},
+			{"GET", "/status/599", 599, `{"status":599}`},
+			{"GET", "/status/204", 204, ``},
+			{"GET", "/status/304", 304, ``},
+			{"GET", "/status/103", 200, `{"status":103}`}, // interim 103, then 200
+			{"GET", "/status/600", 400, ``},
+			{"GET", "/status/099", 400, ``},
+			{"GET", "/status/abc", 400, ``},
+			{"GET", "/status/2000", 400, ``},
+			{"GET", "/status/", 400, ``},
+		} {
+			var body io.Reader
+			if tc.method == "POST" {
+				body = strings.NewReader("ignored")
+			}
+			r := b.do(t, tc.method, tc.path, body)
+			if r.code != tc.code {
+				t.Errorf("%s %s: status %d, want %d", tc.method, tc.path, r.code, tc.code)
+			}
+			if tc.code == 400 {
+				wantEq(t, tc.path+" status field", get(decode(t, r.body), "status"), 400.0)
+			} else if string(r.body) != tc.body {
+				t.Errorf("%s %s: body %q, want %q", tc.method, tc.path, r.body, tc.body)
+			}
+		}
+	})
+}
+
+func TestStatus101ClosesConnection(t *testing.T) {
+	_, addr := startFast(t, newServer(testName))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /status/101 HTTP/1.1\r\nHost: x\r\n\r\n")
+	all, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(all, []byte("HTTP/1.1 101 ")) || !bytes.Contains(all, []byte("Connection: close\r\n")) {
+		t.Errorf("unexpected response %q", all)
+	}
+}
+
+func TestBytes(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		for _, n := range []int{0, 1, 1000, 65536, 100000, maxBytesEndpoint} {
+			r := b.do(t, "GET", "/bytes/"+strconv.Itoa(n), nil)
+			wantEq(t, "status", r.code, 200)
+			wantEq(t, "content-type", r.hdr.Get("Content-Type"), "application/octet-stream")
+			wantEq(t, "content-length", r.hdr.Get("Content-Length"), strconv.Itoa(n))
+			if len(r.body) != n || strings.Trim(string(r.body), "x") != "" {
+				t.Errorf("/bytes/%d: got %d bytes", n, len(r.body))
+			}
+		}
+		r := b.do(t, "HEAD", "/bytes/123", nil)
+		wantEq(t, "HEAD content-length", r.hdr.Get("Content-Length"), "123")
+		for _, p := range []string{"/bytes/10485761", "/bytes/-1", "/bytes/abc", "/bytes/"} {
+			wantEq(t, p+" status", b.do(t, "GET", p, nil).code, 400)
+		}
+	})
+}
+
+// ---- echo ------------------------------------------------------------------
+
+func TestEcho(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		r := b.do(t, "PUT", "/some/path%2Fenc?b=2&a=%20x", strings.NewReader("hello world"),
+			"X-Multi", "one", "x-multi", "two", "X-Quote", `a"b\c`, "Authorization", "Bearer k")
+		wantEq(t, "status", r.code, 200)
+		wantEq(t, "content-type", r.hdr.Get("Content-Type"), "application/json")
+		m := decode(t, r.body)
+		wantEq(t, "upstream", m["upstream"], testName)
+		wantEq(t, "method", m["method"], "PUT")
+		wantEq(t, "path", m["path"], "/some/path%2Fenc")
+		wantEq(t, "query", m["query"], "b=2&a=%20x")
+		wantEq(t, "body_bytes", m["body_bytes"], 11.0)
+		h := m["headers"].(map[string]any)
+		wantEq(t, "x-multi", h["x-multi"], []any{"one", "two"})
+		wantEq(t, "x-quote", h["x-quote"], []any{`a"b\c`})
+		wantEq(t, "authorization", h["authorization"], []any{"Bearer k"})
+		wantEq(t, "content-length", h["content-length"], []any{"11"})
+		wantEq(t, "host", h["host"], []any{strings.TrimPrefix(b.url, "http://")})
+		for k := range h {
+			if k != strings.ToLower(k) {
+				t.Errorf("header name %q not lower-case", k)
+			}
+		}
+		// The raw JSON lists header names sorted.
+		if i, j := bytes.Index(r.body, []byte(`"authorization"`)), bytes.Index(r.body, []byte(`"x-multi"`)); i < 0 || j < i {
+			t.Errorf("headers not sorted: %s", r.body)
+		}
+
+		// A chunked request body (unknown length).
+		r = b.do(t, "POST", "/v1/other", struct{ io.Reader }{strings.NewReader(strings.Repeat("z", 100000))})
+		m = decode(t, r.body)
+		wantEq(t, "chunked body_bytes", m["body_bytes"], 100000.0)
+		wantEq(t, "transfer-encoding", get(m, "headers", "transfer-encoding"), []any{"chunked"})
+
+		// Every method and a GET on the LLM paths fall through to echo.
+		for _, method := range []string{"GET", "DELETE", "PATCH", "OPTIONS"} {
+			r = b.do(t, method, "/v1/chat/completions", nil)
+			m = decode(t, r.body)
+			wantEq(t, method+" method", m["method"], method)
+			wantEq(t, method+" body_bytes", m["body_bytes"], 0.0)
+		}
+		r = b.do(t, "POST", "/healthz", strings.NewReader("x"))
+		wantEq(t, "POST /healthz echoes", decode(t, r.body)["path"], "/healthz")
+	})
+}
+
+// ---- OpenAI Chat Completions ------------------------------------------------
+
+func TestChatCompletions(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		r := b.post(t, "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+		wantEq(t, "status", r.code, 200)
+		wantEq(t, "content-type", r.hdr.Get("Content-Type"), "application/json")
+		m := decode(t, r.body)
+		want := map[string]any{
+			"id": "chatcmpl-demo", "object": "chat.completion", "created": 1700000000.0, "model": "gpt-4o",
+			"choices": []any{map[string]any{
+				"index":         0.0,
+				"message":       map[string]any{"role": "assistant", "content": "Hello from " + testName},
+				"finish_reason": "stop",
+			}},
+			"usage": map[string]any{
+				"prompt_tokens": 12.0, "completion_tokens": 8.0, "total_tokens": 20.0,
+				"prompt_tokens_details":     map[string]any{"cached_tokens": 0.0},
+				"completion_tokens_details": map[string]any{"reasoning_tokens": 0.0},
+			},
+		}
+		wantEq(t, "body", m, want)
+
+		r = b.post(t, "/v1/chat/completions", `{"model":"gpt-4o"}`,
+			"x-mock-prompt-tokens", "100", "x-mock-completion-tokens", "250",
+			"x-mock-cached-tokens", "40", "x-mock-reasoning-tokens", "30", "x-mock-model", "gpt-4o-2024-08-06")
+		m = decode(t, r.body)
+		wantEq(t, "model override", m["model"], "gpt-4o-2024-08-06")
+		wantEq(t, "usage", m["usage"], map[string]any{
+			"prompt_tokens": 100.0, "completion_tokens": 250.0, "total_tokens": 350.0,
+			"prompt_tokens_details":     map[string]any{"cached_tokens": 40.0},
+			"completion_tokens_details": map[string]any{"reasoning_tokens": 30.0},
+		})
+
+		r = b.post(t, "/v1/chat/completions", `{"model":"gpt-4o"}`, "x-mock-omit-model", "1")
+		if _, ok := decode(t, r.body)["model"]; ok {
+			t.Errorf("model present despite x-mock-omit-model: %s", r.body)
+		}
+		r = b.post(t, "/v1/chat/completions", `{"messages":[]}`)
+		wantEq(t, "default model", decode(t, r.body)["model"], defaultModel)
+		r = b.post(t, "/v1/chat/completions", ``)
+		wantEq(t, "empty body", r.code, 200)
+		r = b.post(t, "/v1/chat/completions", `{"model":"a\"b\u00e9"}`)
+		wantEq(t, "escaped model", decode(t, r.body)["model"], "a\"bé")
+	})
+}
+
+func TestBodyModes(t *testing.T) {
+	paths := []string{"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/messages"}
+	each(t, func(t *testing.T, b backend) {
+		for _, p := range paths {
+			normal := b.post(t, p, `{"model":"m"}`).body
+			if !json.Valid(normal) {
+				t.Fatalf("%s: normal body invalid: %s", p, normal)
+			}
+
+			r := b.post(t, p, `{"model":"m"}`, "x-mock-body", "malformed")
+			wantEq(t, p+" malformed status", r.code, 200)
+			if json.Valid(r.body) || len(r.body) != len(normal)-1 {
+				t.Errorf("%s malformed: %s", p, r.body)
+			}
+
+			r = b.post(t, p, `{"model":"m"}`, "x-mock-body", "truncated")
+			if !bytes.Equal(r.body, normal[:len(normal)/2]) {
+				t.Errorf("%s truncated: got %q", p, r.body)
+			}
+			wantEq(t, p+" truncated content-length", r.hdr.Get("Content-Length"), strconv.Itoa(len(normal)/2))
+
+			r = b.post(t, p, `{"model":"m"}`, "x-mock-body", "no-usage")
+			m := decode(t, r.body)
+			if _, ok := m["usage"]; ok || bytes.Contains(r.body, []byte("usage")) {
+				t.Errorf("%s no-usage still has usage: %s", p, r.body)
+			}
+			wantEq(t, p+" no-usage model", m["model"], "m")
+
+			r = b.post(t, p, `{"model":"m"}`, "x-mock-body", "huge")
+			if n := len(r.body); n < 2<<20 || n > 3<<20 {
+				t.Errorf("%s huge: %d bytes", p, n)
+			}
+			m = decode(t, r.body)
+			if m["usage"] == nil {
+				t.Errorf("%s huge: no usage", p)
+			}
+			wantEq(t, p+" huge content-length", r.hdr.Get("Content-Length"), strconv.Itoa(len(r.body)))
+
+			r = b.post(t, p, `{"model":"m"}`, "x-mock-gzip", "1")
+			wantEq(t, p+" content-encoding", r.hdr.Get("Content-Encoding"), "gzip")
+			wantEq(t, p+" gzip content-length", r.hdr.Get("Content-Length"), strconv.Itoa(len(r.body)))
+			if got := gunzip(t, r.body); !bytes.Equal(got, normal) {
+				t.Errorf("%s gzip: got %q", p, got)
+			}
+
+			r = b.post(t, p, `{"model":"m"}`, "x-mock-gzip", "1", "x-mock-body", "truncated")
+			if got := gunzip(t, r.body); !bytes.Equal(got, normal[:len(normal)/2]) {
+				t.Errorf("%s gzip+truncated: got %q", p, got)
+			}
+		}
+	})
+}
+
+type sseEvent struct {
+	event string
+	data  string
+}
+
+func parseSSE(t *testing.T, body []byte, nl string) []sseEvent {
+	t.Helper()
+	s := string(body)
+	if !strings.HasSuffix(s, nl+nl) {
+		t.Fatalf("stream does not end with a blank line: %q", truncate(body))
+	}
+	var evs []sseEvent
+	for _, block := range strings.Split(strings.TrimSuffix(s, nl+nl), nl+nl) {
+		var ev sseEvent
+		for _, line := range strings.Split(block, nl) {
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				ev.event = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				ev.data = line[len("data: "):]
+			default:
+				t.Fatalf("unexpected SSE line %q", line)
+			}
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+func TestChatStream(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		check := func(r result, nl string, chunks int, usage bool) []sseEvent {
+			t.Helper()
+			wantEq(t, "status", r.code, 200)
+			wantEq(t, "content-type", r.hdr.Get("Content-Type"), "text/event-stream")
+			evs := parseSSE(t, r.body, nl)
+			n := 1 + chunks + 1 + 1 // role, content..., finish, [DONE]
+			if usage {
+				n++
+			}
+			if len(evs) != n {
+				t.Fatalf("%d events, want %d: %s", len(evs), n, r.body)
+			}
+			wantEq(t, "last", evs[len(evs)-1].data, "[DONE]")
+			var content strings.Builder
+			for i, ev := range evs[:len(evs)-1] {
+				m := decode(t, []byte(ev.data))
+				wantEq(t, "object", m["object"], "chat.completion.chunk")
+				wantEq(t, "model", m["model"], "gpt-4o")
+				if u, ok := m["usage"]; usage != ok || (ok && i < len(evs)-2 && u != nil) {
+					t.Errorf("event %d usage = %v (present %v)", i, u, ok)
+				}
+				if s, ok := get(m, "choices", 0, "delta", "content").(string); ok {
+					content.WriteString(s)
+				}
+			}
+			wantEq(t, "role", get(decode(t, []byte(evs[0].data)), "choices", 0, "delta", "role"), "assistant")
+			fin := decode(t, []byte(evs[chunks+1].data))
+			wantEq(t, "finish_reason", get(fin, "choices", 0, "finish_reason"), "stop")
+			if usage {
+				u := decode(t, []byte(evs[len(evs)-2].data))
+				wantEq(t, "usage chunk choices", u["choices"], []any{})
+				wantEq(t, "usage chunk usage", u["usage"], map[string]any{
+					"prompt_tokens": 7.0, "completion_tokens": 9.0, "total_tokens": 16.0,
+					"prompt_tokens_details":     map[string]any{"cached_tokens": 3.0},
+					"completion_tokens_details": map[string]any{"reasoning_tokens": 2.0},
+				})
+			}
+			if chunks >= 1 && chunks <= 3 {
+				wantEq(t, "content", content.String(), "Hello from "+testName)
+			}
+			return evs
+		}
+		tokens := []string{"x-mock-prompt-tokens", "7", "x-mock-completion-tokens", "9", "x-mock-cached-tokens", "3", "x-mock-reasoning-tokens", "2"}
+		withUsage := `{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true}}`
+
+		check(b.post(t, "/v1/chat/completions", `{"model":"gpt-4o","stream":true}`), "\n", 3, false)
+		check(b.post(t, "/v1/chat/completions", withUsage, tokens...), "\n", 3, true)
+		evs := check(b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-chunks", "5")...), "\n", 5, true)
+		wantEq(t, "chunk 5", get(decode(t, []byte(evs[5].data)), "choices", 0, "delta", "content"), " 5")
+		check(b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-chunks", "1")...), "\n", 1, true)
+		check(b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-chunks", "0")...), "\n", 0, true)
+		check(b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-crlf", "1")...), "\r\n", 3, true)
+
+		r := b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-gzip", "1")...)
+		wantEq(t, "content-encoding", r.hdr.Get("Content-Encoding"), "gzip")
+		r.body = gunzip(t, r.body)
+		check(r, "\n", 3, true)
+
+		r = b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-body", "no-usage")...)
+		check(r, "\n", 3, false)
+
+		r = b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-body", "malformed")...)
+		evs = parseSSE(t, r.body, "\n")
+		for _, ev := range evs[:len(evs)-1] {
+			if json.Valid([]byte(ev.data)) {
+				t.Errorf("malformed stream has a valid payload: %s", ev.data)
+			}
+		}
+		wantEq(t, "malformed last", evs[len(evs)-1].data, "[DONE]")
+
+		full := b.post(t, "/v1/chat/completions", withUsage, tokens...).body
+		r = b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-body", "truncated")...)
+		if !bytes.Equal(r.body, full[:len(full)/2]) {
+			t.Errorf("truncated stream = %q", r.body)
+		}
+
+		r = b.post(t, "/v1/chat/completions", withUsage, append(tokens, "x-mock-body", "huge")...)
+		if len(r.body) < 2<<20 {
+			t.Errorf("huge stream is %d bytes", len(r.body))
+		}
+		check(r, "\n", 3, true)
+	})
+}
+
+// TestStreamIsFlushedPerEvent reads the first event before the stream has
+// ended, through both servers.
+func TestStreamIsFlushedPerEvent(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		req, _ := http.NewRequest("POST", b.url+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+		req.Header.Set("x-mock-chunks", "3")
+		resp, err := b.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		line, err := br.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "data: {") {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		_, _ = io.Copy(io.Discard, br)
+	})
+}
+
+// ---- Responses and Embeddings ----------------------------------------------
+
+func TestResponses(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		r := b.post(t, "/v1/responses", `{"model":"o3","input":"hi"}`,
+			"x-mock-prompt-tokens", "50", "x-mock-completion-tokens", "20", "x-mock-cached-tokens", "10", "x-mock-reasoning-tokens", "5")
+		wantEq(t, "status", r.code, 200)
+		m := decode(t, r.body)
+		wantEq(t, "object", m["object"], "response")
+		wantEq(t, "model", m["model"], "o3")
+		wantEq(t, "status field", m["status"], "completed")
+		wantEq(t, "output type", get(m, "output", 0, "type"), "message")
+		wantEq(t, "output role", get(m, "output", 0, "role"), "assistant")
+		wantEq(t, "output text", get(m, "output", 0, "content", 0, "text"), "Hello from "+testName)
+		wantEq(t, "output text type", get(m, "output", 0, "content", 0, "type"), "output_text")
+		wantEq(t, "usage", m["usage"], map[string]any{
+			"input_tokens": 50.0, "output_tokens": 20.0, "total_tokens": 70.0,
+			"input_tokens_details":  map[string]any{"cached_tokens": 10.0},
+			"output_tokens_details": map[string]any{"reasoning_tokens": 5.0},
+		})
+		r = b.post(t, "/v1/responses", `{"model":"o3","stream":true}`)
+		wantEq(t, "stream rejected", r.code, 400)
+		r = b.post(t, "/v1/responses", `{"model":"o3"}`, "x-mock-omit-model", "1")
+		if _, ok := decode(t, r.body)["model"]; ok {
+			t.Errorf("model not omitted: %s", r.body)
+		}
+	})
+}
+
+func TestEmbeddings(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		r := b.post(t, "/v1/embeddings", `{"model":"text-embedding-3-small","input":"hi"}`, "x-mock-prompt-tokens", "5")
+		wantEq(t, "status", r.code, 200)
+		wantEq(t, "body", decode(t, r.body), map[string]any{
+			"object": "list",
+			"data":   []any{map[string]any{"object": "embedding", "index": 0.0, "embedding": []any{0.1, 0.2, 0.3}}},
+			"model":  "text-embedding-3-small",
+			"usage":  map[string]any{"prompt_tokens": 5.0, "total_tokens": 5.0},
+		})
+		r = b.post(t, "/v1/embeddings", `{"model":"e"}`, "x-mock-omit-model", "1", "x-mock-body", "no-usage")
+		wantEq(t, "bare body", decode(t, r.body), map[string]any{
+			"object": "list",
+			"data":   []any{map[string]any{"object": "embedding", "index": 0.0, "embedding": []any{0.1, 0.2, 0.3}}},
+		})
+	})
+}
+
+// ---- Anthropic Messages -------------------------------------------------------
+
+func TestMessages(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		hdr := []string{"x-mock-prompt-tokens", "30", "x-mock-completion-tokens", "15", "x-mock-cached-tokens", "6", "x-mock-cache-creation-tokens", "4"}
+		r := b.post(t, "/v1/messages", `{"model":"claude-x","max_tokens":10,"messages":[]}`, hdr...)
+		wantEq(t, "status", r.code, 200)
+		wantEq(t, "body", decode(t, r.body), map[string]any{
+			"id": "msg_demo", "type": "message", "role": "assistant", "model": "claude-x",
+			"content":     []any{map[string]any{"type": "text", "text": "Hello from " + testName}},
+			"stop_reason": "end_turn", "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": 30.0, "output_tokens": 15.0,
+				"cache_read_input_tokens": 6.0, "cache_creation_input_tokens": 4.0},
+		})
+
+		for _, nl := range []string{"\n", "\r\n"} {
+			h := append([]string{}, hdr...)
+			if nl == "\r\n" {
+				h = append(h, "x-mock-crlf", "1")
+			}
+			r = b.post(t, "/v1/messages", `{"model":"claude-x","stream":true}`, append(h, "x-mock-chunks", "4")...)
+			wantEq(t, "content-type", r.hdr.Get("Content-Type"), "text/event-stream")
+			evs := parseSSE(t, r.body, nl)
+			var names []string
+			var text strings.Builder
+			for _, ev := range evs {
+				names = append(names, ev.event)
+				m := decode(t, []byte(ev.data))
+				wantEq(t, "type matches event", m["type"], ev.event)
+				if s, ok := get(m, "delta", "text").(string); ok {
+					text.WriteString(s)
+				}
+			}
+			wantEq(t, "events", names, []string{"message_start", "content_block_start", "ping",
+				"content_block_delta", "content_block_delta", "content_block_delta", "content_block_delta",
+				"content_block_stop", "message_delta", "message_stop"})
+			wantEq(t, "text", text.String(), "Hello from "+testName+" 4")
+			start := decode(t, []byte(evs[0].data))
+			wantEq(t, "message_start usage", get(start, "message", "usage"), map[string]any{
+				"input_tokens": 30.0, "output_tokens": 1.0, "cache_read_input_tokens": 6.0, "cache_creation_input_tokens": 4.0})
+			wantEq(t, "message_start model", get(start, "message", "model"), "claude-x")
+			wantEq(t, "message_start content", get(start, "message", "content"), []any{})
+			delta := decode(t, []byte(evs[8].data))
+			wantEq(t, "message_delta usage", delta["usage"], map[string]any{"output_tokens": 15.0})
+			wantEq(t, "stop_reason", get(delta, "delta", "stop_reason"), "end_turn")
+		}
+
+		r = b.post(t, "/v1/messages", `{"model":"c","stream":true}`, "x-mock-body", "no-usage", "x-mock-omit-model", "1")
+		if bytes.Contains(r.body, []byte("usage")) || bytes.Contains(r.body, []byte(`"model"`)) {
+			t.Errorf("no-usage/omit-model stream: %s", r.body)
+		}
+		r = b.post(t, "/v1/messages", `{"model":"c","stream":true}`, "x-mock-body", "malformed")
+		for _, ev := range parseSSE(t, r.body, "\n") {
+			if json.Valid([]byte(ev.data)) {
+				t.Errorf("malformed stream has valid payload %s", ev.data)
+			}
+		}
+		r = b.post(t, "/v1/messages", `{"model":"c","stream":true}`, "x-mock-gzip", "1")
+		if evs := parseSSE(t, gunzip(t, r.body), "\n"); len(evs) != 9 {
+			t.Errorf("gzip stream: %d events", len(evs))
+		}
+		r = b.post(t, "/v1/messages", `{"stream":1}`)
+		wantEq(t, "bad stream type", r.code, 400)
+		wantEq(t, "anthropic error shape", get(decode(t, r.body), "type"), "error")
+	})
+}
+
+func TestLLMBadRequests(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		for _, tc := range []struct {
+			body string
+			hdr  []string
+		}{
+			{`{"model":`, nil},
+			{`not json`, nil},
+			{`{"model":"a"} x`, nil},
+			{`[1,2]`, nil},
+			{`{"model":1}`, nil},
+			{`{"stream":"yes"}`, nil},
+			{`{"stream_options":{"include_usage":1}}`, nil},
+			{`{}`, []string{"x-mock-prompt-tokens", "many"}},
+			{`{}`, []string{"x-mock-chunks", "-1"}},
+			{`{}`, []string{"x-mock-chunks", "1000001"}},
+			{`{}`, []string{"x-mock-body", "weird"}},
+		} {
+			r := b.post(t, "/v1/chat/completions", tc.body, tc.hdr...)
+			if r.code != 400 || get(decode(t, r.body), "error", "message") == nil {
+				t.Errorf("body %q hdr %v: %d %s", tc.body, tc.hdr, r.code, r.body)
+			}
+		}
+	})
+}
+
+// ---- request JSON scanner ------------------------------------------------------
+
+var jsonCorpus = []string{
+	`{}`, `null`, ` {"model":"gpt"} `, `{"model":null}`, `{"model":"a\"b\\c\u00e9\ud83d\ude00"}`,
+	`{"Model":"x"}`, `{"MODEL":"x","model":"y"}`, `{"mod\u0065l":"z"}`, `{"stream":true}`, `{"stream":false}`,
+	`{"stream":null}`, `{"stream":"true"}`, `{"stream":1}`, `{"stream_options":null}`,
+	`{"stream_options":{"include_usage":true}}`, `{"stream_options":{"include_usage":null}}`,
+	`{"stream_options":{"include_usage":true},"stream_options":{"x":1}}`,
+	`{"stream_options":{"include_usage":true},"stream_options":null}`, `{"stream_options":[]}`,
+	`{"stream_options":{"include_usage":"yes"}}`, `{"messages":[{"role":"user","content":"hi"},1,-2.5e+10,0.0,true,false,null,[],{}]}`,
+	`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":1e}`, `{"a":+1}`, `{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`,
+	`{"a":"\u12g4"}`, "{\"a\":\"\t\"}", `{"a":1,}`, `{"a" 1}`, `{a:1}`, `{"a":1`, `{"a":[1,2}`, `{"a":[1,]}`,
+	`[]`, `"str"`, `12`, `true`, `{} {}`, `{"model":"x"}garbage`, `{"model":1}`, `{"model":{"a":"b"}}`,
+	`{"model":"a","model":"b"}`, "{\"model\":\"\xff\xfe\"}", `{"x":"\/"}`, `{"x":[[[[[]]]]]}`, `{"":1}`,
+}
+
+func TestParseLLMRequestMatchesEncodingJSON(t *testing.T) {
+	for _, in := range jsonCorpus {
+		compareWithEncodingJSON(t, []byte(in))
+	}
+	deep := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
+	compareWithEncodingJSON(t, []byte(`{"x":`+deep+`}`))
+}
+
+func compareWithEncodingJSON(t *testing.T, in []byte) {
+	t.Helper()
+	var want llmRequest
+	wantErr := json.Unmarshal(in, &want)
+	got, gotErr := parseLLMRequest(in)
+	if (wantErr != nil) != (gotErr != nil) {
+		t.Fatalf("%q: encoding/json err=%v, parseLLMRequest err=%v", in, wantErr, gotErr)
+	}
+	if wantErr == nil {
+		// encoding/json replaces invalid UTF-8; the server re-escapes it the same way on output.
+		want.Model = string(appendJSONString(nil, want.Model))
+		got.Model = string(appendJSONString(nil, got.Model))
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: got %+v, want %+v", in, got, want)
+		}
+	}
+}
+
+func FuzzParseLLMRequest(f *testing.F) {
+	for _, in := range jsonCorpus {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(bytes.TrimSpace(in)) == 0 {
+			return // the handler treats an empty body as {}
+		}
+		compareWithEncodingJSON(t, in)
+	})
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"b\s`, "\n\r\t\x00\x1f\x7f", "é😀", "\xff\xfe bad", "\u2028\u2029"} {
+		b := appendJSONString(nil, s)
+		var back string
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%q -> %s: %v", s, b, err)
+		}
+		want, _ := json.Marshal(s)
+		var wantBack string
+		_ = json.Unmarshal(want, &wantBack)
+		if back != wantBack {
+			t.Errorf("%q: round trip %q, want %q", s, back, wantBack)
+		}
+	}
+}
+
+// ---- fast server protocol handling -----------------------------------------------
+
+func rawExchange(t *testing.T, addr, in string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading: %v (got %q)", err, out)
+	}
+	return string(out)
+}
+
+func TestFastServerProtocol(t *testing.T) {
+	_, addr := startFast(t, newServer(testName))
+
+	t.Run("pipelining and close", func(t *testing.T) {
+		out := rawExchange(t, addr, "GET /a HTTP/1.1\r\nHost: h\r\n\r\nPOST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabcGET /healthz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		if strings.Count(out, "HTTP/1.1 200 OK") != 3 || !strings.Contains(out, `"path":"/a"`) ||
+			!strings.Contains(out, `"path":"/b"`) || !strings.Contains(out, `"body_bytes":3`) || !strings.HasSuffix(out, "\r\n\r\nok") {
+			t.Errorf("got %q", out)
+		}
+		if !strings.Contains(out, "Connection: close\r\n") {
+			t.Errorf("no Connection: close in %q", out)
+		}
+	})
+	t.Run("HTTP/1.0", func(t *testing.T) {
+		out := rawExchange(t, addr, "GET /x HTTP/1.0\r\n\r\n")
+		if !strings.HasPrefix(out, "HTTP/1.1 200 OK\r\n") || !strings.Contains(out, `"host":`) == true && strings.Contains(out, `"host"`) {
+			t.Errorf("got %q", out)
+		}
+		out = rawExchange(t, addr, "GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n")
+		if strings.Count(out, "HTTP/1.1 200 OK") != 2 || !strings.Contains(out, "Connection: keep-alive\r\n") {
+			t.Errorf("got %q", out)
+		}
+		// Streaming to HTTP/1.0: no chunked encoding, the body ends with the connection.
+		out = rawExchange(t, addr, "POST /v1/chat/completions HTTP/1.0\r\nContent-Length: 15\r\n\r\n{\"stream\":true}")
+		if strings.Contains(out, "chunked") || !strings.HasSuffix(out, "data: [DONE]\n\n") {
+			t.Errorf("got %q", out)
+		}
+	})
+	t.Run("chunked request with extensions and trailers", func(t *testing.T) {
+		out := rawExchange(t, addr, "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"+
+			"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
+		if !strings.Contains(out, `"body_bytes":11`) || !strings.Contains(out, `"transfer-encoding":["chunked"]`) {
+			t.Errorf("got %q", out)
+		}
+	})
+	t.Run("expect 100-continue", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+		br := bufio.NewReader(c)
+		line, _ := br.ReadString('\n')
+		if line != "HTTP/1.1 100 Continue\r\n" {
+			t.Fatalf("got %q", line)
+		}
+		io.WriteString(c, "body")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(data), `"body_bytes":4`) {
+			t.Errorf("got %s", data)
+		}
+	})
+	t.Run("unread expect body closes", func(t *testing.T) {
+		out := rawExchange(t, addr, "POST /healthz/x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+		if strings.Contains(out, "100 Continue") == false && !strings.Contains(out, "200 OK") {
+			t.Errorf("got %q", out)
+		}
+		out = rawExchange(t, addr, "GET /healthz HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+		if strings.Contains(out, "100 Continue") || !strings.Contains(out, "Connection: close") {
+			t.Errorf("got %q", out)
+		}
+	})
+	t.Run("large unread body closes", func(t *testing.T) {
+		body := strings.Repeat("b", maxDrainBytes+10)
+		out := rawExchange(t, addr, "GET /healthz HTTP/1.1\r\nHost: h\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		if !strings.Contains(out, "Connection: close") || !strings.HasSuffix(out, "ok") {
+			t.Errorf("got %q", out)
+		}
+		out = rawExchange(t, addr, "GET /healthz HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123456789GET /healthz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		if strings.Count(out, "200 OK") != 2 {
+			t.Errorf("small unread body not drained: %q", out)
+		}
+	})
+	t.Run("HEAD", func(t *testing.T) {
+		out := rawExchange(t, addr, "HEAD /anything HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		if !strings.Contains(out, "Content-Length: ") || !strings.HasSuffix(out, "\r\n\r\n") {
+			t.Errorf("got %q", out)
+		}
+	})
+	t.Run("absolute-form target", func(t *testing.T) {
+		out := rawExchange(t, addr, "GET http://example.com/p%20q?x=1 HTTP/1.1\r\nHost: ignored\r\nConnection: close\r\n\r\n")
+		if !strings.Contains(out, `"path":"/p%20q"`) || !strings.Contains(out, `"host":["example.com"]`) || !strings.Contains(out, `"query":"x=1"`) {
+			t.Errorf("got %q", out)
+		}
+	})
+	for _, tc := range []struct{ name, in, status string }{
+		{"garbage", "GARBAGE\r\n\r\n", "400"},
+		{"missing host", "GET / HTTP/1.1\r\n\r\n", "400"},
+		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "400"},
+		{"bad version", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", "505"},
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", "400"},
+		{"unknown TE", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", "501"},
+		{"bad CL", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1x\r\n\r\n", "400"},
+		{"conflicting CL", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "400"},
+		{"space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", "400"},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n", "400"},
+		{"ctl in value", "GET / HTTP/1.1\r\nHost: a\r\nX: 1\x012\r\n\r\n", "400"},
+		{"expectation", "GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n", "417"},
+		{"huge head", "GET / HTTP/1.1\r\nHost: a\r\nX: " + strings.Repeat("v", maxHeadBytes) + "\r\n\r\n", "431"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := rawExchange(t, addr, tc.in)
+			if !strings.HasPrefix(out, "HTTP/1.1 "+tc.status+" ") || !strings.Contains(out, "X-Upstream-Name: "+testName+"\r\n") ||
+				!strings.Contains(out, "Connection: close") {
+				t.Errorf("got %q", out)
+			}
+		})
+	}
+	t.Run("bad chunk", func(t *testing.T) {
+		out := rawExchange(t, addr, "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+		if !strings.HasPrefix(out, "HTTP/1.1 400 ") {
+			t.Errorf("got %q", out)
+		}
+	})
+}
+
+func TestFastServerShutdown(t *testing.T) {
+	fs, addr := startFast(t, newServer(testName))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n")
+	br := bufio.NewReader(c)
+	if _, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := fs.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Shutdown took %v", d)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("idle connection still open after Shutdown")
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Error("listener still accepting after Shutdown")
+	}
+}
+
+// ---- allocation benchmarks (handler only) --------------------------------------------
+
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+func BenchmarkEchoHandler(b *testing.B) {
+	s := newServer(testName)
+	req := httptest.NewRequest("GET", "/anything?x=1", nil)
+	req.Header.Set("User-Agent", "bench")
+	req.Header.Set("Accept", "*/*")
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		clear(w.h)
+		s.ServeHTTP(w, req)
+	}
+}
+
+func BenchmarkChatHandler(b *testing.B) {
+	s := newServer(testName)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
+	w := &discardWriter{h: http.Header{}}
+	req := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+	rd := strings.NewReader(body)
+	req.Body = io.NopCloser(rd)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		rd.Reset(body)
+		clear(w.h)
+		s.ServeHTTP(w, req)
+	}
+}

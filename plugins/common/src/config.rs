@@ -1,0 +1,94 @@
+//! Plugin configuration parsing that fails closed and names the offending field.
+//!
+//! A filter's plugin configuration (the bytes Envoy passes from `configuration` or nginx from
+//! `proxy_wasm NAME CONFIG`) is JSON. Every configuration struct uses
+//! `#[serde(deny_unknown_fields)]`, so a typo refuses to load instead of being ignored.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+/// A configuration that must not be loaded: `field` is the JSON path of the offending value
+/// (e.g. `providers.main.issuer`, `rules[2].prefix`), `message` says what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// JSON path of the field (`.` for the document itself).
+    pub field: String,
+    /// Human-readable reason.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid plugin configuration: field `{}`: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses a JSON plugin configuration into `T`.
+///
+/// Errors: empty input, invalid JSON, unknown fields and wrong types, each naming the JSON path
+/// of the field (via `serde_path_to_error`).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConfigError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ConfigError::new(".", "the plugin configuration is empty (expected a JSON object)"));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(value) => match de.end() {
+            Ok(()) => Ok(value),
+            Err(e) => Err(ConfigError::new(".", format!("trailing characters after the JSON object: {e}"))),
+        },
+        Err(e) => {
+            let path = e.path().to_string();
+            Err(ConfigError::new(path, e.into_inner().to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Inner {
+        #[allow(dead_code)]
+        limit: u32,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Outer {
+        #[allow(dead_code)]
+        rules: Vec<Inner>,
+    }
+
+    #[test]
+    fn names_the_field_of_a_wrong_type() {
+        let err = parse_json::<Outer>(br#"{"rules":[{"limit":1},{"limit":"x"}]}"#).unwrap_err();
+        assert_eq!(err.field, "rules[1].limit");
+        assert!(err.to_string().contains("rules[1].limit"), "{err}");
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_empty_input() {
+        let err = parse_json::<Outer>(br#"{"rules":[],"rulez":[]}"#).unwrap_err();
+        assert!(err.message.contains("unknown field `rulez`"), "{err}");
+        assert!(parse_json::<Outer>(b"  ").is_err());
+        assert!(parse_json::<Outer>(b"{\"rules\":[]} x").is_err());
+        assert!(parse_json::<Outer>(b"{\"rules\":[]}").is_ok());
+    }
+}

@@ -1,0 +1,13 @@
+//! What Tollgate's proxy-wasm filters share.
+//!
+//! Host-free pieces (configuration parsing with field-named errors, HTTP error bodies, header
+//! value checks, route matching, metric naming) are plain Rust, unit-tested on the native target.
+//! [`host`] is the thin layer over the proxy-wasm ABI; it compiles only for `wasm32`.
+
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod route;
+
+#[cfg(target_arch = "wasm32")]
+pub mod host;

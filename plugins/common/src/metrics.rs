@@ -1,0 +1,36 @@
+//! Metric naming shared by the filters.
+//!
+//! The proxy-wasm metrics ABI (`proxy_define_metric`) carries a name and no labels, so labels are
+//! encoded in the name as `<family>.<label>.<value>...` and turned back into Prometheus labels by
+//! the host (Envoy: `stats_config.stats_tags` in `envoy/`). Values are reduced to
+//! `[a-z0-9_-]` so that they cannot break that encoding.
+
+/// `family` followed by `.label.value` for each label, values sanitised.
+pub fn metric_name(family: &str, labels: &[(&str, &str)]) -> String {
+    let mut name = String::from(family);
+    for (label, value) in labels {
+        name.push('.');
+        name.push_str(label);
+        name.push('.');
+        name.extend(value.chars().map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        }));
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_labels_in_the_name() {
+        assert_eq!(
+            metric_name("tollgate_jwt_auth_requests_total", &[("result", "Expired.Token")]),
+            "tollgate_jwt_auth_requests_total.result.expired_token"
+        );
+        assert_eq!(metric_name("x", &[]), "x");
+    }
+}

@@ -1,0 +1,289 @@
+//! proxy-wasm glue: the root context (configuration, metrics, remote JWKS on ticks) and the
+//! HTTP context (one request), a thin shell over the host-free modules.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action as HostAction, ContextType, LogLevel};
+use tollgate_common::host::{count, define_counter, now_unix_secs, send_json_error};
+use tollgate_common::http::split_path_query;
+use tollgate_common::metrics::metric_name;
+
+use crate::cache::VerifiedCache;
+use crate::config::{Action, Config, KeySource, RemoteJwks};
+use crate::jwks::{after_fetch, plan_tick};
+use crate::keys::KeySet;
+use crate::token::{extract, TokenLocation};
+use crate::verify::{authorize, verify, Reason};
+
+/// Largest JWKS response accepted (bytes).
+const MAX_JWKS_BYTES: usize = 1 << 20;
+/// Tick period while remote JWKS are configured.
+const TICK: Duration = Duration::from_millis(500);
+const METRIC: &str = "tollgate_jwt_auth_requests_total";
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(JwtAuthRoot::default()) });
+}}
+
+struct Counters {
+    ok: Option<u32>,
+    bypass: Option<u32>,
+    denied: HashMap<Reason, Option<u32>>,
+}
+
+impl Counters {
+    fn define() -> Self {
+        let c = |result: &str| define_counter(&metric_name(METRIC, &[("result", result)]));
+        Counters {
+            ok: c("ok"),
+            bypass: c("bypass"),
+            denied: Reason::ALL.iter().map(|r| (*r, c(r.as_str()))).collect(),
+        }
+    }
+}
+
+/// What the root context shares with its HTTP contexts.
+struct Shared {
+    config: Config,
+    remote_keys: RefCell<Vec<Option<KeySet>>>,
+    cache: RefCell<VerifiedCache>,
+    counters: Counters,
+}
+
+impl Shared {
+    /// Provider `i`'s keys: static ones from the configuration, remote ones once fetched.
+    fn key_set<'a>(&'a self, i: usize, remote: &'a [Option<KeySet>]) -> Option<&'a KeySet> {
+        match self.config.providers.get(i).map(|p| &p.keys) {
+            Some(KeySource::Static(set)) => Some(set),
+            Some(KeySource::Remote(_)) => remote.get(i).and_then(Option::as_ref),
+            None => None,
+        }
+    }
+}
+
+struct RemoteState {
+    provider: usize,
+    remote: RemoteJwks,
+    /// `fetched_at` of the installed keys (0: none).
+    installed: u64,
+    in_flight: Option<u32>,
+}
+
+#[derive(Default)]
+struct JwtAuthRoot {
+    shared: Option<Rc<Shared>>,
+    remotes: Vec<RemoteState>,
+}
+
+impl JwtAuthRoot {
+    fn install(&mut self, idx: usize, fetched_at: u64, body: &[u8]) {
+        let (Some(shared), Some(state)) = (self.shared.as_ref(), self.remotes.get_mut(idx)) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(body);
+        match KeySet::from_jwks(&text, false) {
+            Ok((set, skipped)) => {
+                for s in skipped {
+                    log::warn!("jwt-auth: JWKS {}{}: skipped {s}", state.remote.cluster, state.remote.path);
+                }
+                if let Some(slot) = shared.remote_keys.borrow_mut().get_mut(state.provider) {
+                    *slot = Some(set);
+                }
+                shared.cache.borrow_mut().clear();
+                state.installed = fetched_at;
+                log::info!("jwt-auth: installed JWKS {}{} fetched at {fetched_at}", state.remote.cluster, state.remote.path);
+            }
+            Err(e) => log::warn!("jwt-auth: JWKS {}{} unusable: {e}", state.remote.cluster, state.remote.path),
+        }
+    }
+
+    fn fetch_failed(&self, remote: &RemoteJwks, why: &str) {
+        log::warn!("jwt-auth: JWKS fetch {}{} failed: {why}; keeping the current keys", remote.cluster, remote.path);
+        let key = remote.shared_data_key();
+        let (previous, _) = self.get_shared_data(&key);
+        let record = after_fetch(now_unix_secs(), previous.as_deref(), None, remote.retry_seconds);
+        let _ = self.set_shared_data(&key, Some(&record.encode()), None);
+    }
+}
+
+impl Context for JwtAuthRoot {
+    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        let Some(idx) = self.remotes.iter().position(|r| r.in_flight == Some(token_id)) else {
+            return;
+        };
+        let remote = match self.remotes.get_mut(idx) {
+            Some(state) => {
+                state.in_flight = None;
+                state.remote.clone()
+            }
+            None => return,
+        };
+        let status = self.get_http_call_response_header(":status").unwrap_or_default();
+        if status != "200" {
+            return self.fetch_failed(&remote, &format!("status {status:?}"));
+        }
+        if body_size > MAX_JWKS_BYTES {
+            return self.fetch_failed(&remote, "response too large");
+        }
+        let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
+        if let Err(e) = KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
+            return self.fetch_failed(&remote, &e);
+        }
+        let now = now_unix_secs();
+        let record = after_fetch(now, None, Some(&body), remote.retry_seconds);
+        if let Err(e) = self.set_shared_data(&remote.shared_data_key(), Some(&record.encode()), None) {
+            log::warn!("jwt-auth: could not store the JWKS in shared data: {e:?}");
+        }
+        self.install(idx, now, &body);
+    }
+}
+
+impl RootContext for JwtAuthRoot {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = self.get_plugin_configuration().unwrap_or_default();
+        let config = match Config::parse(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("jwt-auth: {e}");
+                return false;
+            }
+        };
+        self.remotes = config
+            .providers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.keys {
+                KeySource::Remote(r) => Some(RemoteState { provider: i, remote: r.clone(), installed: 0, in_flight: None }),
+                KeySource::Static(_) => None,
+            })
+            .collect();
+        let providers = config.providers.len();
+        self.shared = Some(Rc::new(Shared {
+            cache: RefCell::new(VerifiedCache::new(config.cache_entries)),
+            remote_keys: RefCell::new((0..providers).map(|_| None).collect()),
+            counters: Counters::define(),
+            config,
+        }));
+        if !self.remotes.is_empty() {
+            self.set_tick_period(TICK);
+        }
+        true
+    }
+
+    fn on_tick(&mut self) {
+        let now = now_unix_secs();
+        for idx in 0..self.remotes.len() {
+            let Some(state) = self.remotes.get(idx) else { continue };
+            let remote = state.remote.clone();
+            let key = remote.shared_data_key();
+            let (value, cas) = self.get_shared_data(&key);
+            let timeout_s = remote.timeout_ms.div_ceil(1000);
+            let plan = plan_tick(now, value.as_deref(), state.installed, remote.cache_duration_seconds, timeout_s);
+            let in_flight = state.in_flight.is_some();
+            if let Some((fetched_at, body)) = plan.install {
+                self.install(idx, fetched_at, &body);
+            }
+            let Some(lease) = plan.take_lease else { continue };
+            if in_flight || self.set_shared_data(&key, Some(&lease), cas).is_err() {
+                continue; // another VM holds the lease, or this one is already fetching
+            }
+            let headers = vec![(":method", "GET"), (":path", remote.path.as_str()), (":authority", remote.authority.as_str()), (":scheme", "http"), ("accept", "application/json")];
+            match self.dispatch_http_call(&remote.cluster, headers, None, vec![], Duration::from_millis(remote.timeout_ms)) {
+                Ok(token) => {
+                    if let Some(state) = self.remotes.get_mut(idx) {
+                        state.in_flight = Some(token);
+                    }
+                }
+                Err(e) => self.fetch_failed(&remote, &format!("dispatch_http_call: {e:?}")),
+            }
+        }
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(JwtAuthHttp { shared: self.shared.clone() }))
+    }
+}
+
+struct JwtAuthHttp {
+    shared: Option<Rc<Shared>>,
+}
+
+impl JwtAuthHttp {
+    fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
+        log::info!("jwt-auth: {method} {path}: {} ({})", reason.status(), reason.as_str());
+        count(shared.counters.denied.get(&reason).copied().flatten());
+        let challenge = reason.challenge();
+        let error = if reason.status() == 403 { "forbidden" } else { "unauthorized" };
+        send_json_error(reason.status(), &[("www-authenticate", &challenge)], error, reason.description());
+        HostAction::Pause
+    }
+}
+
+impl JwtAuthHttp {
+    fn verify_uncached(&self, shared: &Shared, token: &str, now: u64) -> Result<crate::verify::Verified, Reason> {
+        let remote = shared.remote_keys.borrow();
+        verify(&shared.config, |i| shared.key_set(i, &remote), token, now)
+    }
+}
+
+impl Context for JwtAuthHttp {}
+
+impl HttpContext for JwtAuthHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> HostAction {
+        let Some(shared) = self.shared.clone() else {
+            log::error!("jwt-auth: no configuration; refusing the request");
+            send_json_error(500, &[], "internal_error", "jwt-auth is not configured");
+            return HostAction::Pause;
+        };
+        let config = &shared.config;
+        // Headers this filter writes are never taken from the client.
+        for h in &config.output_headers {
+            self.set_http_request_header(h, None);
+        }
+        let target = self.get_http_request_header(":path").unwrap_or_default();
+        let method = self.get_http_request_header(":method").unwrap_or_default();
+        let host = self.get_http_request_header(":authority").unwrap_or_default();
+        let (path, query) = split_path_query(&target);
+        let action = config.action_for(path, &method, &host);
+        let Action::Require { locations, .. } = action else {
+            count(shared.counters.bypass);
+            return HostAction::Continue;
+        };
+        let Some(found) = extract(locations, |name| self.get_http_request_header(name), query) else {
+            return self.deny(&shared, Reason::MissingToken, &method, path);
+        };
+        let now = now_unix_secs();
+        let cached = shared.cache.borrow_mut().get(&found.token, now);
+        let verified = match cached {
+            Some(v) => v,
+            None => match self.verify_uncached(&shared, &found.token, now) {
+                Ok(v) => {
+                    shared.cache.borrow_mut().insert(&found.token, &v);
+                    v
+                }
+                Err(reason) => return self.deny(&shared, reason, &method, path),
+            },
+        };
+        if let Err(reason) = authorize(config, action, &verified, now) {
+            return self.deny(&shared, reason, &method, path);
+        }
+        for (name, value) in &verified.headers {
+            self.set_http_request_header(name, Some(value));
+        }
+        let forward = config.providers.get(verified.provider).is_some_and(|p| p.forward);
+        if let (false, TokenLocation::Header { name, .. }) = (forward, &found.location) {
+            self.set_http_request_header(name, None);
+        }
+        count(shared.counters.ok);
+        HostAction::Continue
+    }
+}

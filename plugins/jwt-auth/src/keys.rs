@@ -1,0 +1,266 @@
+//! Verification keys: HMAC secrets, PEM public keys and JWKS (RFC 7517), each bound to one JWS
+//! algorithm (RFC 7518 section 3.1), so that a token can only be checked with a key of its own
+//! algorithm (no algorithm confusion, no `none`).
+
+use jwt_simple::prelude::*;
+use serde_json::{Map, Value};
+
+/// Claims as parsed by jwt-simple: registered claims typed, every other claim in the map.
+pub type Claims = JWTClaims<Map<String, Value>>;
+
+/// A JWS algorithm this filter accepts (RFC 7518 section 3.1, RFC 8037 for EdDSA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alg {
+    HS256,
+    HS384,
+    HS512,
+    RS256,
+    RS384,
+    RS512,
+    PS256,
+    PS384,
+    PS512,
+    ES256,
+    ES384,
+    EdDSA,
+}
+
+impl Alg {
+    /// The six RSA algorithms: an RSA JWK without `alg` may verify any of them.
+    pub const RSA: [Alg; 6] = [Alg::RS256, Alg::RS384, Alg::RS512, Alg::PS256, Alg::PS384, Alg::PS512];
+
+    /// Parses an `alg` header value; `None` for `none` and everything unsupported.
+    pub fn from_name(name: &str) -> Option<Alg> {
+        Some(match name {
+            "HS256" => Alg::HS256,
+            "HS384" => Alg::HS384,
+            "HS512" => Alg::HS512,
+            "RS256" => Alg::RS256,
+            "RS384" => Alg::RS384,
+            "RS512" => Alg::RS512,
+            "PS256" => Alg::PS256,
+            "PS384" => Alg::PS384,
+            "PS512" => Alg::PS512,
+            "ES256" => Alg::ES256,
+            "ES384" => Alg::ES384,
+            "EdDSA" => Alg::EdDSA,
+            _ => return None,
+        })
+    }
+
+    /// Minimum HMAC key length in bytes: the hash output size (RFC 7518 section 3.2).
+    fn min_hmac_key_len(self) -> Option<usize> {
+        match self {
+            Alg::HS256 => Some(32),
+            Alg::HS384 => Some(48),
+            Alg::HS512 => Some(64),
+            _ => None,
+        }
+    }
+}
+
+enum Material {
+    HS256(HS256Key),
+    HS384(HS384Key),
+    HS512(HS512Key),
+    RS256(RS256PublicKey),
+    RS384(RS384PublicKey),
+    RS512(RS512PublicKey),
+    PS256(PS256PublicKey),
+    PS384(PS384PublicKey),
+    PS512(PS512PublicKey),
+    ES256(ES256PublicKey),
+    ES384(ES384PublicKey),
+    EdDSA(Ed25519PublicKey),
+}
+
+/// One key, usable with exactly one algorithm.
+pub struct VerifyingKey {
+    /// The key's `kid`, if it has one.
+    pub kid: Option<String>,
+    /// The only algorithm this key verifies.
+    pub alg: Alg,
+    material: Material,
+}
+
+/// Why a signature check failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureError {
+    /// The signature does not match (or the JWS could not be decoded by jwt-simple).
+    Invalid(String),
+}
+
+impl VerifyingKey {
+    /// An HMAC secret for `alg` (HS256/384/512). Errors if `alg` is not HMAC or the secret is
+    /// shorter than the hash output (RFC 7518 section 3.2).
+    pub fn hmac(alg: Alg, secret: &[u8], kid: Option<String>) -> Result<Self, String> {
+        let min = alg.min_hmac_key_len().ok_or_else(|| format!("{alg:?} is not an HMAC algorithm"))?;
+        if secret.len() < min {
+            return Err(format!("an {alg:?} secret must be at least {min} bytes (RFC 7518 section 3.2), got {}", secret.len()));
+        }
+        let material = match alg {
+            Alg::HS256 => Material::HS256(HS256Key::from_bytes(secret)),
+            Alg::HS384 => Material::HS384(HS384Key::from_bytes(secret)),
+            _ => Material::HS512(HS512Key::from_bytes(secret)),
+        };
+        Ok(Self { kid, alg, material })
+    }
+
+    /// A PEM public key (SubjectPublicKeyInfo) for an asymmetric `alg`.
+    pub fn from_pem(alg: Alg, pem: &str, kid: Option<String>) -> Result<Self, String> {
+        let e = |err: jwt_simple::Error| format!("not a valid {alg:?} public key in PEM: {err}");
+        let material = match alg {
+            Alg::RS256 => Material::RS256(RS256PublicKey::from_pem(pem).map_err(e)?),
+            Alg::RS384 => Material::RS384(RS384PublicKey::from_pem(pem).map_err(e)?),
+            Alg::RS512 => Material::RS512(RS512PublicKey::from_pem(pem).map_err(e)?),
+            Alg::PS256 => Material::PS256(PS256PublicKey::from_pem(pem).map_err(e)?),
+            Alg::PS384 => Material::PS384(PS384PublicKey::from_pem(pem).map_err(e)?),
+            Alg::PS512 => Material::PS512(PS512PublicKey::from_pem(pem).map_err(e)?),
+            Alg::ES256 => Material::ES256(ES256PublicKey::from_pem(pem).map_err(e)?),
+            Alg::ES384 => Material::ES384(ES384PublicKey::from_pem(pem).map_err(e)?),
+            Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_pem(pem).map_err(e)?),
+            Alg::HS256 | Alg::HS384 | Alg::HS512 => return Err(format!("{alg:?} takes a secret, not a PEM key")),
+        };
+        Ok(Self { kid, alg, material })
+    }
+
+    /// One public JWK (RFC 7517 section 4) for `alg`, parsed strictly by jwt-simple.
+    fn from_jwk(alg: Alg, jwk: &str, kid: Option<String>) -> Result<Self, String> {
+        let e = |err: jwt_simple::Error| format!("not a valid {alg:?} JWK: {err}");
+        let material = match alg {
+            Alg::RS256 => Material::RS256(RS256PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::RS384 => Material::RS384(RS384PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::RS512 => Material::RS512(RS512PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::PS256 => Material::PS256(PS256PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::PS384 => Material::PS384(PS384PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::PS512 => Material::PS512(PS512PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::ES256 => Material::ES256(ES256PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::ES384 => Material::ES384(ES384PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::HS256 | Alg::HS384 | Alg::HS512 => return Err("symmetric keys are not accepted in a JWKS".into()),
+        };
+        Ok(Self { kid, alg, material })
+    }
+
+    /// Checks the JWS signature of `token` (RFC 7515 section 5.2) and returns its claims,
+    /// parsed by jwt-simple. Time, issuer and audience are *not* checked here (see
+    /// `verify::validate_claims`, which uses the host's clock): jwt-simple's own time checks are
+    /// neutralised by verifying at time 0 with `accept_future`.
+    pub fn verify(&self, token: &str) -> Result<Claims, SignatureError> {
+        let options = VerificationOptions {
+            accept_future: true,
+            time_tolerance: Some(Duration::from_secs(0)),
+            artificial_time: Some(UnixTimeStamp::from_secs(0)),
+            max_token_length: None,
+            ..Default::default()
+        };
+        let opts = Some(options);
+        let result = match &self.material {
+            Material::HS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::HS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::HS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::RS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::RS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::RS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::PS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::PS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::PS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::ES256(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::ES384(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::EdDSA(k) => k.verify_token::<Map<String, Value>>(token, opts),
+        };
+        result.map_err(|e| SignatureError::Invalid(e.to_string()))
+    }
+}
+
+/// The keys of one provider.
+#[derive(Default)]
+pub struct KeySet {
+    keys: Vec<VerifyingKey>,
+}
+
+impl KeySet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a key.
+    pub fn push(&mut self, key: VerifyingKey) {
+        self.keys.push(key);
+    }
+
+    /// Number of keys (one per algorithm a JWK may serve).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the set has no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Parses a JWK Set (RFC 7517 section 5): `{"keys": [ ... ]}`.
+    ///
+    /// Each JWK becomes one key per algorithm it may serve: its `alg` if present; otherwise by
+    /// `kty`/`crv`: RSA for RS*/PS*, EC P-256 for ES256, EC P-384 for ES384, OKP Ed25519 for EdDSA.
+    /// Keys whose `use` is not `sig` are skipped. With `strict`, any key that cannot be used is an
+    /// error (configuration); otherwise it is skipped and reported in the returned list (remote JWKS).
+    pub fn from_jwks(json: &str, strict: bool) -> Result<(Self, Vec<String>), String> {
+        let doc: Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+        let keys = doc
+            .get("keys")
+            .and_then(Value::as_array)
+            .ok_or_else(|| "a JWKS is an object with a `keys` array (RFC 7517 section 5)".to_string())?;
+        let mut set = KeySet::new();
+        let mut skipped = Vec::new();
+        for (i, jwk) in keys.iter().enumerate() {
+            match Self::keys_of_jwk(jwk) {
+                Ok(found) if !found.is_empty() => set.keys.extend(found),
+                Ok(_) => {}
+                Err(e) if strict => return Err(format!("keys[{i}]: {e}")),
+                Err(e) => skipped.push(format!("keys[{i}]: {e}")),
+            }
+        }
+        if set.is_empty() {
+            return Err("the JWKS has no usable signature key".into());
+        }
+        Ok((set, skipped))
+    }
+
+    fn keys_of_jwk(jwk: &Value) -> Result<Vec<VerifyingKey>, String> {
+        let obj = jwk.as_object().ok_or("a JWK must be an object")?;
+        let text = |name: &str| obj.get(name).and_then(Value::as_str);
+        if let Some(key_use) = text("use") {
+            if key_use != "sig" {
+                return Ok(Vec::new());
+            }
+        }
+        let kid = text("kid").map(str::to_string);
+        let algs: Vec<Alg> = match text("alg") {
+            Some(name) => vec![Alg::from_name(name).ok_or_else(|| format!("unsupported alg {name:?}"))?],
+            None => match (text("kty"), text("crv")) {
+                (Some("RSA"), _) => Alg::RSA.to_vec(),
+                (Some("EC"), Some("P-256")) => vec![Alg::ES256],
+                (Some("EC"), Some("P-384")) => vec![Alg::ES384],
+                (Some("OKP"), Some("Ed25519")) => vec![Alg::EdDSA],
+                (kty, crv) => return Err(format!("unsupported key type kty={kty:?} crv={crv:?}")),
+            },
+        };
+        let text = jwk.to_string();
+        algs.into_iter().map(|alg| VerifyingKey::from_jwk(alg, &text, kid.clone())).collect()
+    }
+
+    /// The keys that may verify a token with header `alg` and `kid`: keys of that algorithm whose
+    /// `kid` equals the token's, or that have no `kid`; every key of the algorithm when the token
+    /// has no `kid`.
+    pub fn candidates<'a>(&'a self, alg: Alg, kid: Option<&'a str>) -> impl Iterator<Item = &'a VerifyingKey> + 'a {
+        self.keys.iter().filter(move |k| {
+            k.alg == alg
+                && match (kid, k.kid.as_deref()) {
+                    (Some(want), Some(have)) => want == have,
+                    _ => true,
+                }
+        })
+    }
+}

@@ -1,0 +1,20 @@
+//! jwt-auth: JWT authentication as a proxy-wasm HTTP filter, what users of Envoy's native
+//! `jwt_authn` filter expect (providers, rules, remote JWKS, claim headers), on `jwt-simple`.
+//!
+//! - [`config`]: the plugin configuration (JSON) and its checks.
+//! - [`keys`]: HMAC secrets, PEM keys and JWKS, one algorithm per key.
+//! - [`token`]: where a request carries its token.
+//! - [`verify`]: signature, claims and route checks; the reasons for refusals.
+//! - [`cache`]: the per-VM verified-token cache.
+//! - [`jwks`]: the remote JWKS record shared by all VMs.
+//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+
+pub mod cache;
+pub mod config;
+pub mod jwks;
+pub mod keys;
+pub mod token;
+pub mod verify;
+
+#[cfg(target_arch = "wasm32")]
+mod filter;

@@ -1,0 +1,333 @@
+//! Token verification: provider choice by `iss`, key choice by `alg` and `kid`, the signature
+//! (jwt-simple), and the claims (RFC 7519 section 4.1) against the host's clock; then what a
+//! route allows. Host-free: time and keys are passed in.
+
+use std::collections::HashSet;
+
+use base64::Engine as _;
+use jwt_simple::prelude::Audiences;
+use jwt_simple::token::Token;
+use serde::Deserialize;
+use serde_json::Value;
+use tollgate_common::http::is_safe_header_value;
+
+use crate::config::{Action, Config, Provider};
+use crate::keys::{Alg, Claims, KeySet};
+
+/// Why a request was refused. [`Reason::as_str`] is the value logged and used as metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    MissingToken,
+    TokenTooLarge,
+    Malformed,
+    UnsupportedAlg,
+    UnknownIssuer,
+    KeysUnavailable,
+    UnknownKid,
+    BadSignature,
+    Expired,
+    NotYetValid,
+    MissingExpiration,
+    LifetimeTooLong,
+    AudienceMismatch,
+    MissingClaim,
+    BadClaimValue,
+    IssuerNotAllowed,
+    RouteAudience,
+}
+
+impl Reason {
+    /// Every reason, for defining one counter each.
+    pub const ALL: [Reason; 17] = [
+        Reason::MissingToken,
+        Reason::TokenTooLarge,
+        Reason::Malformed,
+        Reason::UnsupportedAlg,
+        Reason::UnknownIssuer,
+        Reason::KeysUnavailable,
+        Reason::UnknownKid,
+        Reason::BadSignature,
+        Reason::Expired,
+        Reason::NotYetValid,
+        Reason::MissingExpiration,
+        Reason::LifetimeTooLong,
+        Reason::AudienceMismatch,
+        Reason::MissingClaim,
+        Reason::BadClaimValue,
+        Reason::IssuerNotAllowed,
+        Reason::RouteAudience,
+    ];
+
+    /// Snake-case name (log field and metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::MissingToken => "missing_token",
+            Reason::TokenTooLarge => "token_too_large",
+            Reason::Malformed => "malformed",
+            Reason::UnsupportedAlg => "unsupported_alg",
+            Reason::UnknownIssuer => "unknown_issuer",
+            Reason::KeysUnavailable => "keys_unavailable",
+            Reason::UnknownKid => "unknown_kid",
+            Reason::BadSignature => "bad_signature",
+            Reason::Expired => "expired",
+            Reason::NotYetValid => "not_yet_valid",
+            Reason::MissingExpiration => "missing_expiration",
+            Reason::LifetimeTooLong => "lifetime_too_long",
+            Reason::AudienceMismatch => "audience_mismatch",
+            Reason::MissingClaim => "missing_claim",
+            Reason::BadClaimValue => "bad_claim_value",
+            Reason::IssuerNotAllowed => "issuer_not_allowed",
+            Reason::RouteAudience => "route_audience",
+        }
+    }
+
+    /// HTTP status: 403 where the token is valid but not allowed on the route, 401 otherwise.
+    pub fn status(self) -> u32 {
+        match self {
+            Reason::IssuerNotAllowed | Reason::RouteAudience => 403,
+            _ => 401,
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge (RFC 6750 section 3): no error code when the request
+    /// has no token (section 3.1), `insufficient_scope` for 403, `invalid_token` otherwise.
+    /// Descriptions contain no `"` or `\`, as section 3 requires.
+    pub fn challenge(self) -> String {
+        match self {
+            Reason::MissingToken => "Bearer realm=\"tollgate\"".to_string(),
+            _ => {
+                let error = if self.status() == 403 { "insufficient_scope" } else { "invalid_token" };
+                format!("Bearer realm=\"tollgate\", error=\"{error}\", error_description=\"{}\"", self.description())
+            }
+        }
+    }
+
+    /// A short human-readable description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Reason::MissingToken => "Jwt is missing",
+            Reason::TokenTooLarge => "Jwt is too large",
+            Reason::Malformed => "Jwt is not in the form of Header.Payload.Signature",
+            Reason::UnsupportedAlg => "Jwt algorithm is not supported",
+            Reason::UnknownIssuer => "Jwt issuer is not configured",
+            Reason::KeysUnavailable => "Jwks is not available yet",
+            Reason::UnknownKid => "Jwt has no matching key",
+            Reason::BadSignature => "Jwt verification fails",
+            Reason::Expired => "Jwt is expired",
+            Reason::NotYetValid => "Jwt not yet valid",
+            Reason::MissingExpiration => "Jwt has no exp claim",
+            Reason::LifetimeTooLong => "Jwt lifetime is longer than allowed",
+            Reason::AudienceMismatch => "Audiences in Jwt are not allowed",
+            Reason::MissingClaim => "Jwt lacks a required claim",
+            Reason::BadClaimValue => "Jwt claim has characters not allowed in a header",
+            Reason::IssuerNotAllowed => "Jwt issuer is not allowed on this route",
+            Reason::RouteAudience => "Jwt audience is not allowed on this route",
+        }
+    }
+}
+
+/// A verified token: what the route check and the request rewrite need. Cached per VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Provider index.
+    pub provider: usize,
+    /// `exp` (Unix seconds), if any.
+    pub expires_at: Option<u64>,
+    /// `aud` values.
+    pub audiences: Vec<String>,
+    /// Headers to set on the request: claims and the payload, per the provider's configuration.
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+struct IssuerOnly {
+    iss: Option<String>,
+}
+
+/// Reads `iss` from the payload without verifying it, to choose the provider.
+fn peek_issuer(token: &str) -> Result<Option<String>, Reason> {
+    let payload = token.split('.').nth(1).ok_or(Reason::Malformed)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).map_err(|_| Reason::Malformed)?;
+    let claims: IssuerOnly = serde_json::from_slice(&bytes).map_err(|_| Reason::Malformed)?;
+    Ok(claims.iss)
+}
+
+/// Checks the compact serialization's shape (RFC 7515 section 7.1): three base64url parts.
+fn well_formed(token: &str) -> bool {
+    let mut parts = 0usize;
+    for part in token.split('.') {
+        parts = parts.saturating_add(1);
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return false;
+        }
+    }
+    parts == 3
+}
+
+/// Chooses the provider of a token by its `iss`: the provider with that issuer, else the one
+/// configured without an issuer.
+fn choose_provider(config: &Config, token: &str) -> Result<usize, Reason> {
+    if let [only] = config.providers.as_slice() {
+        let _ = only;
+        return Ok(0);
+    }
+    let iss = peek_issuer(token)?;
+    let by_issuer = iss.as_deref().and_then(|iss| config.providers.iter().position(|p| p.issuer.as_deref() == Some(iss)));
+    by_issuer
+        .or_else(|| config.providers.iter().position(|p| p.issuer.is_none()))
+        .ok_or(Reason::UnknownIssuer)
+}
+
+/// Verifies `token` at time `now` (Unix seconds). `keys(provider)` gives a provider's current
+/// keys (`None` while a remote JWKS has not been fetched yet).
+pub fn verify<'k>(
+    config: &Config,
+    keys: impl Fn(usize) -> Option<&'k KeySet>,
+    token: &str,
+    now: u64,
+) -> Result<Verified, Reason> {
+    if token.len() > config.max_token_bytes {
+        return Err(Reason::TokenTooLarge);
+    }
+    if !well_formed(token) {
+        return Err(Reason::Malformed);
+    }
+    let meta = Token::decode_metadata(token).map_err(|_| Reason::Malformed)?;
+    let alg = Alg::from_name(meta.algorithm()).ok_or(Reason::UnsupportedAlg)?;
+    let provider_id = choose_provider(config, token)?;
+    let provider = config.providers.get(provider_id).ok_or(Reason::UnknownIssuer)?;
+    let set = keys(provider_id).ok_or(Reason::KeysUnavailable)?;
+    let mut tried = false;
+    let mut claims = None;
+    for key in set.candidates(alg, meta.key_id()) {
+        tried = true;
+        if let Ok(c) = key.verify(token) {
+            claims = Some(c);
+            break;
+        }
+    }
+    let claims = match (tried, claims) {
+        (false, _) => return Err(Reason::UnknownKid),
+        (true, None) => return Err(Reason::BadSignature),
+        (true, Some(c)) => c,
+    };
+    validate_claims(provider, &claims, now)?;
+    let headers = output_headers(provider, &claims, token)?;
+    Ok(Verified {
+        provider: provider_id,
+        expires_at: claims.expires_at.map(|t| t.as_secs()),
+        audiences: claims.audiences.map(|a| a.into_set().into_iter().collect()).unwrap_or_default(),
+        headers,
+    })
+}
+
+/// RFC 7519 section 4.1 checks against `now` (Unix seconds), with the provider's clock skew.
+pub fn validate_claims(provider: &Provider, claims: &Claims, now: u64) -> Result<(), Reason> {
+    let skew = provider.clock_skew_seconds;
+    if let Some(iss) = &provider.issuer {
+        if claims.issuer.as_ref() != Some(iss) {
+            return Err(Reason::UnknownIssuer);
+        }
+    }
+    let exp = claims.expires_at.map(|t| t.as_secs());
+    match exp {
+        Some(exp) if now > exp.saturating_add(skew) => return Err(Reason::Expired),
+        None if provider.require_expiration || provider.max_lifetime_seconds.is_some() => {
+            return Err(Reason::MissingExpiration)
+        }
+        _ => {}
+    }
+    if let Some(nbf) = claims.invalid_before.map(|t| t.as_secs()) {
+        if now.saturating_add(skew) < nbf {
+            return Err(Reason::NotYetValid);
+        }
+    }
+    if let (Some(max), Some(exp)) = (provider.max_lifetime_seconds, exp) {
+        let start = claims.issued_at.map_or(now, |t| t.as_secs());
+        if exp.saturating_sub(start) > max {
+            return Err(Reason::LifetimeTooLong);
+        }
+    }
+    if !provider.audiences.is_empty() && !claims.audiences.as_ref().is_some_and(|a| a.contains(&provider.audiences)) {
+        return Err(Reason::AudienceMismatch);
+    }
+    for name in &provider.required_claims {
+        if claim(claims, name).is_none_or(|v| v.is_null()) {
+            return Err(Reason::MissingClaim);
+        }
+    }
+    Ok(())
+}
+
+/// A claim's value by name; `a.b` walks into objects of non-registered claims.
+pub fn claim(claims: &Claims, name: &str) -> Option<Value> {
+    let secs = |t: Option<jwt_simple::prelude::UnixTimeStamp>| t.map(|t| Value::from(t.as_secs()));
+    match name {
+        "iss" => claims.issuer.clone().map(Value::from),
+        "sub" => claims.subject.clone().map(Value::from),
+        "jti" => claims.jwt_id.clone().map(Value::from),
+        "nonce" => claims.nonce.clone().map(Value::from),
+        "exp" => secs(claims.expires_at),
+        "iat" => secs(claims.issued_at),
+        "nbf" => secs(claims.invalid_before),
+        "aud" => claims.audiences.clone().map(|a| match a {
+            Audiences::AsString(s) => Value::from(s),
+            Audiences::AsSet(set) => Value::from(set.into_iter().collect::<Vec<_>>()),
+        }),
+        _ => {
+            let mut parts = name.split('.');
+            let first = parts.next()?;
+            let mut v = claims.custom.get(first)?;
+            for p in parts {
+                v = v.get(p)?;
+            }
+            Some(v.clone())
+        }
+    }
+}
+
+fn output_headers(provider: &Provider, claims: &Claims, token: &str) -> Result<Vec<(String, String)>, Reason> {
+    let mut headers = Vec::new();
+    for c in &provider.claim_to_headers {
+        let value = match claim(claims, &c.claim) {
+            Some(Value::String(s)) => s,
+            Some(Value::Number(n)) => n.to_string(),
+            Some(Value::Bool(b)) => b.to_string(),
+            _ => continue, // absent, null, arrays and objects are not forwarded
+        };
+        if !is_safe_header_value(&value) {
+            return Err(Reason::BadClaimValue);
+        }
+        headers.push((c.header.clone(), value));
+    }
+    if let Some(h) = &provider.forward_payload_header {
+        if let Some(payload) = token.split('.').nth(1) {
+            headers.push((h.clone(), payload.to_string()));
+        }
+    }
+    Ok(headers)
+}
+
+/// Whether a verified token is allowed by a `Require` action at `now` (Unix seconds): its
+/// provider must be one of the action's and, if the action lists audiences, the token must
+/// carry one of them. Re-checks `exp` so that cached entries never outlive their token.
+pub fn authorize(config: &Config, action: &Action, verified: &Verified, now: u64) -> Result<(), Reason> {
+    let Action::Require { providers, audiences, .. } = action else {
+        return Ok(());
+    };
+    if let (Some(exp), Some(p)) = (verified.expires_at, config.providers.get(verified.provider)) {
+        if now > exp.saturating_add(p.clock_skew_seconds) {
+            return Err(Reason::Expired);
+        }
+    }
+    if !providers.contains(&verified.provider) {
+        return Err(Reason::IssuerNotAllowed);
+    }
+    if !audiences.is_empty() && !verified.audiences.iter().any(|a| audiences.contains(a)) {
+        return Err(Reason::RouteAudience);
+    }
+    Ok(())
+}
+
+/// The audiences set type used by actions, re-exported for tests.
+pub type AudienceSet = HashSet<String>;
