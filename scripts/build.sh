@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds every filter in plugins/ for wasm32-wasip1 (release) and the demo upstream.
+#   target/wasm32-wasip1/release/tollgate_<filter>.wasm, target/demo-upstream
+# With .cache/wasm-build-std present (set by setup.sh when rustup cannot add the target), or
+# TOLLGATE_WASM_FALLBACK=1, the filters are built with Debian's rustc-web and build-std instead
+# (recipe: ../shared/notes/environment.md).
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+pkgs=()
+for c in $(plugin_crates); do pkgs+=(-p "tollgate-$c"); done
+if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
+  "$ROOT/scripts/apt.sh" rustc-web cargo-web rust-web-src lld-22 wasi-libc
+  RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+  CARGO_TARGET_WASM32_WASIP1_LINKER=/usr/lib/llvm-22/bin/wasm-ld \
+  RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi" \
+    /usr/bin/cargo build -q --release --target wasm32-wasip1 -Zbuild-std=std,panic_abort \
+      --target-dir target/build-std "${pkgs[@]}"
+  mkdir -p "$WASM_DIR" && cp target/build-std/wasm32-wasip1/release/tollgate_*.wasm "$WASM_DIR/"
+else
+  cargo build -q --release --target wasm32-wasip1 "${pkgs[@]}"
+fi
+(cd demo-upstream && go build -o "$ROOT/target/demo-upstream" .)
+log "built: $(cd "$WASM_DIR" && ls tollgate_*.wasm | tr '\n' ' ')and target/demo-upstream"

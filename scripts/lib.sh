@@ -1,0 +1,10 @@
+# Shared by the scripts: repository root, logging, and the tool locations set up by setup.sh.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export ROOT
+VENV="$ROOT/.venv"
+WASM_DIR="$ROOT/target/wasm32-wasip1/release"
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+envoy_bin() { ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -n1; }
+# The wasm filters (crate directories under plugins/ that build a cdylib).
+plugin_crates() { grep -l 'cdylib' "$ROOT"/plugins/*/Cargo.toml | xargs -n1 dirname | xargs -n1 basename; }

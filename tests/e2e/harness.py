@@ -1,0 +1,257 @@
+"""End-to-end harness: real gateways and upstreams on loopback, started and stopped by the tests.
+
+A test describes the gateway it needs with a host-agnostic `GatewaySpec` (filters in chain order
+with their plugin configurations, upstream clusters, workers); a host (`EnvoyHost` here, the nginx
+host later) renders it into its own configuration, starts the proxy and stops it. Tests only use
+`Gateway.url`, so the same test runs against every host with the same expectations.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WASM_DIR = ROOT / "target" / "wasm32-wasip1" / "release"
+TARGET = ROOT / "target"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen | None, timeout: float, log: pathlib.Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}: {tail(log)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"port {port} not listening after {timeout}s: {tail(log)}")
+
+
+def tail(log: pathlib.Path | None, lines: int = 30) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Process:
+    """A child process in its own session, logged to a file, always stopped."""
+
+    def __init__(self, argv: list[str], log: pathlib.Path, cwd: pathlib.Path = ROOT):
+        self.log = log
+        self._file = open(log, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self._file, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._file.close()
+
+
+class DemoUpstream:
+    """The demo upstream (demo-upstream/, Go): echoes what it received, LLM-shaped endpoints."""
+
+    def __init__(self, name: str, workdir: pathlib.Path):
+        self.name = name
+        self.port = free_port()
+        binary = TARGET / "demo-upstream"
+        self.process = Process([str(binary), "-listen", f"127.0.0.1:{self.port}", "-name", name], workdir / f"upstream-{name}.log")
+        wait_for_port(self.port, self.process.proc, 10, self.process.log)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@dataclasses.dataclass
+class FilterSpec:
+    """One proxy-wasm filter of the chain: `plugin` is the directory name under plugins/."""
+
+    plugin: str
+    config: dict[str, Any]
+    root_id: str | None = None
+
+    @property
+    def wasm(self) -> pathlib.Path:
+        return WASM_DIR / f"tollgate_{self.plugin.replace('-', '_')}.wasm"
+
+
+@dataclasses.dataclass
+class GatewaySpec:
+    """What a test needs from a gateway, independent of the host."""
+
+    filters: list[FilterSpec]
+    upstreams: dict[str, int]  # cluster name -> port on 127.0.0.1; the first is the default route
+    workers: int = 1
+    route_header: str | None = None  # route by this header's value (cluster name) when set
+
+
+class Gateway:
+    url: str
+    log: pathlib.Path
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+def envoy_binary() -> str:
+    found = glob.glob(str(ROOT / ".venv/lib/python3*/site-packages/envoy/_bin/envoy"))
+    if not found:
+        raise RuntimeError("Envoy is not installed: run scripts/setup.sh")
+    return found[0]
+
+
+def wasm_filter(f: FilterSpec) -> dict:
+    name = f.root_id or f.plugin.replace("-", "_")
+    return {
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": name,
+                "root_id": name,
+                "vm_config": {
+                    "vm_id": f"tollgate_{name}",
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"local": {"filename": str(f.wasm)}},
+                },
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": json.dumps(f.config),
+                },
+                "fail_open": False,
+            },
+        },
+    }
+
+
+def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
+    default_cluster = next(iter(spec.upstreams))
+    if spec.route_header:
+        route = {"cluster_header": spec.route_header}
+    else:
+        route = {"cluster": default_cluster}
+    clusters = [
+        {
+            "name": name,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "load_assignment": {
+                "cluster_name": name,
+                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+            },
+        }
+        for name, port in spec.upstreams.items()
+    ]
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "gateway",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                        "stat_prefix": "gateway",
+                                        "max_request_headers_kb": 96,
+                                        "route_config": {
+                                            "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}]
+                                        },
+                                        "http_filters": [wasm_filter(f) for f in spec.filters]
+                                        + [{"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": clusters,
+        },
+    }
+
+
+class EnvoyHost:
+    name = "envoy"
+
+    def __init__(self, workdir: pathlib.Path):
+        self.workdir = workdir
+
+    def validate(self, config_path: pathlib.Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [envoy_binary(), "--mode", "validate", "-c", str(config_path), "--use-dynamic-base-id", "-l", "warn"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+
+    def render(self, spec: GatewaySpec) -> tuple[pathlib.Path, int, int]:
+        listen, admin = free_port(), free_port()
+        path = pathlib.Path(tempfile.mkstemp(prefix="envoy-", suffix=".json", dir=self.workdir)[1])
+        path.write_text(json.dumps(envoy_config(spec, listen, admin), indent=1))
+        return path, listen, admin
+
+    def start(self, spec: GatewaySpec, timeout: float = 60) -> "EnvoyGateway":
+        path, listen, admin = self.render(spec)
+        return EnvoyGateway(path, listen, admin, spec.workers, timeout)
+
+
+class EnvoyGateway(Gateway):
+    def __init__(self, config: pathlib.Path, listen: int, admin: int, workers: int, timeout: float):
+        self.url = f"http://127.0.0.1:{listen}"
+        self.admin = f"http://127.0.0.1:{admin}"
+        self.log = config.with_suffix(".log")
+        argv = [envoy_binary(), "-c", str(config), "--concurrency", str(workers), "--use-dynamic-base-id", "-l", "info", "--disable-hot-restart"]
+        self.process = Process(argv, self.log)
+        try:
+            wait_for_port(listen, self.process.proc, timeout, self.log)
+        except Exception:
+            self.process.stop()
+            raise
+
+    def alive(self) -> bool:
+        return self.process.proc.poll() is None and requests.get(self.admin + "/ready", timeout=5).status_code == 200
+
+    def stats(self, prefix: str = "") -> dict[str, int]:
+        text = requests.get(self.admin + "/stats", params={"filter": prefix} if prefix else None, timeout=5).text
+        out = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().lstrip("-").isdigit():
+                out[name] = int(value)
+        return out
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+HOSTS = {"envoy": EnvoyHost}
+
+
+def selected_hosts() -> list[str]:
+    """Hosts to run the end-to-end suites against (TOLLGATE_HOSTS, comma-separated)."""
+    return [h for h in os.environ.get("TOLLGATE_HOSTS", "envoy").split(",") if h]
