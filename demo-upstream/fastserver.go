@@ -700,8 +700,8 @@ func (b *bodyReader) drain() bool {
 	if b.err != nil {
 		return b.done()
 	}
-	if b.needContinue && !b.c.w.headerSent {
-		return false // the client is waiting for 100 Continue: it may never send the body
+	if b.needContinue {
+		return false // the client waits for 100 Continue: it may never send the body
 	}
 	_, _ = io.CopyN(io.Discard, b, maxDrainBytes+1)
 	return b.done()

@@ -30,7 +30,11 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid plugin configuration: field `{}`: {}", self.field, self.message)
+        write!(
+            f,
+            "invalid plugin configuration: field `{}`: {}",
+            self.field, self.message
+        )
     }
 }
 
@@ -42,13 +46,19 @@ impl std::error::Error for ConfigError {}
 /// of the field (via `serde_path_to_error`).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConfigError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ConfigError::new(".", "the plugin configuration is empty (expected a JSON object)"));
+        return Err(ConfigError::new(
+            ".",
+            "the plugin configuration is empty (expected a JSON object)",
+        ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     match serde_path_to_error::deserialize::<_, T>(&mut de) {
         Ok(value) => match de.end() {
             Ok(()) => Ok(value),
-            Err(e) => Err(ConfigError::new(".", format!("trailing characters after the JSON object: {e}"))),
+            Err(e) => Err(ConfigError::new(
+                ".",
+                format!("trailing characters after the JSON object: {e}"),
+            )),
         },
         Err(e) => {
             let path = e.path().to_string();

@@ -4,7 +4,9 @@
 /// Whether `value` may be sent as a field value: no control characters other than HTAB
 /// (RFC 9110 section 5.5 forbids CR, LF and NUL; we refuse every CTL and DEL to be safe).
 pub fn is_safe_header_value(value: &str) -> bool {
-    value.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 /// A small JSON error body, `{"error":"<error>","message":"<message>"}`, as bytes.
@@ -41,8 +43,12 @@ pub fn percent_decode(s: &str) -> Option<String> {
     let mut i = 0usize;
     while let Some(&b) = bytes.get(i) {
         if b == b'%' {
-            let hi = bytes.get(i.checked_add(1)?).and_then(|c| (*c as char).to_digit(16))?;
-            let lo = bytes.get(i.checked_add(2)?).and_then(|c| (*c as char).to_digit(16))?;
+            let hi = bytes
+                .get(i.checked_add(1)?)
+                .and_then(|c| (*c as char).to_digit(16))?;
+            let lo = bytes
+                .get(i.checked_add(2)?)
+                .and_then(|c| (*c as char).to_digit(16))?;
             out.push(u8::try_from(hi.checked_mul(16)?.checked_add(lo)?).ok()?);
             i = i.checked_add(3)?;
         } else {

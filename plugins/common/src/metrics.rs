@@ -28,7 +28,10 @@ mod tests {
     #[test]
     fn encodes_labels_in_the_name() {
         assert_eq!(
-            metric_name("tollgate_jwt_auth_requests_total", &[("result", "Expired.Token")]),
+            metric_name(
+                "tollgate_jwt_auth_requests_total",
+                &[("result", "Expired.Token")]
+            ),
             "tollgate_jwt_auth_requests_total.result.expired_token"
         );
         assert_eq!(metric_name("x", &[]), "x");

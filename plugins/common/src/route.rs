@@ -30,7 +30,10 @@ impl RouteMatch {
     /// Checks the match; `field` is the JSON path used in errors (e.g. `rules[0]`).
     pub fn validate(&mut self, field: &str) -> Result<(), ConfigError> {
         if !self.prefix.starts_with('/') {
-            return Err(ConfigError::new(format!("{field}.prefix"), "must start with `/`"));
+            return Err(ConfigError::new(
+                format!("{field}.prefix"),
+                "must start with `/`",
+            ));
         }
         for (i, m) in self.methods.iter().enumerate() {
             if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -65,7 +68,9 @@ impl RouteMatch {
 /// `host[:port]` or `[v6]:port` without its port.
 pub fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
-        return host.split_once(']').map_or(host, |(h, _)| h.get(1..).unwrap_or(h));
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| h.get(1..).unwrap_or(h));
     }
     match host.rsplit_once(':') {
         Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
@@ -94,9 +99,16 @@ mod tests {
 
     #[test]
     fn refuses_bad_matches() {
-        let mut m = RouteMatch { prefix: "api".into(), ..Default::default() };
+        let mut m = RouteMatch {
+            prefix: "api".into(),
+            ..Default::default()
+        };
         assert_eq!(m.validate("rules[3]").unwrap_err().field, "rules[3].prefix");
-        let mut m = RouteMatch { prefix: "/".into(), methods: vec!["get".into()], hosts: vec![] };
+        let mut m = RouteMatch {
+            prefix: "/".into(),
+            methods: vec!["get".into()],
+            hosts: vec![],
+        };
         assert_eq!(m.validate("r").unwrap_err().field, "r.methods[0]");
     }
 

@@ -16,7 +16,9 @@ pub struct VerifiedCache {
 impl VerifiedCache {
     /// A cache of at most `capacity` entries; 0 disables it.
     pub fn new(capacity: usize) -> Self {
-        Self { entries: NonZeroUsize::new(capacity).map(LruCache::new) }
+        Self {
+            entries: NonZeroUsize::new(capacity).map(LruCache::new),
+        }
     }
 
     /// The verified token, if cached and not past its `exp` at `now` (Unix seconds).
@@ -60,7 +62,12 @@ mod tests {
     use super::*;
 
     fn verified(exp: Option<u64>) -> Verified {
-        Verified { provider: 0, expires_at: exp, audiences: vec![], headers: vec![] }
+        Verified {
+            provider: 0,
+            expires_at: exp,
+            audiences: vec![],
+            headers: vec![],
+        }
     }
 
     #[test]
@@ -70,7 +77,10 @@ mod tests {
         c.insert("b", &verified(None));
         c.insert("c", &verified(Some(100)));
         assert_eq!(c.len(), 2);
-        assert!(c.get("a", 50).is_none(), "least recently used entry evicted");
+        assert!(
+            c.get("a", 50).is_none(),
+            "least recently used entry evicted"
+        );
         assert!(c.get("c", 100).is_some());
         assert!(c.get("c", 101).is_none());
         assert_eq!(c.len(), 1, "expired entry removed");

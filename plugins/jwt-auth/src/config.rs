@@ -61,7 +61,9 @@ struct RawCache {
 
 impl Default for RawCache {
     fn default() -> Self {
-        Self { max_entries: DEFAULT_CACHE_ENTRIES }
+        Self {
+            max_entries: DEFAULT_CACHE_ENTRIES,
+        }
     }
 }
 
@@ -305,7 +307,10 @@ impl Config {
 
 fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     if raw.providers.is_empty() {
-        return Err(ConfigError::new("providers", "at least one provider is required"));
+        return Err(ConfigError::new(
+            "providers",
+            "at least one provider is required",
+        ));
     }
     if raw.max_token_bytes < 64 {
         return Err(ConfigError::new("max_token_bytes", "must be at least 64"));
@@ -316,14 +321,20 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         let field = format!("providers.{name}");
         if let Some(iss) = &p.issuer {
             if !issuers.insert(iss.clone()) {
-                return Err(ConfigError::new(format!("{field}.issuer"), "two providers have the same issuer"));
+                return Err(ConfigError::new(
+                    format!("{field}.issuer"),
+                    "two providers have the same issuer",
+                ));
             }
         }
         providers.push(compile_provider(name, p, &field)?);
     }
     let without_issuer = providers.iter().filter(|p| p.issuer.is_none()).count();
     if without_issuer > 1 {
-        return Err(ConfigError::new("providers", "at most one provider may omit `issuer` (providers are chosen by `iss`)"));
+        return Err(ConfigError::new(
+            "providers",
+            "at most one provider may omit `issuer` (providers are chosen by `iss`)",
+        ));
     }
     let all: Vec<usize> = (0..providers.len()).collect();
     let default_action = require(&providers, all.clone(), HashSet::new());
@@ -334,20 +345,29 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         route.validate(&format!("{field}.match"))?;
         let action = if r.bypass {
             if r.providers.is_some() || !r.audiences.is_empty() {
-                return Err(ConfigError::new(format!("{field}.bypass"), "a bypass rule takes no providers or audiences"));
+                return Err(ConfigError::new(
+                    format!("{field}.bypass"),
+                    "a bypass rule takes no providers or audiences",
+                ));
             }
             Action::Bypass
         } else {
             let ids = match r.providers {
                 None => all.clone(),
                 Some(names) if names.is_empty() => {
-                    return Err(ConfigError::new(format!("{field}.providers"), "must name at least one provider (or use bypass)"))
+                    return Err(ConfigError::new(
+                        format!("{field}.providers"),
+                        "must name at least one provider (or use bypass)",
+                    ))
                 }
                 Some(names) => {
                     let mut ids = Vec::new();
                     for (j, n) in names.iter().enumerate() {
                         let id = providers.iter().position(|p| &p.name == n).ok_or_else(|| {
-                            ConfigError::new(format!("{field}.providers[{j}]"), format!("no provider named {n:?}"))
+                            ConfigError::new(
+                                format!("{field}.providers[{j}]"),
+                                format!("no provider named {n:?}"),
+                            )
                         })?;
                         ids.push(id);
                     }
@@ -360,7 +380,12 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     let mut output_headers: Vec<String> = Vec::new();
     for p in &providers {
-        for h in p.claim_to_headers.iter().map(|c| &c.header).chain(p.forward_payload_header.iter()) {
+        for h in p
+            .claim_to_headers
+            .iter()
+            .map(|c| &c.header)
+            .chain(p.forward_payload_header.iter())
+        {
             if !output_headers.contains(h) {
                 output_headers.push(h.clone());
             }
@@ -385,21 +410,31 @@ fn require(providers: &[Provider], ids: Vec<usize>, audiences: HashSet<String>) 
             }
         }
     }
-    Action::Require { providers: ids, audiences, locations }
+    Action::Require {
+        providers: ids,
+        audiences,
+        locations,
+    }
 }
 
 fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
     let ok = !name.is_empty()
         && !name.starts_with(':')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if !ok {
-        return Err(ConfigError::new(field, format!("{name:?} is not a valid header name (RFC 9110 section 5.1)")));
+        return Err(ConfigError::new(
+            field,
+            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
+        ));
     }
     Ok(name.to_ascii_lowercase())
 }
 
 fn parse_alg(name: &str, field: &str) -> Result<Alg, ConfigError> {
-    Alg::from_name(name).ok_or_else(|| ConfigError::new(field, format!("unsupported algorithm {name:?}")))
+    Alg::from_name(name)
+        .ok_or_else(|| ConfigError::new(field, format!("unsupported algorithm {name:?}")))
 }
 
 fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provider, ConfigError> {
@@ -413,13 +448,19 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
     let keys = if let Some(r) = p.remote_jwks {
         let f = format!("{field}.remote_jwks");
         if r.cluster.is_empty() {
-            return Err(ConfigError::new(format!("{f}.cluster"), "must not be empty"));
+            return Err(ConfigError::new(
+                format!("{f}.cluster"),
+                "must not be empty",
+            ));
         }
         if !r.path.starts_with('/') {
             return Err(ConfigError::new(format!("{f}.path"), "must start with `/`"));
         }
         if r.cache_duration_seconds == 0 || r.retry_seconds == 0 || r.timeout_ms == 0 {
-            return Err(ConfigError::new(f, "`cache_duration_seconds`, `retry_seconds` and `timeout_ms` must be positive"));
+            return Err(ConfigError::new(
+                f,
+                "`cache_duration_seconds`, `retry_seconds` and `timeout_ms` must be positive",
+            ));
         }
         KeySource::Remote(RemoteJwks {
             authority: r.authority.unwrap_or_else(|| r.cluster.clone()),
@@ -436,14 +477,19 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
                     serde_json::Value::String(s) => s,
                     other => other.to_string(),
                 };
-                KeySet::from_jwks(&text, true).map_err(|e| ConfigError::new(format!("{field}.local_jwks"), e))?.0
+                KeySet::from_jwks(&text, true)
+                    .map_err(|e| ConfigError::new(format!("{field}.local_jwks"), e))?
+                    .0
             }
             None => KeySet::new(),
         };
         for (i, k) in p.pem_keys.into_iter().enumerate() {
             let f = format!("{field}.pem_keys[{i}]");
             let alg = parse_alg(&k.alg, &format!("{f}.alg"))?;
-            set.push(VerifyingKey::from_pem(alg, &k.pem, k.kid).map_err(|e| ConfigError::new(format!("{f}.pem"), e))?);
+            set.push(
+                VerifyingKey::from_pem(alg, &k.pem, k.kid)
+                    .map_err(|e| ConfigError::new(format!("{f}.pem"), e))?,
+            );
         }
         for (i, s) in p.hmac_secrets.into_iter().enumerate() {
             let f = format!("{field}.hmac_secrets[{i}]");
@@ -452,32 +498,54 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
                 (Some(text), None) => text.into_bytes(),
                 (None, Some(b64)) => base64::engine::general_purpose::STANDARD
                     .decode(b64.trim())
-                    .map_err(|e| ConfigError::new(format!("{f}.secret_base64"), format!("not base64: {e}")))?,
-                _ => return Err(ConfigError::new(f, "exactly one of `secret` and `secret_base64` is required")),
+                    .map_err(|e| {
+                        ConfigError::new(format!("{f}.secret_base64"), format!("not base64: {e}"))
+                    })?,
+                _ => {
+                    return Err(ConfigError::new(
+                        f,
+                        "exactly one of `secret` and `secret_base64` is required",
+                    ))
+                }
             };
-            set.push(VerifyingKey::hmac(alg, &secret, s.kid).map_err(|e| ConfigError::new(format!("{f}.secret"), e))?);
+            set.push(
+                VerifyingKey::hmac(alg, &secret, s.kid)
+                    .map_err(|e| ConfigError::new(format!("{f}.secret"), e))?,
+            );
         }
         KeySource::Static(set)
     };
     let mut locations = Vec::new();
     for (i, h) in p.from_headers.into_iter().enumerate() {
         let header = header_name(&h.name, &format!("{field}.from_headers[{i}].name"))?;
-        locations.push(TokenLocation::Header { name: header, prefix: h.value_prefix });
+        locations.push(TokenLocation::Header {
+            name: header,
+            prefix: h.value_prefix,
+        });
     }
     for (i, q) in p.from_params.into_iter().enumerate() {
         if q.is_empty() {
-            return Err(ConfigError::new(format!("{field}.from_params[{i}]"), "must not be empty"));
+            return Err(ConfigError::new(
+                format!("{field}.from_params[{i}]"),
+                "must not be empty",
+            ));
         }
         locations.push(TokenLocation::Param(q));
     }
     for (i, c) in p.from_cookies.into_iter().enumerate() {
         if c.is_empty() {
-            return Err(ConfigError::new(format!("{field}.from_cookies[{i}]"), "must not be empty"));
+            return Err(ConfigError::new(
+                format!("{field}.from_cookies[{i}]"),
+                "must not be empty",
+            ));
         }
         locations.push(TokenLocation::Cookie(c));
     }
     if locations.is_empty() {
-        locations.push(TokenLocation::Header { name: "authorization".into(), prefix: "Bearer ".into() });
+        locations.push(TokenLocation::Header {
+            name: "authorization".into(),
+            prefix: "Bearer ".into(),
+        });
     }
     let mut claim_to_headers = Vec::new();
     for (i, c) in p.claim_to_headers.into_iter().enumerate() {
@@ -486,14 +554,20 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
             return Err(ConfigError::new(format!("{f}.claim"), "must not be empty"));
         }
         let header = header_name(&c.header, &format!("{f}.header"))?;
-        claim_to_headers.push(ClaimToHeader { claim: c.claim, header });
+        claim_to_headers.push(ClaimToHeader {
+            claim: c.claim,
+            header,
+        });
     }
     let forward_payload_header = match p.forward_payload_header {
         Some(h) => Some(header_name(&h, &format!("{field}.forward_payload_header"))?),
         None => None,
     };
     if let Some(0) = p.max_lifetime_seconds {
-        return Err(ConfigError::new(format!("{field}.max_lifetime_seconds"), "must be positive"));
+        return Err(ConfigError::new(
+            format!("{field}.max_lifetime_seconds"),
+            "must be positive",
+        ));
     }
     Ok(Provider {
         name,

@@ -89,31 +89,62 @@ impl JwtAuthRoot {
         match KeySet::from_jwks(&text, false) {
             Ok((set, skipped)) => {
                 for s in skipped {
-                    log::warn!("jwt-auth: JWKS {}{}: skipped {s}", state.remote.cluster, state.remote.path);
+                    log::warn!(
+                        "jwt-auth: JWKS {}{}: skipped {s}",
+                        state.remote.cluster,
+                        state.remote.path
+                    );
                 }
                 if let Some(slot) = shared.remote_keys.borrow_mut().get_mut(state.provider) {
                     *slot = Some(set);
                 }
                 shared.cache.borrow_mut().clear();
                 state.installed = fetched_at;
-                log::info!("jwt-auth: installed JWKS {}{} fetched at {fetched_at}", state.remote.cluster, state.remote.path);
+                log::info!(
+                    "jwt-auth: installed JWKS {}{} fetched at {fetched_at}",
+                    state.remote.cluster,
+                    state.remote.path
+                );
             }
-            Err(e) => log::warn!("jwt-auth: JWKS {}{} unusable: {e}", state.remote.cluster, state.remote.path),
+            Err(e) => log::warn!(
+                "jwt-auth: JWKS {}{} unusable: {e}",
+                state.remote.cluster,
+                state.remote.path
+            ),
         }
     }
 
     fn fetch_failed(&self, remote: &RemoteJwks, why: &str) {
-        log::warn!("jwt-auth: JWKS fetch {}{} failed: {why}; keeping the current keys", remote.cluster, remote.path);
+        log::warn!(
+            "jwt-auth: JWKS fetch {}{} failed: {why}; keeping the current keys",
+            remote.cluster,
+            remote.path
+        );
         let key = remote.shared_data_key();
         let (previous, _) = self.get_shared_data(&key);
-        let record = after_fetch(now_unix_secs(), previous.as_deref(), None, remote.retry_seconds);
+        let record = after_fetch(
+            now_unix_secs(),
+            previous.as_deref(),
+            None,
+            remote.retry_seconds,
+        );
         let _ = self.set_shared_data(&key, Some(&record.encode()), None);
     }
 }
 
 impl Context for JwtAuthRoot {
-    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        let Some(idx) = self.remotes.iter().position(|r| r.in_flight == Some(token_id)) else {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(idx) = self
+            .remotes
+            .iter()
+            .position(|r| r.in_flight == Some(token_id))
+        else {
             return;
         };
         let remote = match self.remotes.get_mut(idx) {
@@ -123,20 +154,26 @@ impl Context for JwtAuthRoot {
             }
             None => return,
         };
-        let status = self.get_http_call_response_header(":status").unwrap_or_default();
+        let status = self
+            .get_http_call_response_header(":status")
+            .unwrap_or_default();
         if status != "200" {
             return self.fetch_failed(&remote, &format!("status {status:?}"));
         }
         if body_size > MAX_JWKS_BYTES {
             return self.fetch_failed(&remote, "response too large");
         }
-        let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
+        let body = self
+            .get_http_call_response_body(0, body_size)
+            .unwrap_or_default();
         if let Err(e) = KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
             return self.fetch_failed(&remote, &e);
         }
         let now = now_unix_secs();
         let record = after_fetch(now, None, Some(&body), remote.retry_seconds);
-        if let Err(e) = self.set_shared_data(&remote.shared_data_key(), Some(&record.encode()), None) {
+        if let Err(e) =
+            self.set_shared_data(&remote.shared_data_key(), Some(&record.encode()), None)
+        {
             log::warn!("jwt-auth: could not store the JWKS in shared data: {e:?}");
         }
         self.install(idx, now, &body);
@@ -158,7 +195,12 @@ impl RootContext for JwtAuthRoot {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match &p.keys {
-                KeySource::Remote(r) => Some(RemoteState { provider: i, remote: r.clone(), installed: 0, in_flight: None }),
+                KeySource::Remote(r) => Some(RemoteState {
+                    provider: i,
+                    remote: r.clone(),
+                    installed: 0,
+                    in_flight: None,
+                }),
                 KeySource::Static(_) => None,
             })
             .collect();
@@ -178,22 +220,44 @@ impl RootContext for JwtAuthRoot {
     fn on_tick(&mut self) {
         let now = now_unix_secs();
         for idx in 0..self.remotes.len() {
-            let Some(state) = self.remotes.get(idx) else { continue };
+            let Some(state) = self.remotes.get(idx) else {
+                continue;
+            };
             let remote = state.remote.clone();
             let key = remote.shared_data_key();
             let (value, cas) = self.get_shared_data(&key);
             let timeout_s = remote.timeout_ms.div_ceil(1000);
-            let plan = plan_tick(now, value.as_deref(), state.installed, remote.cache_duration_seconds, timeout_s);
+            let plan = plan_tick(
+                now,
+                value.as_deref(),
+                state.installed,
+                remote.cache_duration_seconds,
+                timeout_s,
+            );
             let in_flight = state.in_flight.is_some();
             if let Some((fetched_at, body)) = plan.install {
                 self.install(idx, fetched_at, &body);
             }
-            let Some(lease) = plan.take_lease else { continue };
+            let Some(lease) = plan.take_lease else {
+                continue;
+            };
             if in_flight || self.set_shared_data(&key, Some(&lease), cas).is_err() {
                 continue; // another VM holds the lease, or this one is already fetching
             }
-            let headers = vec![(":method", "GET"), (":path", remote.path.as_str()), (":authority", remote.authority.as_str()), (":scheme", "http"), ("accept", "application/json")];
-            match self.dispatch_http_call(&remote.cluster, headers, None, vec![], Duration::from_millis(remote.timeout_ms)) {
+            let headers = vec![
+                (":method", "GET"),
+                (":path", remote.path.as_str()),
+                (":authority", remote.authority.as_str()),
+                (":scheme", "http"),
+                ("accept", "application/json"),
+            ];
+            match self.dispatch_http_call(
+                &remote.cluster,
+                headers,
+                None,
+                vec![],
+                Duration::from_millis(remote.timeout_ms),
+            ) {
                 Ok(token) => {
                     if let Some(state) = self.remotes.get_mut(idx) {
                         state.in_flight = Some(token);
@@ -209,7 +273,9 @@ impl RootContext for JwtAuthRoot {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(JwtAuthHttp { shared: self.shared.clone() }))
+        Some(Box::new(JwtAuthHttp {
+            shared: self.shared.clone(),
+        }))
     }
 }
 
@@ -219,17 +285,35 @@ struct JwtAuthHttp {
 
 impl JwtAuthHttp {
     fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
-        log::info!("jwt-auth: {method} {path}: {} ({})", reason.status(), reason.as_str());
+        log::info!(
+            "jwt-auth: {method} {path}: {} ({})",
+            reason.status(),
+            reason.as_str()
+        );
         count(shared.counters.denied.get(&reason).copied().flatten());
         let challenge = reason.challenge();
-        let error = if reason.status() == 403 { "forbidden" } else { "unauthorized" };
-        send_json_error(reason.status(), &[("www-authenticate", &challenge)], error, reason.description());
+        let error = if reason.status() == 403 {
+            "forbidden"
+        } else {
+            "unauthorized"
+        };
+        send_json_error(
+            reason.status(),
+            &[("www-authenticate", &challenge)],
+            error,
+            reason.description(),
+        );
         HostAction::Pause
     }
 }
 
 impl JwtAuthHttp {
-    fn verify_uncached(&self, shared: &Shared, token: &str, now: u64) -> Result<crate::verify::Verified, Reason> {
+    fn verify_uncached(
+        &self,
+        shared: &Shared,
+        token: &str,
+        now: u64,
+    ) -> Result<crate::verify::Verified, Reason> {
         let remote = shared.remote_keys.borrow();
         verify(&shared.config, |i| shared.key_set(i, &remote), token, now)
     }
@@ -251,14 +335,17 @@ impl HttpContext for JwtAuthHttp {
         }
         let target = self.get_http_request_header(":path").unwrap_or_default();
         let method = self.get_http_request_header(":method").unwrap_or_default();
-        let host = self.get_http_request_header(":authority").unwrap_or_default();
+        let host = self
+            .get_http_request_header(":authority")
+            .unwrap_or_default();
         let (path, query) = split_path_query(&target);
         let action = config.action_for(path, &method, &host);
         let Action::Require { locations, .. } = action else {
             count(shared.counters.bypass);
             return HostAction::Continue;
         };
-        let Some(found) = extract(locations, |name| self.get_http_request_header(name), query) else {
+        let Some(found) = extract(locations, |name| self.get_http_request_header(name), query)
+        else {
             return self.deny(&shared, Reason::MissingToken, &method, path);
         };
         let now = now_unix_secs();
@@ -279,7 +366,10 @@ impl HttpContext for JwtAuthHttp {
         for (name, value) in &verified.headers {
             self.set_http_request_header(name, Some(value));
         }
-        let forward = config.providers.get(verified.provider).is_some_and(|p| p.forward);
+        let forward = config
+            .providers
+            .get(verified.provider)
+            .is_some_and(|p| p.forward);
         if let (false, TokenLocation::Header { name, .. }) = (forward, &found.location) {
             self.set_http_request_header(name, None);
         }

@@ -50,7 +50,11 @@ impl Record {
         }
         let fetched_at = u64::from_le_bytes(rest.get(0..8)?.try_into().ok()?);
         let lease_until = u64::from_le_bytes(rest.get(8..16)?.try_into().ok()?);
-        Some(Record { fetched_at, lease_until, body: rest.get(16..)?.to_vec() })
+        Some(Record {
+            fetched_at,
+            lease_until,
+            body: rest.get(16..)?.to_vec(),
+        })
     }
 }
 
@@ -65,7 +69,13 @@ pub struct TickPlan {
 
 /// Plans a tick at `now` given the shared value (if any), the `fetched_at` of the keys this VM
 /// has installed (0: none), the cache duration and the call timeout (seconds).
-pub fn plan_tick(now: u64, shared: Option<&[u8]>, installed: u64, ttl: u64, timeout_s: u64) -> TickPlan {
+pub fn plan_tick(
+    now: u64,
+    shared: Option<&[u8]>,
+    installed: u64,
+    ttl: u64,
+    timeout_s: u64,
+) -> TickPlan {
     let record = shared.and_then(Record::decode);
     let mut plan = TickPlan::default();
     let (fetched_at, lease_until, body) = match &record {
@@ -89,9 +99,18 @@ pub fn plan_tick(now: u64, shared: Option<&[u8]>, installed: u64, ttl: u64, time
 
 /// The value to write after a fetch at `now`: the new document if `fetched` is `Some`, else
 /// the previous document kept with the lease pushed `retry_seconds` ahead.
-pub fn after_fetch(now: u64, previous: Option<&[u8]>, fetched: Option<&[u8]>, retry_seconds: u64) -> Record {
+pub fn after_fetch(
+    now: u64,
+    previous: Option<&[u8]>,
+    fetched: Option<&[u8]>,
+    retry_seconds: u64,
+) -> Record {
     match fetched {
-        Some(body) => Record { fetched_at: now, lease_until: 0, body: body.to_vec() },
+        Some(body) => Record {
+            fetched_at: now,
+            lease_until: 0,
+            body: body.to_vec(),
+        },
         None => {
             let prev = previous.and_then(Record::decode);
             Record {
@@ -109,7 +128,11 @@ mod tests {
 
     #[test]
     fn record_round_trip_and_bad_values() {
-        let r = Record { fetched_at: 7, lease_until: 9, body: b"{}".to_vec() };
+        let r = Record {
+            fetched_at: 7,
+            lease_until: 9,
+            body: b"{}".to_vec(),
+        };
         assert_eq!(Record::decode(&r.encode()), Some(r));
         assert_eq!(Record::decode(&[]), None);
         assert_eq!(Record::decode(&[2; 40]), None);
@@ -127,13 +150,24 @@ mod tests {
 
     #[test]
     fn others_wait_for_the_lease_then_install() {
-        let leased = Record { fetched_at: 0, lease_until: 1006, body: vec![] }.encode();
-        assert_eq!(plan_tick(1001, Some(&leased), 0, 300, 5), TickPlan::default());
+        let leased = Record {
+            fetched_at: 0,
+            lease_until: 1006,
+            body: vec![],
+        }
+        .encode();
+        assert_eq!(
+            plan_tick(1001, Some(&leased), 0, 300, 5),
+            TickPlan::default()
+        );
         let good = after_fetch(1002, Some(&leased), Some(b"jwks"), 10).encode();
         let plan = plan_tick(1003, Some(&good), 0, 300, 5);
         assert_eq!(plan.install, Some((1002, b"jwks".to_vec())));
         assert_eq!(plan.take_lease, None, "fresh document: no fetch");
-        assert_eq!(plan_tick(1003, Some(&good), 1002, 300, 5), TickPlan::default());
+        assert_eq!(
+            plan_tick(1003, Some(&good), 1002, 300, 5),
+            TickPlan::default()
+        );
         let plan = plan_tick(1302, Some(&good), 1002, 300, 5);
         assert!(plan.take_lease.is_some(), "stale after the cache duration");
     }
@@ -142,9 +176,21 @@ mod tests {
     fn failed_fetch_keeps_keys_and_backs_off() {
         let good = after_fetch(1000, None, Some(b"jwks"), 10).encode();
         let failed = after_fetch(1400, Some(&good), None, 10);
-        assert_eq!((failed.fetched_at, failed.lease_until, failed.body.as_slice()), (1000, 1410, &b"jwks"[..]));
+        assert_eq!(
+            (
+                failed.fetched_at,
+                failed.lease_until,
+                failed.body.as_slice()
+            ),
+            (1000, 1410, &b"jwks"[..])
+        );
         let enc = failed.encode();
-        assert_eq!(plan_tick(1405, Some(&enc), 1000, 300, 5), TickPlan::default());
-        assert!(plan_tick(1410, Some(&enc), 1000, 300, 5).take_lease.is_some());
+        assert_eq!(
+            plan_tick(1405, Some(&enc), 1000, 300, 5),
+            TickPlan::default()
+        );
+        assert!(plan_tick(1410, Some(&enc), 1000, 300, 5)
+            .take_lease
+            .is_some());
     }
 }

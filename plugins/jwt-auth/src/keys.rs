@@ -27,7 +27,14 @@ pub enum Alg {
 
 impl Alg {
     /// The six RSA algorithms: an RSA JWK without `alg` may verify any of them.
-    pub const RSA: [Alg; 6] = [Alg::RS256, Alg::RS384, Alg::RS512, Alg::PS256, Alg::PS384, Alg::PS512];
+    pub const RSA: [Alg; 6] = [
+        Alg::RS256,
+        Alg::RS384,
+        Alg::RS512,
+        Alg::PS256,
+        Alg::PS384,
+        Alg::PS512,
+    ];
 
     /// Parses an `alg` header value; `None` for `none` and everything unsupported.
     pub fn from_name(name: &str) -> Option<Alg> {
@@ -94,9 +101,14 @@ impl VerifyingKey {
     /// An HMAC secret for `alg` (HS256/384/512). Errors if `alg` is not HMAC or the secret is
     /// shorter than the hash output (RFC 7518 section 3.2).
     pub fn hmac(alg: Alg, secret: &[u8], kid: Option<String>) -> Result<Self, String> {
-        let min = alg.min_hmac_key_len().ok_or_else(|| format!("{alg:?} is not an HMAC algorithm"))?;
+        let min = alg
+            .min_hmac_key_len()
+            .ok_or_else(|| format!("{alg:?} is not an HMAC algorithm"))?;
         if secret.len() < min {
-            return Err(format!("an {alg:?} secret must be at least {min} bytes (RFC 7518 section 3.2), got {}", secret.len()));
+            return Err(format!(
+                "an {alg:?} secret must be at least {min} bytes (RFC 7518 section 3.2), got {}",
+                secret.len()
+            ));
         }
         let material = match alg {
             Alg::HS256 => Material::HS256(HS256Key::from_bytes(secret)),
@@ -119,7 +131,9 @@ impl VerifyingKey {
             Alg::ES256 => Material::ES256(ES256PublicKey::from_pem(pem).map_err(e)?),
             Alg::ES384 => Material::ES384(ES384PublicKey::from_pem(pem).map_err(e)?),
             Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_pem(pem).map_err(e)?),
-            Alg::HS256 | Alg::HS384 | Alg::HS512 => return Err(format!("{alg:?} takes a secret, not a PEM key")),
+            Alg::HS256 | Alg::HS384 | Alg::HS512 => {
+                return Err(format!("{alg:?} takes a secret, not a PEM key"))
+            }
         };
         Ok(Self { kid, alg, material })
     }
@@ -137,7 +151,9 @@ impl VerifyingKey {
             Alg::ES256 => Material::ES256(ES256PublicKey::from_jwk(jwk).map_err(e)?),
             Alg::ES384 => Material::ES384(ES384PublicKey::from_jwk(jwk).map_err(e)?),
             Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::HS256 | Alg::HS384 | Alg::HS512 => return Err("symmetric keys are not accepted in a JWKS".into()),
+            Alg::HS256 | Alg::HS384 | Alg::HS512 => {
+                return Err("symmetric keys are not accepted in a JWKS".into())
+            }
         };
         Ok(Self { kid, alg, material })
     }
@@ -208,10 +224,9 @@ impl KeySet {
     /// error (configuration); otherwise it is skipped and reported in the returned list (remote JWKS).
     pub fn from_jwks(json: &str, strict: bool) -> Result<(Self, Vec<String>), String> {
         let doc: Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
-        let keys = doc
-            .get("keys")
-            .and_then(Value::as_array)
-            .ok_or_else(|| "a JWKS is an object with a `keys` array (RFC 7517 section 5)".to_string())?;
+        let keys = doc.get("keys").and_then(Value::as_array).ok_or_else(|| {
+            "a JWKS is an object with a `keys` array (RFC 7517 section 5)".to_string()
+        })?;
         let mut set = KeySet::new();
         let mut skipped = Vec::new();
         for (i, jwk) in keys.iter().enumerate() {
@@ -238,7 +253,9 @@ impl KeySet {
         }
         let kid = text("kid").map(str::to_string);
         let algs: Vec<Alg> = match text("alg") {
-            Some(name) => vec![Alg::from_name(name).ok_or_else(|| format!("unsupported alg {name:?}"))?],
+            Some(name) => {
+                vec![Alg::from_name(name).ok_or_else(|| format!("unsupported alg {name:?}"))?]
+            }
             None => match (text("kty"), text("crv")) {
                 (Some("RSA"), _) => Alg::RSA.to_vec(),
                 (Some("EC"), Some("P-256")) => vec![Alg::ES256],
@@ -248,13 +265,19 @@ impl KeySet {
             },
         };
         let text = jwk.to_string();
-        algs.into_iter().map(|alg| VerifyingKey::from_jwk(alg, &text, kid.clone())).collect()
+        algs.into_iter()
+            .map(|alg| VerifyingKey::from_jwk(alg, &text, kid.clone()))
+            .collect()
     }
 
     /// The keys that may verify a token with header `alg` and `kid`: keys of that algorithm whose
     /// `kid` equals the token's, or that have no `kid`; every key of the algorithm when the token
     /// has no `kid`.
-    pub fn candidates<'a>(&'a self, alg: Alg, kid: Option<&'a str>) -> impl Iterator<Item = &'a VerifyingKey> + 'a {
+    pub fn candidates<'a>(
+        &'a self,
+        alg: Alg,
+        kid: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a VerifyingKey> + 'a {
         self.keys.iter().filter(move |k| {
             k.alg == alg
                 && match (kid, k.kid.as_deref()) {

@@ -40,7 +40,9 @@ pub fn extract(
     let mut cookie_header: Option<Option<String>> = None;
     for location in locations {
         let token = match location {
-            TokenLocation::Header { name, prefix } => header(name).and_then(|v| strip_prefix_ci(&v, prefix)),
+            TokenLocation::Header { name, prefix } => {
+                header(name).and_then(|v| strip_prefix_ci(&v, prefix))
+            }
             TokenLocation::Param(name) => query.and_then(|q| query_param(q, name)),
             TokenLocation::Cookie(name) => {
                 let cookies = cookie_header.get_or_insert_with(|| header("cookie"));
@@ -48,7 +50,10 @@ pub fn extract(
             }
         };
         if let Some(token) = token.filter(|t| !t.is_empty()) {
-            return Some(FoundToken { token, location: location.clone() });
+            return Some(FoundToken {
+                token,
+                location: location.clone(),
+            });
         }
     }
     None
@@ -76,28 +81,55 @@ mod tests {
     use super::*;
 
     fn headers<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl FnMut(&str) -> Option<String> + 'a {
-        move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     fn bearer() -> TokenLocation {
-        TokenLocation::Header { name: "authorization".into(), prefix: "Bearer ".into() }
+        TokenLocation::Header {
+            name: "authorization".into(),
+            prefix: "Bearer ".into(),
+        }
     }
 
     #[test]
     fn bearer_header_case_insensitive_scheme() {
-        let found = extract(&[bearer()], headers(&[("authorization", "bearer abc.def.ghi")]), None).unwrap();
+        let found = extract(
+            &[bearer()],
+            headers(&[("authorization", "bearer abc.def.ghi")]),
+            None,
+        )
+        .unwrap();
         assert_eq!(found.token, "abc.def.ghi");
-        assert!(extract(&[bearer()], headers(&[("authorization", "Basic abc")]), None).is_none());
+        assert!(extract(
+            &[bearer()],
+            headers(&[("authorization", "Basic abc")]),
+            None
+        )
+        .is_none());
         assert!(extract(&[bearer()], headers(&[("authorization", "Bearer ")]), None).is_none());
         assert!(extract(&[bearer()], headers(&[("authorization", "Bear")]), None).is_none());
     }
 
     #[test]
     fn param_and_cookie_in_order() {
-        let locs = vec![bearer(), TokenLocation::Param("access_token".into()), TokenLocation::Cookie("jwt".into())];
+        let locs = vec![
+            bearer(),
+            TokenLocation::Param("access_token".into()),
+            TokenLocation::Cookie("jwt".into()),
+        ];
         let f = extract(&locs, headers(&[]), Some("x=1&access_token=a.b.c")).unwrap();
         assert_eq!((f.token.as_str(), &f.location), ("a.b.c", &locs[1]));
-        let f = extract(&locs, headers(&[("cookie", "a=1; jwt=\"x.y.z\";  other=2")]), None).unwrap();
+        let f = extract(
+            &locs,
+            headers(&[("cookie", "a=1; jwt=\"x.y.z\";  other=2")]),
+            None,
+        )
+        .unwrap();
         assert_eq!((f.token.as_str(), &f.location), ("x.y.z", &locs[2]));
         assert!(extract(&locs, headers(&[("cookie", ";;=;jwt")]), None).is_none());
     }

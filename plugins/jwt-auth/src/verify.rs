@@ -96,8 +96,15 @@ impl Reason {
         match self {
             Reason::MissingToken => "Bearer realm=\"tollgate\"".to_string(),
             _ => {
-                let error = if self.status() == 403 { "insufficient_scope" } else { "invalid_token" };
-                format!("Bearer realm=\"tollgate\", error=\"{error}\", error_description=\"{}\"", self.description())
+                let error = if self.status() == 403 {
+                    "insufficient_scope"
+                } else {
+                    "invalid_token"
+                };
+                format!(
+                    "Bearer realm=\"tollgate\", error=\"{error}\", error_description=\"{}\"",
+                    self.description()
+                )
             }
         }
     }
@@ -147,7 +154,9 @@ struct IssuerOnly {
 /// Reads `iss` from the payload without verifying it, to choose the provider.
 fn peek_issuer(token: &str) -> Result<Option<String>, Reason> {
     let payload = token.split('.').nth(1).ok_or(Reason::Malformed)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).map_err(|_| Reason::Malformed)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| Reason::Malformed)?;
     let claims: IssuerOnly = serde_json::from_slice(&bytes).map_err(|_| Reason::Malformed)?;
     Ok(claims.iss)
 }
@@ -157,7 +166,11 @@ fn well_formed(token: &str) -> bool {
     let mut parts = 0usize;
     for part in token.split('.') {
         parts = parts.saturating_add(1);
-        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if part.is_empty()
+            || !part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
             return false;
         }
     }
@@ -172,7 +185,12 @@ fn choose_provider(config: &Config, token: &str) -> Result<usize, Reason> {
         return Ok(0);
     }
     let iss = peek_issuer(token)?;
-    let by_issuer = iss.as_deref().and_then(|iss| config.providers.iter().position(|p| p.issuer.as_deref() == Some(iss)));
+    let by_issuer = iss.as_deref().and_then(|iss| {
+        config
+            .providers
+            .iter()
+            .position(|p| p.issuer.as_deref() == Some(iss))
+    });
     by_issuer
         .or_else(|| config.providers.iter().position(|p| p.issuer.is_none()))
         .ok_or(Reason::UnknownIssuer)
@@ -195,7 +213,10 @@ pub fn verify<'k>(
     let meta = Token::decode_metadata(token).map_err(|_| Reason::Malformed)?;
     let alg = Alg::from_name(meta.algorithm()).ok_or(Reason::UnsupportedAlg)?;
     let provider_id = choose_provider(config, token)?;
-    let provider = config.providers.get(provider_id).ok_or(Reason::UnknownIssuer)?;
+    let provider = config
+        .providers
+        .get(provider_id)
+        .ok_or(Reason::UnknownIssuer)?;
     let set = keys(provider_id).ok_or(Reason::KeysUnavailable)?;
     let mut tried = false;
     let mut claims = None;
@@ -216,7 +237,10 @@ pub fn verify<'k>(
     Ok(Verified {
         provider: provider_id,
         expires_at: claims.expires_at.map(|t| t.as_secs()),
-        audiences: claims.audiences.map(|a| a.into_set().into_iter().collect()).unwrap_or_default(),
+        audiences: claims
+            .audiences
+            .map(|a| a.into_set().into_iter().collect())
+            .unwrap_or_default(),
         headers,
     })
 }
@@ -248,7 +272,12 @@ pub fn validate_claims(provider: &Provider, claims: &Claims, now: u64) -> Result
             return Err(Reason::LifetimeTooLong);
         }
     }
-    if !provider.audiences.is_empty() && !claims.audiences.as_ref().is_some_and(|a| a.contains(&provider.audiences)) {
+    if !provider.audiences.is_empty()
+        && !claims
+            .audiences
+            .as_ref()
+            .is_some_and(|a| a.contains(&provider.audiences))
+    {
         return Err(Reason::AudienceMismatch);
     }
     for name in &provider.required_claims {
@@ -286,7 +315,11 @@ pub fn claim(claims: &Claims, name: &str) -> Option<Value> {
     }
 }
 
-fn output_headers(provider: &Provider, claims: &Claims, token: &str) -> Result<Vec<(String, String)>, Reason> {
+fn output_headers(
+    provider: &Provider,
+    claims: &Claims,
+    token: &str,
+) -> Result<Vec<(String, String)>, Reason> {
     let mut headers = Vec::new();
     for c in &provider.claim_to_headers {
         let value = match claim(claims, &c.claim) {
@@ -311,8 +344,18 @@ fn output_headers(provider: &Provider, claims: &Claims, token: &str) -> Result<V
 /// Whether a verified token is allowed by a `Require` action at `now` (Unix seconds): its
 /// provider must be one of the action's and, if the action lists audiences, the token must
 /// carry one of them. Re-checks `exp` so that cached entries never outlive their token.
-pub fn authorize(config: &Config, action: &Action, verified: &Verified, now: u64) -> Result<(), Reason> {
-    let Action::Require { providers, audiences, .. } = action else {
+pub fn authorize(
+    config: &Config,
+    action: &Action,
+    verified: &Verified,
+    now: u64,
+) -> Result<(), Reason> {
+    let Action::Require {
+        providers,
+        audiences,
+        ..
+    } = action
+    else {
         return Ok(());
     };
     if let (Some(exp), Some(p)) = (verified.expires_at, config.providers.get(verified.provider)) {

@@ -17,23 +17,62 @@ fn refusals_name_the_field() {
     let cases = [
         (json!({}), "providers"),
         (json!({"providers": {}}), "providers"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "extra": 1}), "extra"),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "extra": 1}),
+            "extra",
+        ),
         (json!({"providers": {"p": {"issuer": "i"}}}), "providers.p"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": "short"}]}}}), "providers.p.hmac_secrets[0].secret"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "none", "secret": SECRET}]}}}), "providers.p.hmac_secrets[0].alg"),
-        (json!({"providers": {"p": {"pem_keys": [{"alg": "RS256", "pem": "-----BEGIN PUBLIC KEY-----\nxx\n-----END PUBLIC KEY-----"}]}}}), "providers.p.pem_keys[0].pem"),
-        (json!({"providers": {"p": {"local_jwks": {"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}}}}), "providers.p.local_jwks"),
-        (json!({"providers": {"p": {"local_jwks": {"nokeys": []}}}}), "providers.p.local_jwks"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}], "claim_to_headers": [{"claim": "sub", "header": "bad header"}]}}}), "providers.p.claim_to_headers[0].header"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}], "clock_skew_seconds": "60"}}}), "providers.p.clock_skew_seconds"),
-        (json!({"providers": {"p": {"remote_jwks": {"cluster": "jwks", "path": "jwks.json"}}}}), "providers.p.remote_jwks.path"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {"prefix": "/"}, "providers": ["q"]}]}), "rules[0].providers[0]"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {"prefix": "x"}}]}), "rules[0].match.prefix"),
-        (json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {}, "bypass": true, "providers": ["p"]}]}), "rules[0].bypass"),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": "short"}]}}}),
+            "providers.p.hmac_secrets[0].secret",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "none", "secret": SECRET}]}}}),
+            "providers.p.hmac_secrets[0].alg",
+        ),
+        (
+            json!({"providers": {"p": {"pem_keys": [{"alg": "RS256", "pem": "-----BEGIN PUBLIC KEY-----\nxx\n-----END PUBLIC KEY-----"}]}}}),
+            "providers.p.pem_keys[0].pem",
+        ),
+        (
+            json!({"providers": {"p": {"local_jwks": {"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}}}}),
+            "providers.p.local_jwks",
+        ),
+        (
+            json!({"providers": {"p": {"local_jwks": {"nokeys": []}}}}),
+            "providers.p.local_jwks",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}], "claim_to_headers": [{"claim": "sub", "header": "bad header"}]}}}),
+            "providers.p.claim_to_headers[0].header",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}], "clock_skew_seconds": "60"}}}),
+            "providers.p.clock_skew_seconds",
+        ),
+        (
+            json!({"providers": {"p": {"remote_jwks": {"cluster": "jwks", "path": "jwks.json"}}}}),
+            "providers.p.remote_jwks.path",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {"prefix": "/"}, "providers": ["q"]}]}),
+            "rules[0].providers[0]",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {"prefix": "x"}}]}),
+            "rules[0].match.prefix",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "rules": [{"match": {}, "bypass": true, "providers": ["p"]}]}),
+            "rules[0].bypass",
+        ),
     ];
     for (doc, field) in cases {
         let e = err(doc.clone());
-        assert!(e.contains(&format!("`{field}`")), "{doc} -> {e} (expected field {field})");
+        assert!(
+            e.contains(&format!("`{field}`")),
+            "{doc} -> {e} (expected field {field})"
+        );
     }
     assert!(err(json!("not an object")).contains("invalid"));
     assert!(Config::parse(b"{not json").is_err());
@@ -41,13 +80,21 @@ fn refusals_name_the_field() {
 
 #[test]
 fn a_minimal_configuration_loads_with_defaults() {
-    let c = Config::parse(json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}}).to_string().as_bytes()).unwrap();
+    let c = Config::parse(
+        json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
     let p = &c.providers[0];
     assert_eq!(p.clock_skew_seconds, 60);
     assert!(!p.forward);
     assert_eq!(c.cache_entries, 1024);
     assert_eq!(
         p.locations,
-        vec![tollgate_jwt_auth::token::TokenLocation::Header { name: "authorization".into(), prefix: "Bearer ".into() }]
+        vec![tollgate_jwt_auth::token::TokenLocation::Header {
+            name: "authorization".into(),
+            prefix: "Bearer ".into()
+        }]
     );
 }

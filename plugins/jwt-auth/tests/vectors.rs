@@ -44,7 +44,12 @@ fn every_vector_gets_its_expected_outcome() {
     let mut checked = 0;
     for t in v["tokens"].as_array().unwrap() {
         let name = t["name"].as_str().unwrap();
-        let result = verify(&config, |i| static_keys(&config, i), t["token"].as_str().unwrap(), now);
+        let result = verify(
+            &config,
+            |i| static_keys(&config, i),
+            t["token"].as_str().unwrap(),
+            now,
+        );
         let got = match &result {
             Ok(_) => "ok",
             Err(r) => r.as_str(),
@@ -60,12 +65,29 @@ fn every_algorithm_is_accepted_with_claims_forwarded() {
     let v = vectors();
     let config = config(&v);
     let now = v["now"].as_u64().unwrap();
-    for alg in ["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"] {
-        let t = v["tokens"].as_array().unwrap().iter().find(|t| t["name"] == format!("valid-{alg}")).unwrap();
+    for alg in [
+        "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
+        "ES384", "EdDSA",
+    ] {
+        let t = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == format!("valid-{alg}"))
+            .unwrap();
         let token = t["token"].as_str().unwrap();
-        let ok = verify(&config, |i| static_keys(&config, i), token, now).unwrap_or_else(|e| panic!("{alg}: {e:?}"));
-        assert_eq!(ok.headers[0], ("x-jwt-sub".to_string(), "alice".to_string()), "{alg}");
-        assert_eq!(ok.headers[1].1, token.split('.').nth(1).unwrap(), "{alg}: payload header");
+        let ok = verify(&config, |i| static_keys(&config, i), token, now)
+            .unwrap_or_else(|e| panic!("{alg}: {e:?}"));
+        assert_eq!(
+            ok.headers[0],
+            ("x-jwt-sub".to_string(), "alice".to_string()),
+            "{alg}"
+        );
+        assert_eq!(
+            ok.headers[1].1,
+            token.split('.').nth(1).unwrap(),
+            "{alg}: payload header"
+        );
         assert_eq!(ok.expires_at, Some(now + 3600));
     }
 }
@@ -75,7 +97,12 @@ fn time_checks_follow_the_clock_and_skew() {
     let v = vectors();
     let config = config(&v);
     let now = v["now"].as_u64().unwrap();
-    let t = v["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "valid-RS256").unwrap();
+    let t = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "valid-RS256")
+        .unwrap();
     let token = t["token"].as_str().unwrap();
     let at = |time| verify(&config, |i| static_keys(&config, i), token, time).map(|_| ());
     assert_eq!(at(now + 3600 + 60), Ok(()), "exp + skew still valid");
@@ -91,8 +118,22 @@ fn pem_keys_verify_like_the_jwks() {
     for alg in ["RS256", "ES256", "ES384", "EdDSA"] {
         let doc = json!({"providers": {"p": {"pem_keys": [{"alg": alg, "pem": v["pem"][alg]}]}}});
         let config = Config::parse(doc.to_string().as_bytes()).unwrap();
-        let t = v["tokens"].as_array().unwrap().iter().find(|t| t["name"] == format!("valid-{alg}")).unwrap();
-        assert!(verify(&config, |i| static_keys(&config, i), t["token"].as_str().unwrap(), now).is_ok(), "{alg}");
+        let t = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == format!("valid-{alg}"))
+            .unwrap();
+        assert!(
+            verify(
+                &config,
+                |i| static_keys(&config, i),
+                t["token"].as_str().unwrap(),
+                now
+            )
+            .is_ok(),
+            "{alg}"
+        );
     }
 }
 
@@ -111,28 +152,71 @@ fn providers_are_chosen_by_issuer_and_routes_restrict_them() {
         ]
     });
     let config = Config::parse(doc.to_string().as_bytes()).unwrap();
-    let t = v["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "valid-ES256").unwrap();
-    let verified = verify(&config, |i| static_keys(&config, i), t["token"].as_str().unwrap(), now).unwrap();
+    let t = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "valid-ES256")
+        .unwrap();
+    let verified = verify(
+        &config,
+        |i| static_keys(&config, i),
+        t["token"].as_str().unwrap(),
+        now,
+    )
+    .unwrap();
     assert_eq!(config.providers[verified.provider].name, "main");
     assert_eq!(config.action_for("/healthz", "GET", "h"), &Action::Bypass);
     let api = config.action_for("/api", "GET", "h");
     assert_eq!(authorize(&config, api, &verified, now), Ok(()));
     let other_only = config.action_for("/other-only/x", "GET", "h");
-    assert_eq!(authorize(&config, other_only, &verified, now), Err(Reason::IssuerNotAllowed));
+    assert_eq!(
+        authorize(&config, other_only, &verified, now),
+        Err(Reason::IssuerNotAllowed)
+    );
     assert_eq!(Reason::IssuerNotAllowed.status(), 403);
     let admin = config.action_for("/admin", "POST", "h");
-    assert_eq!(authorize(&config, admin, &verified, now), Err(Reason::RouteAudience));
-    assert_eq!(authorize(&config, api, &verified, now + 3600 + 61), Err(Reason::Expired), "cached entries re-check exp");
-    let wrong = v["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "wrong-issuer").unwrap();
-    assert_eq!(verify(&config, |i| static_keys(&config, i), wrong["token"].as_str().unwrap(), now).unwrap_err(), Reason::UnknownIssuer);
+    assert_eq!(
+        authorize(&config, admin, &verified, now),
+        Err(Reason::RouteAudience)
+    );
+    assert_eq!(
+        authorize(&config, api, &verified, now + 3600 + 61),
+        Err(Reason::Expired),
+        "cached entries re-check exp"
+    );
+    let wrong = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "wrong-issuer")
+        .unwrap();
+    assert_eq!(
+        verify(
+            &config,
+            |i| static_keys(&config, i),
+            wrong["token"].as_str().unwrap(),
+            now
+        )
+        .unwrap_err(),
+        Reason::UnknownIssuer
+    );
 }
 
 #[test]
 fn challenges_follow_rfc6750() {
-    assert_eq!(Reason::MissingToken.challenge(), "Bearer realm=\"tollgate\"");
+    assert_eq!(
+        Reason::MissingToken.challenge(),
+        "Bearer realm=\"tollgate\""
+    );
     let c = Reason::Expired.challenge();
-    assert!(c.contains("error=\"invalid_token\"") && c.contains("error_description=\"Jwt is expired\""), "{c}");
-    assert!(Reason::RouteAudience.challenge().contains("error=\"insufficient_scope\""));
+    assert!(
+        c.contains("error=\"invalid_token\"") && c.contains("error_description=\"Jwt is expired\""),
+        "{c}"
+    );
+    assert!(Reason::RouteAudience
+        .challenge()
+        .contains("error=\"insufficient_scope\""));
     for r in Reason::ALL {
         assert!(!r.description().contains(['"', '\\']), "{r:?}");
     }
