@@ -21,6 +21,7 @@ cargo test -q --workspace
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
 
+"$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
 log "end-to-end tests"
 cd "$ROOT/tests/e2e"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -73,11 +73,13 @@ class Process:
 class DemoUpstream:
     """The demo upstream (demo-upstream/, Go): echoes what it received, LLM-shaped endpoints."""
 
-    def __init__(self, name: str, workdir: pathlib.Path):
+    def __init__(self, name: str, workdir: pathlib.Path, cpus: str | None = None):
         self.name = name
         self.port = free_port()
-        binary = TARGET / "demo-upstream"
-        self.process = Process([str(binary), "-listen", f"127.0.0.1:{self.port}", "-name", name], workdir / f"upstream-{name}.log")
+        argv = [str(TARGET / "demo-upstream"), "-listen", f"127.0.0.1:{self.port}", "-name", name]
+        if cpus:
+            argv = ["taskset", "-c", cpus] + argv
+        self.process = Process(argv, workdir / f"upstream-{name}.log")
         wait_for_port(self.port, self.process.proc, 10, self.process.log)
 
     def stop(self) -> None:
@@ -98,10 +100,18 @@ class FilterSpec:
 
 
 @dataclasses.dataclass
+class EnvoyNativeFilter:
+    """One of Envoy's own HTTP filters (a benchmark baseline), given as its filter entry."""
+
+    name: str
+    typed_config: dict[str, Any]
+
+
+@dataclasses.dataclass
 class GatewaySpec:
     """What a test needs from a gateway, independent of the host."""
 
-    filters: list[FilterSpec]
+    filters: list[FilterSpec | EnvoyNativeFilter]
     upstreams: dict[str, int]  # cluster name -> port on 127.0.0.1; the first is the default route
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
@@ -122,7 +132,9 @@ def envoy_binary() -> str:
     return found[0]
 
 
-def wasm_filter(f: FilterSpec) -> dict:
+def wasm_filter(f: FilterSpec | EnvoyNativeFilter) -> dict:
+    if isinstance(f, EnvoyNativeFilter):
+        return {"name": f.name, "typed_config": f.typed_config}
     name = f.root_id or f.plugin.replace("-", "_")
     return {
         "name": "envoy.filters.http.wasm",
@@ -215,23 +227,30 @@ class EnvoyHost:
         path.write_text(json.dumps(envoy_config(spec, listen, admin), indent=1))
         return path, listen, admin
 
-    def start(self, spec: GatewaySpec, timeout: float = 60) -> "EnvoyGateway":
+    def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "EnvoyGateway":
         path, listen, admin = self.render(spec)
-        return EnvoyGateway(path, listen, admin, spec.workers, timeout)
+        return EnvoyGateway(path, listen, admin, spec.workers, timeout, log_level, cpus)
 
 
 class EnvoyGateway(Gateway):
-    def __init__(self, config: pathlib.Path, listen: int, admin: int, workers: int, timeout: float):
+    def __init__(self, config: pathlib.Path, listen: int, admin: int, workers: int, timeout: float, log_level: str = "info", cpus: str | None = None):
         self.url = f"http://127.0.0.1:{listen}"
         self.admin = f"http://127.0.0.1:{admin}"
         self.log = config.with_suffix(".log")
-        argv = [envoy_binary(), "-c", str(config), "--concurrency", str(workers), "--use-dynamic-base-id", "-l", "info", "--disable-hot-restart"]
+        argv = [envoy_binary(), "-c", str(config), "--concurrency", str(workers), "--use-dynamic-base-id", "-l", log_level, "--disable-hot-restart"]
+        if cpus:
+            argv = ["taskset", "-c", cpus] + argv
         self.process = Process(argv, self.log)
         try:
             wait_for_port(listen, self.process.proc, timeout, self.log)
         except Exception:
             self.process.stop()
             raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes whose CPU time is the gateway's."""
+        return [self.process.proc.pid]
 
     def alive(self) -> bool:
         return self.process.proc.poll() is None and requests.get(self.admin + "/ready", timeout=5).status_code == 200

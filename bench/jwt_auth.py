@@ -1,0 +1,98 @@
+"""jwt-auth vs Envoy's native jwt_authn vs proxy-only, in one interleaved run on one Envoy binary.
+
+Scenarios: a valid HS256 token, a valid RS256 token (2048-bit key), an HS256 token signed with a
+wrong secret (every answer 401). Both filters check the same claims and copy `sub` to a header;
+each with its verified-token cache off and on (native: `jwt_cache_config`).
+
+    scripts/bench.sh jwt_auth                 # 3 rounds x 5 s per cell, 1 worker, 1 and 8 connections
+    scripts/bench.sh jwt_auth --smoke         # seconds, for the test suite
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import time
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+import runner
+from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+
+ISSUER = "https://bench.tollgate"
+SECRET = b"bench-hs256-secret-0123456789abcdef"
+
+
+def b64u(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--connections", default="1,8")
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    rsa_jwk.update({"kid": "rsa", "alg": "RS256"})
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": "bench", "sub": "bench-user", "iat": now, "exp": now + 7200}
+    hs = jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "hs"})
+    rs = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "rsa"})
+    wrong = jwt.encode(claims, b"wrong-secret-0123456789abcdef-0000", algorithm="HS256", headers={"kid": "hs"})
+
+    def native(cache: bool):
+        provider = {
+            "issuer": ISSUER, "audiences": ["bench"],
+            "local_jwks": {"inline_string": json.dumps({"keys": [rsa_jwk, {"kty": "oct", "kid": "hs", "alg": "HS256", "k": b64u(SECRET)}]})},
+            "claim_to_headers": [{"header_name": "x-jwt-sub", "claim_name": "sub"}],
+        }
+        if cache:
+            provider["jwt_cache_config"] = {"jwt_cache_size": 1024}
+        return EnvoyNativeFilter("envoy.filters.http.jwt_authn", {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+            "providers": {"bench": provider},
+            "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "bench"}}],
+        })
+
+    def tollgate(cache: bool):
+        return FilterSpec("jwt-auth", {
+            "providers": {"bench": {
+                "issuer": ISSUER, "audiences": ["bench"],
+                "local_jwks": {"keys": [rsa_jwk]},
+                "hmac_secrets": [{"alg": "HS256", "kid": "hs", "secret": SECRET.decode()}],
+                "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}],
+            }},
+            "cache": {"max_entries": 1024 if cache else 0},
+        })
+
+    valid = {"valid-hs256", "valid-rs256"}
+    variants = [
+        runner.Variant("proxy-only", lambda up: GatewaySpec([], up), scenarios=valid),
+        runner.Variant("native-jwt_authn", lambda up: GatewaySpec([native(False)], up)),
+        runner.Variant("tollgate-jwt-auth", lambda up: GatewaySpec([tollgate(False)], up)),
+        runner.Variant("native-jwt_authn+cache", lambda up: GatewaySpec([native(True)], up), scenarios=valid),
+        runner.Variant("tollgate-jwt-auth+cache", lambda up: GatewaySpec([tollgate(True)], up), scenarios=valid),
+    ]
+    scenarios = [
+        runner.Scenario("valid-hs256", headers={"authorization": f"Bearer {hs}"}),
+        runner.Scenario("valid-rs256", headers={"authorization": f"Bearer {rs}"}),
+        runner.Scenario("reject-wrong-secret", headers={"authorization": f"Bearer {wrong}"}, expect_non_2xx=True),
+    ]
+    comparisons = [
+        runner.Comparison("tollgate-jwt-auth", "native-jwt_authn", label="tollgate / native (caches off)"),
+        runner.Comparison("tollgate-jwt-auth+cache", "native-jwt_authn+cache", label="tollgate / native (caches on)"),
+        runner.Comparison("tollgate-jwt-auth", "proxy-only", label="tollgate (cache off) / proxy-only"),
+        runner.Comparison("native-jwt_authn", "proxy-only", label="native (cache off) / proxy-only"),
+    ]
+    runner.run("jwt_auth", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
+               workers=args.workers, rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+
+
+if __name__ == "__main__":
+    main()

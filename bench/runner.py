@@ -1,0 +1,185 @@
+"""Benchmark runner: variants of a gateway measured in one run, interleaved, as ratios.
+
+Every variant's gateway is started once, all pinned to the same cores, and stays idle while the
+others are measured. Each round measures every (scenario, connections) cell on every variant in
+turn (A B C A B C ...), rotating the order between rounds, so slow drifts of this shared machine
+hit all variants alike. For each cell and round the runner computes ratios between variants of
+the *same* round; the report gives the median with min and max over rounds.
+
+Per measurement: requests/s, p50/p99 latency (wrk) and the gateway's CPU time per request (from
+/proc/PID/stat of the gateway's processes, utime+stime), since the load generator shares the
+machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+BENCH = pathlib.Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from harness import DemoUpstream, EnvoyHost, GatewaySpec  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GATEWAY_CPUS = "0"
+LOAD_CPUS = "1"
+
+
+@dataclasses.dataclass
+class Scenario:
+    """A request pattern: path, headers and how many non-2xx answers are expected (fraction)."""
+
+    name: str
+    path: str = "/bench"
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    expect_non_2xx: bool = False
+
+
+@dataclasses.dataclass
+class Variant:
+    """A gateway configuration; `scenarios` limits which scenarios it runs (None: all)."""
+
+    name: str
+    spec: Callable[[dict[str, int]], GatewaySpec]
+    scenarios: set[str] | None = None
+
+
+@dataclasses.dataclass
+class Comparison:
+    """`numerator / denominator` of requests/s, per scenario and connections."""
+
+    numerator: str
+    denominator: str
+    scenarios: set[str] | None = None
+    label: str = ""
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_wrk(url: str, scenario: Scenario, connections: int, seconds: float) -> dict:
+    argv = ["taskset", "-c", LOAD_CPUS, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(BENCH / "wrk_report.lua")]
+    for k, v in scenario.headers.items():
+        argv += ["-H", f"{k}: {v}"]
+    argv.append(url + scenario.path)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    return json.loads(line)
+
+
+def machine() -> dict:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    envoy = subprocess.run([__import__("harness").envoy_binary(), "--version"], capture_output=True, text=True).stdout.strip().split()[-1]
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()[1]
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "envoy": envoy, "wrk": wrk, "python": platform.python_version()}
+
+
+def run(name: str, variants: list[Variant], scenarios: list[Scenario], connections: list[int], comparisons: list[Comparison],
+        workers: int = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False) -> dict:
+    """Runs the matrix and writes bench/results/<name>.json and .md; returns the results."""
+    if smoke:
+        rounds, seconds, warmup, connections = 1, 1, 0, connections[:1]
+    workdir = BENCH / "results" / "tmp" / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    upstream = DemoUpstream("bench-upstream", workdir, cpus=LOAD_CPUS)
+    host = EnvoyHost(workdir)
+    gateways = {}
+    raw: list[dict] = []
+    try:
+        for v in variants:
+            spec = v.spec({"upstream": upstream.port})
+            spec.workers = workers
+            gateways[v.name] = host.start(spec, log_level="warn", cpus=GATEWAY_CPUS if workers == 1 else None)
+        for r in range(rounds):
+            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            for sc in scenarios:
+                for conns in connections:
+                    for v in order:
+                        if v.scenarios is not None and sc.name not in v.scenarios:
+                            continue
+                        g = gateways[v.name]
+                        if warmup:
+                            run_wrk(g.url, sc, conns, warmup)
+                        before = cpu_ticks(g.pids)
+                        res = run_wrk(g.url, sc, conns, seconds)
+                        ticks = cpu_ticks(g.pids) - before
+                        rps = res["requests"] / (res["duration_us"] / 1e6)
+                        cpu_us = ticks / CLK_TCK * 1e6 / max(res["requests"], 1)
+                        row = {"round": r, "scenario": sc.name, "connections": conns, "variant": v.name, "rps": rps,
+                               "cpu_us_per_request": cpu_us, **res}
+                        if res["socket_errors"] or (res["non_2xx_3xx"] and not sc.expect_non_2xx) or (sc.expect_non_2xx and res["non_2xx_3xx"] < res["requests"]):
+                            row["unexpected_status"] = True
+                        raw.append(row)
+                        print(f"round {r} {sc.name:<22} c={conns:<3} {v.name:<28} {rps:9.0f} req/s  p50 {res['p50_us']:6d}us p99 {res['p99_us']:6d}us  cpu {cpu_us:6.1f}us/req"
+                              + ("  UNEXPECTED STATUS" if row.get("unexpected_status") else ""), flush=True)
+    finally:
+        for g in gateways.values():
+            g.stop()
+        upstream.stop()
+    results = {"name": name, "machine": machine(), "workers": workers, "rounds": rounds, "seconds": seconds, "smoke": smoke,
+               "raw": raw, "ratios": ratios(raw, comparisons), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    out = BENCH / "results" / (f"{name}.smoke" if smoke else name)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(results, comparisons))
+    print(out.with_suffix(".md").read_text())
+    return results
+
+
+def ratios(raw: list[dict], comparisons: list[Comparison]) -> list[dict]:
+    cells = sorted({(r["scenario"], r["connections"]) for r in raw}, key=lambda c: (c[0], c[1]))
+    out = []
+    for c in comparisons:
+        for sc, conns in cells:
+            if c.scenarios is not None and sc not in c.scenarios:
+                continue
+            per_round = []
+            for rnd in sorted({r["round"] for r in raw}):
+                num = [r for r in raw if (r["round"], r["scenario"], r["connections"], r["variant"]) == (rnd, sc, conns, c.numerator)]
+                den = [r for r in raw if (r["round"], r["scenario"], r["connections"], r["variant"]) == (rnd, sc, conns, c.denominator)]
+                if num and den and den[0]["rps"] > 0:
+                    per_round.append(num[0]["rps"] / den[0]["rps"])
+            if per_round:
+                med = lambda v: statistics.median([r[v] for r in raw if (r["scenario"], r["connections"], r["variant"]) == (sc, conns, c.numerator)])
+                out.append({"comparison": c.label or f"{c.numerator} / {c.denominator}", "numerator": c.numerator, "denominator": c.denominator,
+                            "scenario": sc, "connections": conns, "median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
+                            "numerator_rps_median": med("rps"), "numerator_cpu_us_median": med("cpu_us_per_request")})
+    return out
+
+
+def markdown(results: dict, comparisons: list[Comparison]) -> str:
+    m = results["machine"]
+    lines = [f"# {results['name']}", "",
+             f"{results['date']}; {m['cores']} cores ({m['cpu']}), kernel {m['kernel']}, Envoy {m['envoy']}, wrk {m['wrk']}; "
+             f"{results['workers']} worker(s); {results['rounds']} interleaved rounds of {results['seconds']} s per cell"
+             + (" (SMOKE: figures meaningless)" if results["smoke"] else "") + ".", "",
+             "## Ratios of requests/s (median of per-round ratios, [min, max])", "",
+             "| comparison | scenario | conns | ratio | [min, max] | numerator req/s | numerator CPU µs/req |", "|---|---|---|---|---|---|---|"]
+    for r in results["ratios"]:
+        lines.append(f"| {r['comparison']} | {r['scenario']} | {r['connections']} | **{r['median']:.2f}x** | [{r['min']:.2f}, {r['max']:.2f}] | {r['numerator_rps_median']:.0f} | {r['numerator_cpu_us_median']:.1f} |")
+    lines += ["", "## Medians per variant", "", "| scenario | conns | variant | req/s | p50 µs | p99 µs | gateway CPU µs/req |", "|---|---|---|---|---|---|---|"]
+    cells = sorted({(r["scenario"], r["connections"], r["variant"]) for r in results["raw"]})
+    for sc, conns, v in cells:
+        rows = [r for r in results["raw"] if (r["scenario"], r["connections"], r["variant"]) == (sc, conns, v)]
+        md = lambda k: statistics.median(r[k] for r in rows)
+        lines.append(f"| {sc} | {conns} | {v} | {md('rps'):.0f} | {md('p50_us'):.0f} | {md('p99_us'):.0f} | {md('cpu_us_per_request'):.1f} |")
+    bad = [r for r in results["raw"] if r.get("unexpected_status")]
+    if bad:
+        lines += ["", f"WARNING: {len(bad)} measurements had unexpected statuses or socket errors."]
+    return "\n".join(lines) + "\n"
