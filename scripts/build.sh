@@ -16,7 +16,10 @@ if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
     /usr/bin/cargo build -q --release --target wasm32-wasip1 -Zbuild-std=std,panic_abort \
       --target-dir target/build-std "${pkgs[@]}"
   mkdir -p "$WASM_DIR" && cp target/build-std/wasm32-wasip1/release/tollgate_*.wasm "$WASM_DIR/"
+  touch .cache/wasm-from-build-std
 else
+  # After a fallback build, remove its copies so that cargo puts its own artifacts back.
+  if [ -e .cache/wasm-from-build-std ]; then rm -f "$WASM_DIR"/tollgate_*.wasm .cache/wasm-from-build-std; fi
   cargo build -q --release --target wasm32-wasip1 "${pkgs[@]}"
 fi
 (cd demo-upstream && go build -o "$ROOT/target/demo-upstream" .)
