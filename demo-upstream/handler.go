@@ -11,18 +11,40 @@ import (
 
 const maxBytesEndpoint = 10 << 20 // largest N accepted by /bytes/N
 
-// Shared, never-mutated header values: assigning them directly into the
-// header map avoids per-request allocations and key canonicalisation.
-var (
-	hdrJSON        = []string{"application/json"}
-	hdrText        = []string{"text/plain; charset=utf-8"}
-	hdrOctet       = []string{"application/octet-stream"}
-	hdrEventStream = []string{"text/event-stream"}
-	hdrNoCache     = []string{"no-cache"}
-	hdrNo          = []string{"no"}
-	hdrGzip        = []string{"gzip"}
-	hdrClose       = []string{"close"}
-)
+// exchange is one request and its response as the endpoint handlers see
+// them. Both servers implement it (fastExchange: fasthttp, the default;
+// stdExchange: net/http, -stdlib), so every endpoint is written once.
+//
+// Strings returned by the request methods are only valid until the handler
+// returns (fasthttp reuses its buffers): handlers copy what they keep.
+type exchange interface {
+	method() string
+	path() string    // decoded, for routing
+	rawPath() string // as in the request line (still percent-encoded), without the query
+	rawQuery() string
+	header(canonical string) string                // first value; "" when absent (or empty)
+	appendHeaders(dst []headerField) []headerField // every request header field, host included
+	body() io.Reader
+
+	setHeader(canonical, value string)
+	// respond sends status code and the whole body, with a Content-Length
+	// (no body for HEAD, 1xx, 204 and 304).
+	respond(code int, body []byte)
+	// respondSized sends status code and size bytes read from body.
+	respondSized(code, size int, body io.Reader)
+	// interim sends a 1xx informational response before the final one, if
+	// the server can (fasthttp cannot: it does nothing).
+	interim(code int)
+	// closeConnection ends the connection after this response.
+	closeConnection()
+	// stream sends 200 with a body of unknown length read from events,
+	// sending what each Read returns to the client at once, and then closes
+	// events. Reading may happen after the handler has returned.
+	stream(events io.ReadCloser)
+}
+
+// headerField is one request header line (name as the server normalised it).
+type headerField struct{ name, value string }
 
 var xChunk = func() []byte {
 	b := make([]byte, 64<<10)
@@ -32,10 +54,21 @@ var xChunk = func() []byte {
 	return b
 }()
 
-// server is the http.Handler. It holds only immutable, precomputed data.
+// xReader yields n bytes of 'x'.
+type xReader struct{ n int }
+
+func (r *xReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), r.n)], xChunk)
+	r.n -= k
+	return k, nil
+}
+
+// server holds the endpoints' immutable, precomputed data.
 type server struct {
 	name     string
-	nameHdr  []string
 	nameJSON []byte // name as a quoted JSON string
 	hello    string // "Hello from NAME"
 }
@@ -43,60 +76,58 @@ type server struct {
 func newServer(name string) *server {
 	return &server{
 		name:     name,
-		nameHdr:  []string{name},
 		nameJSON: appendJSONString(nil, name),
 		hello:    "Hello from " + name,
 	}
 }
 
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header()["X-Upstream-Name"] = s.nameHdr
-	p := r.URL.Path
-	getOrHead := r.Method == http.MethodGet || r.Method == http.MethodHead
+// serve routes one request; every response carries x-upstream-name.
+func (s *server) serve(x exchange) {
+	x.setHeader("X-Upstream-Name", s.name)
+	p := x.path()
+	m := x.method()
+	getOrHead := m == http.MethodGet || m == http.MethodHead
 	switch {
 	case p == "/healthz" && getOrHead:
-		s.healthz(w)
+		x.setHeader("Content-Type", "text/plain; charset=utf-8")
+		x.respond(http.StatusOK, okBody)
 		return
 	case strings.HasPrefix(p, "/status/"):
-		s.status(w, p[len("/status/"):])
+		s.status(x, p[len("/status/"):])
 		return
 	case strings.HasPrefix(p, "/bytes/") && getOrHead:
-		s.bytes(w, r, p[len("/bytes/"):])
+		s.bytes(x, p[len("/bytes/"):])
 		return
-	case r.Method == http.MethodPost:
+	case m == http.MethodPost:
 		switch p {
 		case "/v1/chat/completions":
-			s.llm(w, r, apiChat)
+			s.llm(x, apiChat)
 			return
 		case "/v1/responses":
-			s.llm(w, r, apiResponses)
+			s.llm(x, apiResponses)
 			return
 		case "/v1/embeddings":
-			s.llm(w, r, apiEmbeddings)
+			s.llm(x, apiEmbeddings)
 			return
 		case "/v1/messages":
-			s.llm(w, r, apiMessages)
+			s.llm(x, apiMessages)
 			return
 		}
 	}
-	s.echo(w, r)
+	s.echo(x)
 }
 
 var okBody = []byte("ok")
 
-func (s *server) healthz(w http.ResponseWriter) {
-	w.Header()["Content-Type"] = hdrText
-	_, _ = w.Write(okBody)
-}
-
 // status answers /status/NNN with status NNN and {"status":NNN}.
 // NNN outside 100-599 (or not a number) gives 400.
 //
-// HTTP/1.1 cannot end a response with a 1xx status: Go sends 1xx (other
-// than 101) as an interim response followed by a final 200 carrying the
-// body. 101 is sent as a bodiless final response and the connection is
-// closed (nothing was upgraded). 204 and 304 have no body.
-func (s *server) status(w http.ResponseWriter, code string) {
+// HTTP/1.1 cannot end a response with a 1xx status: 1xx (other than 101)
+// is sent as an interim response where the server can (net/http; fasthttp
+// has no API for it), followed by a final 200 carrying the body. 101 is
+// sent as a bodiless final response and the connection is closed (nothing
+// was upgraded). 204 and 304 have no body.
+func (s *server) status(x exchange, code string) {
 	n, ok := parseStatus(code)
 	bp := getBuf()
 	defer putBuf(bp)
@@ -109,20 +140,21 @@ func (s *server) status(w http.ResponseWriter, code string) {
 		n = http.StatusBadRequest
 		b = append(b, `400,"error":"status code must be a number between 100 and 599"}`...)
 	}
-	h := w.Header()
-	switch n {
-	case http.StatusNoContent, http.StatusNotModified:
-		w.WriteHeader(n)
-	case http.StatusSwitchingProtocols:
-		// Nothing was actually upgraded: end the connection after it.
-		h["Connection"] = hdrClose
-		w.WriteHeader(n)
-	default:
-		h["Content-Type"] = hdrJSON
-		w.WriteHeader(n)
-		_, _ = w.Write(b) // after an interim 1xx this goes out with an implicit 200
-	}
 	*bp = b
+	switch {
+	case n == http.StatusNoContent || n == http.StatusNotModified:
+		x.respond(n, nil)
+	case n == http.StatusSwitchingProtocols:
+		x.closeConnection() // nothing was actually upgraded
+		x.respond(n, nil)
+	case n < 200:
+		x.interim(n)
+		x.setHeader("Content-Type", "application/json")
+		x.respond(http.StatusOK, b)
+	default:
+		x.setHeader("Content-Type", "application/json")
+		x.respond(n, b)
+	}
 }
 
 func parseStatus(s string) (int, bool) {
@@ -140,122 +172,74 @@ func parseStatus(s string) (int, bool) {
 	return n, n >= 100 && n <= 599
 }
 
-func (s *server) bytes(w http.ResponseWriter, r *http.Request, arg string) {
+var errBytesN = []byte(`{"error":"N must be an integer between 0 and 10485760"}`)
+
+func (s *server) bytes(x exchange, arg string) {
 	n, err := strconv.Atoi(arg)
 	if err != nil || n < 0 || n > maxBytesEndpoint {
-		h := w.Header()
-		h["Content-Type"] = hdrJSON
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"error":"N must be an integer between 0 and 10485760"}`)
+		x.setHeader("Content-Type", "application/json")
+		x.respond(http.StatusBadRequest, errBytesN)
 		return
 	}
-	h := w.Header()
-	h["Content-Type"] = hdrOctet
-	h["Content-Length"] = []string{strconv.Itoa(n)}
-	if r.Method == http.MethodHead {
-		return
-	}
-	for n > 0 {
-		k := min(n, len(xChunk))
-		if _, err := w.Write(xChunk[:k]); err != nil {
-			return
-		}
-		n -= k
-	}
+	x.setHeader("Content-Type", "application/octet-stream")
+	x.respondSized(http.StatusOK, n, &xReader{n})
 }
 
-var keysPool = sync.Pool{New: func() any { k := make([]string, 0, 32); return &k }}
+var fieldsPool = sync.Pool{New: func() any { f := make([]headerField, 0, 32); return &f }}
 
 // echo answers everything else with a JSON description of the request.
-func (s *server) echo(w http.ResponseWriter, r *http.Request) {
-	n, err := io.Copy(io.Discard, r.Body)
+func (s *server) echo(x exchange) {
+	n, err := io.Copy(io.Discard, x.body())
 	if err != nil {
-		writeJSONError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		writeJSONError(x, http.StatusBadRequest, "reading request body: "+err.Error())
 		return
 	}
 
-	kp := keysPool.Get().(*[]string)
-	keys := (*kp)[:0]
-	for k := range r.Header {
-		keys = append(keys, k)
-	}
-	// net/http moves these out of r.Header; report them as headers too.
-	hasHost := r.Host != "" && r.Header["Host"] == nil
-	if hasHost {
-		keys = append(keys, "Host")
-	}
-	hasTE := len(r.TransferEncoding) > 0 && r.Header["Transfer-Encoding"] == nil
-	if hasTE {
-		keys = append(keys, "Transfer-Encoding")
-	}
-	slices.SortFunc(keys, compareFold)
+	fp := fieldsPool.Get().(*[]headerField)
+	fields := x.appendHeaders((*fp)[:0])
+	// Sorted by lower-cased name; values of one name keep their order.
+	slices.SortStableFunc(fields, func(a, b headerField) int { return compareFold(a.name, b.name) })
 
 	bp := getBuf()
 	b := (*bp)[:0]
 	b = append(b, `{"upstream":`...)
 	b = append(b, s.nameJSON...)
 	b = append(b, `,"method":`...)
-	b = appendJSONString(b, r.Method)
+	b = appendJSONString(b, x.method())
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, rawPath(r))
+	b = appendJSONString(b, x.rawPath())
 	b = append(b, `,"query":`...)
-	b = appendJSONString(b, r.URL.RawQuery)
+	b = appendJSONString(b, x.rawQuery())
 	b = append(b, `,"headers":{`...)
-	for i, k := range keys {
-		if i > 0 {
+	for i, f := range fields {
+		switch {
+		case i == 0:
+			b = appendLowerJSONString(b, f.name)
+			b = append(b, ":["...)
+		case compareFold(fields[i-1].name, f.name) != 0:
+			b = append(b, "],"...)
+			b = appendLowerJSONString(b, f.name)
+			b = append(b, ":["...)
+		default:
 			b = append(b, ',')
 		}
-		b = appendLowerJSONString(b, k)
-		b = append(b, ":["...)
-		switch {
-		case hasHost && k == "Host":
-			b = appendJSONString(b, r.Host)
-		case hasTE && k == "Transfer-Encoding":
-			b = appendStrings(b, r.TransferEncoding)
-		default:
-			b = appendStrings(b, r.Header[k])
-		}
+		b = appendJSONString(b, f.value)
+	}
+	if len(fields) > 0 {
 		b = append(b, ']')
 	}
 	b = append(b, `},"body_bytes":`...)
 	b = strconv.AppendInt(b, n, 10)
 	b = append(b, '}')
 
-	clear(keys)
-	*kp = keys[:0]
-	keysPool.Put(kp)
+	clear(fields)
+	*fp = fields[:0]
+	fieldsPool.Put(fp)
 
-	h := w.Header()
-	h["Content-Type"] = hdrJSON
-	if len(b) > 2000 { // small bodies get an automatic Content-Length
-		h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	}
-	_, _ = w.Write(b)
+	x.setHeader("Content-Type", "application/json")
+	x.respond(http.StatusOK, b)
 	*bp = b
 	putBuf(bp)
-}
-
-// rawPath is the path exactly as it appeared in the request line
-// (still percent-encoded), without the query.
-func rawPath(r *http.Request) string {
-	u := r.RequestURI
-	if strings.HasPrefix(u, "/") {
-		if i := strings.IndexByte(u, '?'); i >= 0 {
-			u = u[:i]
-		}
-		return u
-	}
-	return r.URL.EscapedPath() // absolute-form or "*"
-}
-
-func appendStrings(b []byte, vs []string) []byte {
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, v)
-	}
-	return b
 }
 
 func lowerASCII(c byte) byte {
@@ -276,11 +260,9 @@ func compareFold(a, b string) int {
 	return len(a) - len(b)
 }
 
-func writeJSONError(w http.ResponseWriter, code int, msg string) {
+func writeJSONError(x exchange, code int, msg string) {
 	b := appendJSONString([]byte(`{"error":{"message":`), msg)
 	b = append(b, `,"type":"invalid_request_error"}}`...)
-	h := w.Header()
-	h["Content-Type"] = hdrJSON
-	w.WriteHeader(code)
-	_, _ = w.Write(b)
+	x.setHeader("Content-Type", "application/json")
+	x.respond(code, b)
 }

@@ -70,35 +70,35 @@ type streamOptions struct {
 
 var errTooLarge = errors.New("request body too large")
 
-func (s *server) llm(w http.ResponseWriter, r *http.Request, api apiKind) {
+func (s *server) llm(x exchange, api apiKind) {
 	m := mock{api: api}
-	if msg := m.parseHeaders(r.Header); msg != "" {
-		llmError(w, api, http.StatusBadRequest, msg)
+	if msg := m.parseHeaders(x); msg != "" {
+		llmError(x, api, http.StatusBadRequest, msg)
 		return
 	}
 
 	rbp := getBuf()
 	defer putBuf(rbp)
-	body, err := readAll(r.Body, (*rbp)[:0], maxRequestBody)
+	body, err := readAll(x.body(), (*rbp)[:0], maxRequestBody)
 	*rbp = body
 	if err != nil {
 		code := http.StatusBadRequest
 		if err == errTooLarge {
 			code = http.StatusRequestEntityTooLarge
 		}
-		llmError(w, api, code, "reading request body: "+err.Error())
+		llmError(x, api, code, "reading request body: "+err.Error())
 		return
 	}
 	var req llmRequest
 	if len(bytes.TrimSpace(body)) > 0 {
 		if req, err = parseLLMRequest(body); err != nil {
-			llmError(w, api, http.StatusBadRequest, "invalid JSON request body: "+err.Error())
+			llmError(x, api, http.StatusBadRequest, "invalid JSON request body: "+err.Error())
 			return
 		}
 	}
 	m.stream = req.Stream
 	m.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	if v, ok := header(r.Header, "X-Mock-Model"); ok {
+	if v := x.header("X-Mock-Model"); v != "" {
 		m.model = v
 	} else if req.Model != "" {
 		m.model = req.Model
@@ -107,23 +107,23 @@ func (s *server) llm(w http.ResponseWriter, r *http.Request, api apiKind) {
 	}
 
 	bp := getBuf()
-	defer putBuf(bp)
 	b := (*bp)[:0]
 	switch {
 	case api == apiChat && m.stream:
 		var ends []int
 		b, ends = s.chatStream(b, &m)
 		*bp = b
-		streamOut(w, &m, b, ends)
+		streamOut(x, &m, bp, ends) // hands bp back to the pool when done
 		return
 	case api == apiMessages && m.stream:
 		var ends []int
 		b, ends = s.messagesStream(b, &m)
 		*bp = b
-		streamOut(w, &m, b, ends)
+		streamOut(x, &m, bp, ends)
 		return
 	case api == apiResponses && m.stream:
-		llmError(w, api, http.StatusBadRequest, "demo-upstream: streaming is not supported for /v1/responses")
+		putBuf(bp)
+		llmError(x, api, http.StatusBadRequest, "demo-upstream: streaming is not supported for /v1/responses")
 		return
 	case api == apiChat:
 		b = s.chatBody(b, &m)
@@ -138,42 +138,38 @@ func (s *server) llm(w http.ResponseWriter, r *http.Request, api apiKind) {
 		b = malform(b, 0)
 	}
 	*bp = b
-	bodyOut(w, &m, b)
+	bodyOut(x, &m, b)
+	putBuf(bp)
 }
 
 // parseHeaders reads the x-mock-* controls; it returns an error message
 // for values it cannot use.
-func (m *mock) parseHeaders(h http.Header) string {
-	ints := [...]struct {
-		name string
-		dst  *int64
-		def  int64
-	}{
-		{"X-Mock-Prompt-Tokens", &m.prompt, 12},
-		{"X-Mock-Completion-Tokens", &m.completion, 8},
-		{"X-Mock-Cached-Tokens", &m.cached, 0},
-		{"X-Mock-Reasoning-Tokens", &m.reasoning, 0},
-		{"X-Mock-Cache-Creation-Tokens", &m.cacheCreation, 0},
-	}
-	for _, f := range ints {
-		*f.dst = f.def
-		if v, ok := header(h, f.name); ok {
+func (m *mock) parseHeaders(x exchange) string {
+	// Names apart from destinations, so that m does not escape through
+	// the interface call.
+	names := [...]string{"X-Mock-Prompt-Tokens", "X-Mock-Completion-Tokens", "X-Mock-Cached-Tokens",
+		"X-Mock-Reasoning-Tokens", "X-Mock-Cache-Creation-Tokens"}
+	dsts := [...]*int64{&m.prompt, &m.completion, &m.cached, &m.reasoning, &m.cacheCreation}
+	defs := [...]int64{12, 8, 0, 0, 0}
+	for i, name := range names {
+		*dsts[i] = defs[i]
+		if v := x.header(name); v != "" {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return "invalid " + strings.ToLower(f.name) + ": want an integer"
+				return "invalid " + strings.ToLower(name) + ": want an integer"
 			}
-			*f.dst = n
+			*dsts[i] = n
 		}
 	}
 	m.chunks = 3
-	if v, ok := header(h, "X-Mock-Chunks"); ok {
+	if v := x.header("X-Mock-Chunks"); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > maxChunks {
 			return "invalid x-mock-chunks: want an integer between 0 and 100000"
 		}
 		m.chunks = n
 	}
-	if v, ok := header(h, "X-Mock-Body"); ok {
+	if v := x.header("X-Mock-Body"); v != "" {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "", "normal":
 			m.mode = bodyNormal
@@ -189,23 +185,14 @@ func (m *mock) parseHeaders(h http.Header) string {
 			return "invalid x-mock-body: want malformed, truncated, no-usage or huge"
 		}
 	}
-	m.omitModel = boolHeader(h, "X-Mock-Omit-Model")
-	m.gzip = boolHeader(h, "X-Mock-Gzip")
-	m.crlf = boolHeader(h, "X-Mock-Crlf")
+	m.omitModel = boolHeader(x, "X-Mock-Omit-Model")
+	m.gzip = boolHeader(x, "X-Mock-Gzip")
+	m.crlf = boolHeader(x, "X-Mock-Crlf")
 	return ""
 }
 
-// header returns the first value of a header given in canonical form.
-func header(h http.Header, canonical string) (string, bool) {
-	if vs := h[canonical]; len(vs) > 0 {
-		return vs[0], true
-	}
-	return "", false
-}
-
-func boolHeader(h http.Header, canonical string) bool {
-	v, _ := header(h, canonical)
-	v = strings.TrimSpace(v)
+func boolHeader(x exchange, canonical string) bool {
+	v := strings.TrimSpace(x.header(canonical))
 	return v == "1" || strings.EqualFold(v, "true") || strings.EqualFold(v, "yes")
 }
 
@@ -229,7 +216,7 @@ func readAll(r io.Reader, b []byte, max int) ([]byte, error) {
 }
 
 // llmError writes an error in the provider's shape (never mangled).
-func llmError(w http.ResponseWriter, api apiKind, code int, msg string) {
+func llmError(x exchange, api apiKind, code int, msg string) {
 	var b []byte
 	if api == apiMessages {
 		b = append(b, `{"type":"error","error":{"type":"invalid_request_error","message":`...)
@@ -240,9 +227,8 @@ func llmError(w http.ResponseWriter, api apiKind, code int, msg string) {
 		b = appendJSONString(b, msg)
 		b = append(b, `,"type":"invalid_request_error","param":null,"code":null}}`...)
 	}
-	w.Header()["Content-Type"] = hdrJSON
-	w.WriteHeader(code)
-	_, _ = w.Write(b)
+	x.setHeader("Content-Type", "application/json")
+	x.respond(code, b)
 }
 
 // ---- body pieces -------------------------------------------------------
@@ -564,12 +550,11 @@ var gzPool = sync.Pool{New: func() any {
 	return zw
 }}
 
-func bodyOut(w http.ResponseWriter, m *mock, b []byte) {
+func bodyOut(x exchange, m *mock, b []byte) {
 	if m.mode == bodyTruncated {
 		b = b[:len(b)/2]
 	}
-	h := w.Header()
-	h["Content-Type"] = hdrJSON
+	x.setHeader("Content-Type", "application/json")
 	if m.gzip {
 		var buf bytes.Buffer
 		zw := gzPool.Get().(*gzip.Writer)
@@ -579,55 +564,94 @@ func bodyOut(w http.ResponseWriter, m *mock, b []byte) {
 		zw.Reset(nil)
 		gzPool.Put(zw)
 		b = buf.Bytes()
-		h["Content-Encoding"] = hdrGzip
+		x.setHeader("Content-Encoding", "gzip")
 	}
-	if len(b) > 2000 { // smaller bodies get an automatic Content-Length
-		h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	}
-	_, _ = w.Write(b)
+	x.respond(http.StatusOK, b)
 }
 
-func streamOut(w http.ResponseWriter, m *mock, b []byte, ends []int) {
-	limit := len(b)
+// streamOut sends the event stream in (*bp)[:ends[len(ends)-1]], one
+// event at a time, and hands bp back to the pool when it is done.
+func streamOut(x exchange, m *mock, bp *[]byte, ends []int) {
+	x.setHeader("Content-Type", "text/event-stream")
+	x.setHeader("Cache-Control", "no-cache")
+	x.setHeader("X-Accel-Buffering", "no") // ask nginx not to buffer the stream
+	ev := &sseStream{bp: bp, ends: ends, limit: len(*bp)}
 	if m.mode == bodyTruncated {
-		limit /= 2
+		ev.limit /= 2
 	}
-	h := w.Header()
-	h["Content-Type"] = hdrEventStream
-	h["Cache-Control"] = hdrNoCache
-	h["X-Accel-Buffering"] = hdrNo // ask nginx not to buffer the stream
-	var zw *gzip.Writer
-	var out io.Writer = w
 	if m.gzip {
-		h["Content-Encoding"] = hdrGzip
-		zw = gzPool.Get().(*gzip.Writer)
-		zw.Reset(w)
-		out = zw
+		x.setHeader("Content-Encoding", "gzip")
+		ev.zw = gzPool.Get().(*gzip.Writer)
+		ev.zw.Reset(&ev.zbuf)
 	}
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	prev := 0
-	for _, end := range ends {
-		end = min(end, limit)
-		if end > prev {
-			if _, err := out.Write(b[prev:end]); err != nil {
-				break
-			}
-			if zw != nil {
-				_ = zw.Flush()
-			}
-			if flusher != nil {
-				flusher.Flush()
-			}
-			prev = end
+	x.stream(ev)
+}
+
+// sseStream reads an event stream one event per Read (a Read returns part
+// of an event only when p is too small for the rest of it), so a server
+// that sends each Read at once flushes per event. With gzip, each event is
+// compressed and flushed on its own, and the gzip trailer comes last.
+type sseStream struct {
+	bp      *[]byte // the whole stream; back to the pool on Close
+	ends    []int   // where each event ends
+	limit   int     // bytes of the stream to send (less when truncated)
+	next    int     // index in ends of the next event
+	off     int     // bytes of the stream consumed
+	pending []byte  // the rest of the current event, as sent
+	zw      *gzip.Writer
+	zbuf    bytes.Buffer
+	done    bool
+}
+
+func (e *sseStream) Read(p []byte) (int, error) {
+	for len(e.pending) == 0 {
+		if e.done || e.bp == nil {
+			return 0, io.EOF
 		}
-		if prev >= limit {
-			break
-		}
+		e.pending = e.nextEvent()
 	}
-	if zw != nil {
-		_ = zw.Close()
-		zw.Reset(nil)
-		gzPool.Put(zw)
+	n := copy(p, e.pending)
+	e.pending = e.pending[n:]
+	return n, nil
+}
+
+// nextEvent returns the next event's bytes as they are to be sent (maybe
+// empty), and sets done after the last.
+func (e *sseStream) nextEvent() []byte {
+	b := *e.bp
+	var ev []byte
+	if e.next < len(e.ends) && e.off < e.limit {
+		end := min(e.ends[e.next], e.limit)
+		ev = b[e.off:end]
+		e.next++
+		e.off = end
+	} else {
+		e.done = true
 	}
+	if e.zw == nil {
+		return ev
+	}
+	e.zbuf.Reset()
+	if e.done {
+		_ = e.zw.Close()
+	} else {
+		_, _ = e.zw.Write(ev)
+		_ = e.zw.Flush()
+	}
+	return e.zbuf.Bytes()
+}
+
+// Close releases the buffers; the stream reads as ended afterwards.
+func (e *sseStream) Close() error {
+	if e.zw != nil {
+		e.zw.Reset(nil)
+		gzPool.Put(e.zw)
+		e.zw = nil
+	}
+	if e.bp != nil {
+		putBuf(e.bp)
+		e.bp = nil
+	}
+	e.pending = nil
+	return nil
 }
