@@ -8,6 +8,7 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod route;
+pub mod shared_data;
 
 #[cfg(target_arch = "wasm32")]
 pub mod host;

@@ -283,6 +283,20 @@ pub struct Config {
     pub max_token_bytes: usize,
     /// Every header the filter writes (claims, payload): removed from each request first.
     pub output_headers: Vec<String>,
+    /// Which pseudo-headers a request must be asked for: `:path` (rules or query-parameter
+    /// tokens), `:method` and `:authority` (rules that match on them). Each is one host call.
+    pub needs: RequestNeeds,
+}
+
+/// The request attributes the configuration looks at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestNeeds {
+    /// `:path`.
+    pub path: bool,
+    /// `:method`.
+    pub method: bool,
+    /// `:authority`.
+    pub host: bool,
 }
 
 impl Config {
@@ -391,7 +405,18 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             }
         }
     }
+    let needs = RequestNeeds {
+        path: !rules.is_empty()
+            || providers.iter().any(|p| {
+                p.locations
+                    .iter()
+                    .any(|l| matches!(l, TokenLocation::Param(_)))
+            }),
+        method: rules.iter().any(|r| !r.route.methods.is_empty()),
+        host: rules.iter().any(|r| !r.route.hosts.is_empty()),
+    };
     Ok(Config {
+        needs,
         providers,
         rules,
         default_action,

@@ -285,6 +285,15 @@ struct JwtAuthHttp {
 
 impl JwtAuthHttp {
     fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
+        // The fast path skips pseudo-headers no rule needs; the log line wants them anyway.
+        let fetch = |given: &str, name: &str| {
+            if given.is_empty() {
+                self.get_http_request_header(name).unwrap_or_default()
+            } else {
+                given.to_string()
+            }
+        };
+        let (method, path) = (fetch(method, ":method"), fetch(path, ":path"));
         log::info!(
             "jwt-auth: {method} {path}: {} ({})",
             reason.status(),
@@ -333,11 +342,17 @@ impl HttpContext for JwtAuthHttp {
         for h in &config.output_headers {
             self.set_http_request_header(h, None);
         }
-        let target = self.get_http_request_header(":path").unwrap_or_default();
-        let method = self.get_http_request_header(":method").unwrap_or_default();
-        let host = self
-            .get_http_request_header(":authority")
-            .unwrap_or_default();
+        let needs = config.needs;
+        let get = |name: &str, needed: bool| {
+            if needed {
+                self.get_http_request_header(name).unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        let target = get(":path", needs.path);
+        let method = get(":method", needs.method);
+        let host = get(":authority", needs.host);
         let (path, query) = split_path_query(&target);
         let action = config.action_for(path, &method, &host);
         let Action::Require { locations, .. } = action else {

@@ -1,13 +1,19 @@
 //! Bad configurations refuse to load, naming the field.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code
+
 use serde_json::json;
 use tollgate_jwt_auth::config::Config;
 
 fn err(doc: serde_json::Value) -> String {
-    match Config::parse(doc.to_string().as_bytes()) {
-        Ok(_) => panic!("accepted: {doc}"),
-        Err(e) => e.to_string(),
-    }
+    let result = Config::parse(doc.to_string().as_bytes());
+    assert!(result.is_err(), "accepted: {doc}");
+    result.err().map(|e| e.to_string()).unwrap_or_default()
 }
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -97,4 +103,27 @@ fn a_minimal_configuration_loads_with_defaults() {
             prefix: "Bearer ".into()
         }]
     );
+}
+
+#[test]
+fn only_the_pseudo_headers_the_rules_use_are_fetched() {
+    let base = json!({"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]});
+    let c = Config::parse(json!({"providers": {"p": base}}).to_string().as_bytes()).unwrap();
+    assert_eq!(c.needs, tollgate_jwt_auth::config::RequestNeeds::default());
+    let mut with_param = base.clone();
+    with_param["from_params"] = json!(["t"]);
+    let c = Config::parse(
+        json!({"providers": {"p": with_param}})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    assert!(c.needs.path && !c.needs.method && !c.needs.host);
+    let c = Config::parse(
+        json!({"providers": {"p": base}, "rules": [{"match": {"prefix": "/a", "methods": ["GET"], "hosts": ["h"]}, "bypass": true}]})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    assert!(c.needs.path && c.needs.method && c.needs.host);
 }
