@@ -42,6 +42,7 @@ class Scenario:
     path: str = "/bench"
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     expect_non_2xx: bool = False
+    prime: int = 0  # requests sent once to each gateway before measuring (e.g. to exhaust a limit)
 
 
 @dataclasses.dataclass
@@ -84,6 +85,18 @@ def run_wrk(url: str, scenario: Scenario, connections: int, seconds: float) -> d
     return json.loads(line)
 
 
+def prime(url: str, scenario: Scenario) -> None:
+    """Sends the scenario's `prime` requests once (e.g. to exhaust a limit), statuses ignored."""
+    import urllib.error
+    import urllib.request
+    for _ in range(scenario.prime):
+        req = urllib.request.Request(url + scenario.path, headers=scenario.headers)
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except urllib.error.HTTPError:
+            pass
+
+
 def machine() -> dict:
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     envoy = subprocess.run([__import__("harness").envoy_binary(), "--version"], capture_output=True, text=True).stdout.strip().split()[-1]
@@ -92,8 +105,12 @@ def machine() -> dict:
 
 
 def run(name: str, variants: list[Variant], scenarios: list[Scenario], connections: list[int], comparisons: list[Comparison],
-        workers: int = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False) -> dict:
-    """Runs the matrix and writes bench/results/<name>.json and .md; returns the results."""
+        workers: int | list[int] = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False) -> dict:
+    """Runs the matrix and writes bench/results/<name>.json and .md; returns the results.
+
+    `workers` may be a list: every variant then runs once per worker count, all interleaved in
+    the same rounds, and ratios compare variants at the same worker count."""
+    worker_counts = [workers] if isinstance(workers, int) else list(workers)
     if smoke:
         rounds, seconds, warmup, connections = 1, 1, 0, connections[:1]
     workdir = BENCH / "results" / "tmp" / name
@@ -104,17 +121,23 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
     raw: list[dict] = []
     try:
         for v in variants:
-            spec = v.spec({"upstream": upstream.port})
-            spec.workers = workers
-            gateways[v.name] = host.start(spec, log_level="warn", cpus=GATEWAY_CPUS if workers == 1 else None)
+            for w in worker_counts:
+                spec = v.spec({"upstream": upstream.port})
+                spec.workers = w
+                gateways[(v.name, w)] = host.start(spec, log_level="warn", cpus=GATEWAY_CPUS if w == 1 else None)
+        for sc in scenarios:
+            for (vname, _), g in gateways.items():
+                v = next(x for x in variants if x.name == vname)
+                if sc.prime and (v.scenarios is None or sc.name in v.scenarios):
+                    prime(g.url, sc)
         for r in range(rounds):
             order = variants[r % len(variants):] + variants[: r % len(variants)]
-            for sc in scenarios:
+            for w, sc in ((w, sc) for w in worker_counts for sc in scenarios):
                 for conns in connections:
                     for v in order:
                         if v.scenarios is not None and sc.name not in v.scenarios:
                             continue
-                        g = gateways[v.name]
+                        g = gateways[(v.name, w)]
                         if warmup:
                             run_wrk(g.url, sc, conns, warmup)
                         before = cpu_ticks(g.pids)
@@ -122,12 +145,12 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
                         ticks = cpu_ticks(g.pids) - before
                         rps = res["requests"] / (res["duration_us"] / 1e6)
                         cpu_us = ticks / CLK_TCK * 1e6 / max(res["requests"], 1)
-                        row = {"round": r, "scenario": sc.name, "connections": conns, "variant": v.name, "rps": rps,
+                        row = {"round": r, "scenario": sc.name, "connections": conns, "workers": w, "variant": v.name, "rps": rps,
                                "cpu_us_per_request": cpu_us, **res}
                         if res["socket_errors"] or (res["non_2xx_3xx"] and not sc.expect_non_2xx) or (sc.expect_non_2xx and res["non_2xx_3xx"] < res["requests"]):
                             row["unexpected_status"] = True
                         raw.append(row)
-                        print(f"round {r} {sc.name:<22} c={conns:<3} {v.name:<28} {rps:9.0f} req/s  p50 {res['p50_us']:6d}us p99 {res['p99_us']:6d}us  cpu {cpu_us:6.1f}us/req"
+                        print(f"round {r} {sc.name:<22} c={conns:<3} w={w} {v.name:<28} {rps:9.0f} req/s  p50 {res['p50_us']:6d}us p99 {res['p99_us']:6d}us  cpu {cpu_us:6.1f}us/req"
                               + ("  UNEXPECTED STATUS" if row.get("unexpected_status") else ""), flush=True)
     finally:
         for g in gateways.values():
@@ -135,50 +158,59 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
         upstream.stop()
     results = {"name": name, "machine": machine(), "workers": workers, "rounds": rounds, "seconds": seconds, "smoke": smoke,
                "raw": raw, "ratios": ratios(raw, comparisons), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    # Not Path.with_suffix: it would turn NAME.smoke into NAME.json, overwriting the real results.
     out = BENCH / "results" / (f"{name}.smoke" if smoke else name)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(results, comparisons))
-    print(out.with_suffix(".md").read_text())
+    out_json, out_md = out.parent / (out.name + ".json"), out.parent / (out.name + ".md")
+    out_json.write_text(json.dumps(results, indent=1) + "\n")
+    out_md.write_text(markdown(results, comparisons))
+    print(out_md.read_text())
     return results
 
 
 def ratios(raw: list[dict], comparisons: list[Comparison]) -> list[dict]:
-    cells = sorted({(r["scenario"], r["connections"]) for r in raw}, key=lambda c: (c[0], c[1]))
+    """Per (scenario, connections, workers) cell: the per-round ratios' median, min and max."""
+    cell_of = lambda r: (r["scenario"], r["connections"], r.get("workers", 1))
+    cells = sorted({cell_of(r) for r in raw})
     out = []
     for c in comparisons:
-        for sc, conns in cells:
+        for cell in cells:
+            sc, conns, w = cell
             if c.scenarios is not None and sc not in c.scenarios:
                 continue
             per_round = []
             for rnd in sorted({r["round"] for r in raw}):
-                num = [r for r in raw if (r["round"], r["scenario"], r["connections"], r["variant"]) == (rnd, sc, conns, c.numerator)]
-                den = [r for r in raw if (r["round"], r["scenario"], r["connections"], r["variant"]) == (rnd, sc, conns, c.denominator)]
+                num = [r for r in raw if r["round"] == rnd and cell_of(r) == cell and r["variant"] == c.numerator]
+                den = [r for r in raw if r["round"] == rnd and cell_of(r) == cell and r["variant"] == c.denominator]
                 if num and den and den[0]["rps"] > 0:
                     per_round.append(num[0]["rps"] / den[0]["rps"])
             if per_round:
-                med = lambda v: statistics.median([r[v] for r in raw if (r["scenario"], r["connections"], r["variant"]) == (sc, conns, c.numerator)])
+                med = lambda v: statistics.median([r[v] for r in raw if cell_of(r) == cell and r["variant"] == c.numerator])
                 out.append({"comparison": c.label or f"{c.numerator} / {c.denominator}", "numerator": c.numerator, "denominator": c.denominator,
-                            "scenario": sc, "connections": conns, "median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
-                            "numerator_rps_median": med("rps"), "numerator_cpu_us_median": med("cpu_us_per_request")})
+                            "scenario": sc, "connections": conns, "workers": w, "median": statistics.median(per_round), "min": min(per_round),
+                            "max": max(per_round), "numerator_rps_median": med("rps"), "numerator_cpu_us_median": med("cpu_us_per_request")})
     return out
 
 
 def markdown(results: dict, comparisons: list[Comparison]) -> str:
     m = results["machine"]
+    many = not isinstance(results["workers"], int)  # a workers column only when several counts ran
+    workers = " and ".join(map(str, results["workers"])) if many else results["workers"]
+    wcol, wsep = ("| workers ", "|---") if many else ("", "")
+    wval = lambda r: f"| {r.get('workers', 1)} " if many else ""
     lines = [f"# {results['name']}", "",
              f"{results['date']}; {m['cores']} cores ({m['cpu']}), kernel {m['kernel']}, Envoy {m['envoy']}, wrk {m['wrk']}; "
-             f"{results['workers']} worker(s); {results['rounds']} interleaved rounds of {results['seconds']} s per cell"
+             f"{workers} worker(s); {results['rounds']} interleaved rounds of {results['seconds']} s per cell"
              + (" (SMOKE: figures meaningless)" if results["smoke"] else "") + ".", "",
              "## Ratios of requests/s (median of per-round ratios, [min, max])", "",
-             "| comparison | scenario | conns | ratio | [min, max] | numerator req/s | numerator CPU µs/req |", "|---|---|---|---|---|---|---|"]
+             f"| comparison | scenario | conns {wcol}| ratio | [min, max] | numerator req/s | numerator CPU µs/req |", f"|---|---|---{wsep}|---|---|---|---|"]
     for r in results["ratios"]:
-        lines.append(f"| {r['comparison']} | {r['scenario']} | {r['connections']} | **{r['median']:.2f}x** | [{r['min']:.2f}, {r['max']:.2f}] | {r['numerator_rps_median']:.0f} | {r['numerator_cpu_us_median']:.1f} |")
-    lines += ["", "## Medians per variant", "", "| scenario | conns | variant | req/s | p50 µs | p99 µs | gateway CPU µs/req |", "|---|---|---|---|---|---|---|"]
-    cells = sorted({(r["scenario"], r["connections"], r["variant"]) for r in results["raw"]})
-    for sc, conns, v in cells:
-        rows = [r for r in results["raw"] if (r["scenario"], r["connections"], r["variant"]) == (sc, conns, v)]
+        lines.append(f"| {r['comparison']} | {r['scenario']} | {r['connections']} {wval(r)}| **{r['median']:.2f}x** | [{r['min']:.2f}, {r['max']:.2f}] | {r['numerator_rps_median']:.0f} | {r['numerator_cpu_us_median']:.1f} |")
+    lines += ["", "## Medians per variant", "", f"| scenario | conns {wcol}| variant | req/s | p50 µs | p99 µs | gateway CPU µs/req |", f"|---|---{wsep}|---|---|---|---|---|"]
+    key = lambda r: (r["scenario"], r["connections"], r.get("workers", 1), r["variant"])
+    for cell in sorted({key(r) for r in results["raw"]}):
+        rows = [r for r in results["raw"] if key(r) == cell]
         md = lambda k: statistics.median(r[k] for r in rows)
-        lines.append(f"| {sc} | {conns} | {v} | {md('rps'):.0f} | {md('p50_us'):.0f} | {md('p99_us'):.0f} | {md('cpu_us_per_request'):.1f} |")
+        lines.append(f"| {cell[0]} | {cell[1]} {wval(rows[0])}| {cell[3]} | {md('rps'):.0f} | {md('p50_us'):.0f} | {md('p99_us'):.0f} | {md('cpu_us_per_request'):.1f} |")
     bad = [r for r in results["raw"] if r.get("unexpected_status")]
     if bad:
         lines += ["", f"WARNING: {len(bad)} measurements had unexpected statuses or socket errors."]

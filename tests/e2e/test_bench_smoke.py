@@ -7,7 +7,7 @@ import pytest
 
 from harness import ROOT
 
-BENCHES = ["jwt_auth"]
+BENCHES = ["jwt_auth", "rate_limit"]
 
 
 @pytest.mark.parametrize("name", BENCHES)

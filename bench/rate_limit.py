@@ -1,0 +1,101 @@
+"""rate-limit vs Envoy's native local_ratelimit vs proxy-only, in one interleaved run on one Envoy binary.
+
+Variants, each with 1 and 2 workers (all interleaved in the same rounds; ratios compare variants
+at the same worker count):
+
+- proxy-only: no filter.
+- native-local_ratelimit: envoy.filters.http.local_ratelimit, one token bucket so large that
+  nothing is rejected (enabled and enforced for 100% of requests).
+- tollgate-rate-limit: the rate-limit filter keyed by a header, a token bucket so large that
+  nothing is rejected (allow path: one shared-data read and one CAS write per request), RateLimit
+  headers on allowed responses off; and on /reject a fixed window of 1 per day (reject path:
+  one read, no write, a local 429 reply).
+- tollgate-rate-limit+headers: the same with RateLimit-Policy/RateLimit on allowed responses.
+- tollgate-wasm-floor: the same filter whose only rule never matches: what any proxy-wasm filter
+  costs in Envoy (contexts, callbacks), the floor under the allow path.
+- native-local_ratelimit-reject: local_ratelimit with a 1-token bucket refilled daily.
+
+Scenarios: `allow` (GET /bench, x-api-key: bench-client) and `reject` (GET /reject, every answer
+429 once the limit is primed with one request).
+
+    scripts/bench.sh rate_limit            # 3 rounds x 5 s per cell, 8 and 32 connections, 1 and 2 workers
+    scripts/bench.sh rate_limit --smoke    # seconds, for the test suite
+"""
+from __future__ import annotations
+
+import argparse
+
+import runner
+from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+
+KEY_HEADER = "x-api-key"
+HUGE = 1_000_000_000
+
+
+def native(max_tokens: int, tokens_per_fill: int, fill_interval: str) -> EnvoyNativeFilter:
+    percent = {"numerator": 100, "denominator": "HUNDRED"}
+    return EnvoyNativeFilter("envoy.filters.http.local_ratelimit", {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+        "stat_prefix": "bench_local_rate_limit",
+        "token_bucket": {"max_tokens": max_tokens, "tokens_per_fill": tokens_per_fill, "fill_interval": fill_interval},
+        "filter_enabled": {"runtime_key": "bench_local_rate_limit_enabled", "default_value": percent},
+        "filter_enforced": {"runtime_key": "bench_local_rate_limit_enforced", "default_value": percent},
+    })
+
+
+def floor() -> FilterSpec:
+    return FilterSpec("rate-limit", {"zone": "floor", "rules": [
+        {"name": "never", "match": {"prefix": "/never"}, "limits": [{"requests": 1, "per": "day"}]}]})
+
+
+def tollgate(headers: bool) -> FilterSpec:
+    key = [{"header": KEY_HEADER}]
+    return FilterSpec("rate-limit", {
+        "zone": "bench",
+        "rules": [
+            {"name": "reject", "match": {"prefix": "/reject"}, "key": key,
+             "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]},
+            {"name": "allow", "key": key,
+             "limits": [{"algorithm": "token_bucket", "capacity": HUGE, "requests": HUGE, "per": "second"}]},
+        ],
+        "headers_on_allowed": headers,
+    })
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--connections", default="8,32")
+    ap.add_argument("--workers", default="1,2")
+    args = ap.parse_args()
+
+    allow, reject = {"allow"}, {"reject"}
+    variants = [
+        runner.Variant("proxy-only", lambda up: GatewaySpec([], up), scenarios=allow),
+        runner.Variant("native-local_ratelimit", lambda up: GatewaySpec([native(HUGE, HUGE, "1s")], up), scenarios=allow),
+        runner.Variant("tollgate-rate-limit", lambda up: GatewaySpec([tollgate(False)], up)),
+        runner.Variant("tollgate-rate-limit+headers", lambda up: GatewaySpec([tollgate(True)], up), scenarios=allow),
+        runner.Variant("tollgate-wasm-floor", lambda up: GatewaySpec([floor()], up), scenarios=allow),
+        runner.Variant("native-local_ratelimit-reject", lambda up: GatewaySpec([native(1, 1, "86400s")], up), scenarios=reject),
+    ]
+    headers = {KEY_HEADER: "bench-client"}
+    scenarios = [
+        runner.Scenario("allow", path="/bench", headers=headers),
+        runner.Scenario("reject", path="/reject", headers=headers, expect_non_2xx=True, prime=1),
+    ]
+    comparisons = [
+        runner.Comparison("tollgate-rate-limit", "native-local_ratelimit", allow, label="tollgate / native local_ratelimit (allow)"),
+        runner.Comparison("tollgate-rate-limit+headers", "native-local_ratelimit", allow, label="tollgate+headers / native local_ratelimit (allow)"),
+        runner.Comparison("tollgate-rate-limit", "proxy-only", allow, label="tollgate / proxy-only (allow)"),
+        runner.Comparison("native-local_ratelimit", "proxy-only", allow, label="native / proxy-only (allow)"),
+        runner.Comparison("tollgate-wasm-floor", "native-local_ratelimit", allow, label="wasm floor (no rule matches) / native (allow)"),
+        runner.Comparison("tollgate-rate-limit", "native-local_ratelimit-reject", reject, label="tollgate / native local_ratelimit (reject)"),
+    ]
+    runner.run("rate_limit", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
+               workers=[int(w) for w in args.workers.split(",")], rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+//! The rate-limit plugin configuration: JSON, parsed strictly. An unknown field, a wrong type or
+//! an impossible value refuses the whole configuration with an error naming the field.
+//!
+//! ```json
+//! {
+//!   "zone": "default",
+//!   "rules": [
+//!     {
+//!       "name": "per-user",
+//!       "match": {"prefix": "/api", "methods": ["GET", "POST"], "hosts": ["api.example.com"]},
+//!       "key": [{"header": "x-jwt-sub"}, {"client_address": {"trusted_hops": 0}}, "path", "method", "host"],
+//!       "limits": [
+//!         {"algorithm": "token_bucket", "capacity": 20, "requests": 10, "per": "second"},
+//!         {"name": "daily", "algorithm": "fixed_window", "requests": 1000, "per": "day"}
+//!       ],
+//!       "missing_key": "deny",
+//!       "weight_header": "x-cost-units",
+//!       "max_weight": 20
+//!     }
+//!   ],
+//!   "status": 429,
+//!   "headers_on_allowed": true,
+//!   "cas_retries": 8,
+//!   "on_contention": "allow",
+//!   "max_keys": 100000
+//! }
+//! ```
+//!
+//! See the crate README for the meaning of each field.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+use tollgate_common::config::ConfigError;
+use tollgate_common::http::split_path_query;
+use tollgate_common::route::RouteMatch;
+
+use crate::algorithm::{Limit, Period, MAX_UNITS};
+use crate::headers::policy_item;
+use crate::key::{
+    key_prefix, shared_key, zone_key, KeyPart, RequestView, MISSING_BUCKET, OVERFLOW_BUCKET,
+};
+use crate::limiter::OnContention;
+
+/// Default zone name.
+pub const DEFAULT_ZONE: &str = "default";
+/// Default status of a refused request (RFC 6585 section 4).
+pub const DEFAULT_STATUS: u32 = 429;
+/// Default CAS retries per CAS loop (after the first attempt).
+pub const DEFAULT_CAS_RETRIES: u32 = 8;
+/// Largest `cas_retries`.
+pub const MAX_CAS_RETRIES: u32 = 64;
+/// Default bound on the keys of a zone.
+pub const DEFAULT_MAX_KEYS: u64 = 100_000;
+/// Largest `max_keys`.
+pub const MAX_MAX_KEYS: u64 = 100_000_000;
+/// Longest zone, rule and limit name (bytes).
+pub const MAX_NAME_BYTES: usize = 32;
+/// Most limits in a rule.
+pub const MAX_LIMITS_PER_RULE: usize = 16;
+/// Most trusted proxy hops for X-Forwarded-For.
+pub const MAX_TRUSTED_HOPS: u8 = 16;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_zone")]
+    zone: String,
+    rules: Vec<RawRule>,
+    #[serde(default = "default_status")]
+    status: u32,
+    #[serde(default = "default_true")]
+    headers_on_allowed: bool,
+    #[serde(default = "default_cas_retries")]
+    cas_retries: u32,
+    #[serde(default)]
+    on_contention: RawContention,
+    #[serde(default = "default_max_keys")]
+    max_keys: u64,
+}
+
+fn default_zone() -> String {
+    DEFAULT_ZONE.to_string()
+}
+fn default_status() -> u32 {
+    DEFAULT_STATUS
+}
+fn default_true() -> bool {
+    true
+}
+fn default_cas_retries() -> u32 {
+    DEFAULT_CAS_RETRIES
+}
+fn default_max_keys() -> u64 {
+    DEFAULT_MAX_KEYS
+}
+/// A rule without `match` matches every request (`RouteMatch::default()` has an empty prefix).
+fn match_all() -> RouteMatch {
+    RouteMatch {
+        prefix: "/".to_string(),
+        ..RouteMatch::default()
+    }
+}
+
+#[derive(Debug, Default, Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum RawContention {
+    #[default]
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: String,
+    #[serde(rename = "match", default = "match_all")]
+    route: RouteMatch,
+    #[serde(default)]
+    key: Vec<RawKeyPart>,
+    limits: Vec<RawLimit>,
+    #[serde(default)]
+    missing_key: MissingKey,
+    #[serde(default)]
+    weight_header: Option<String>,
+    #[serde(default)]
+    max_weight: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawKeyPart {
+    Header(String),
+    ClientAddress(RawClientAddress),
+    Path,
+    Method,
+    Host,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClientAddress {
+    #[serde(default)]
+    trusted_hops: u8,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    algorithm: RawAlgorithm,
+    requests: u64,
+    per: RawPeriod,
+    #[serde(default)]
+    capacity: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum RawAlgorithm {
+    #[default]
+    TokenBucket,
+    FixedWindow,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum RawPeriod {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+/// What happens to a request that lacks a part of its rule's key.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingKey {
+    /// Refused with the configured status (default).
+    #[default]
+    Deny,
+    /// Not limited.
+    Allow,
+    /// Limited in one bucket shared by every request of the rule that lacks its key.
+    Shared,
+}
+
+/// One limit of a rule, with its shared-data keys.
+#[derive(Debug, Clone)]
+pub struct RuleLimit {
+    /// Policy name (RateLimit headers): the `name`, else the rule name for a rule's only limit,
+    /// else `<rule>-<index>`.
+    pub name: String,
+    /// Algorithm and parameters.
+    pub limit: Limit,
+    /// `ratelimit/<zone>/<rule>/<index>/`.
+    pub key_prefix: String,
+    /// The bucket of new clients once the zone is full.
+    pub overflow_key: String,
+    /// The bucket of requests without a key (`missing_key: shared`).
+    pub missing_key: String,
+}
+
+/// A rule: the first whose match fits a request limits it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Name (metrics label, shared-data keys, default policy name).
+    pub name: String,
+    /// Which requests.
+    pub route: RouteMatch,
+    /// The client key parts; empty: one bucket for the rule.
+    pub key: Vec<KeyPart>,
+    /// All must admit a request.
+    pub limits: Vec<RuleLimit>,
+    /// Requests without their key.
+    pub missing_key: MissingKey,
+    /// Header carrying the request's cost in units (lower case); absent header: 1 unit.
+    pub weight_header: Option<String>,
+    /// Largest accepted weight (units); at most the smallest limit capacity.
+    pub max_weight: u64,
+    /// The RateLimit-Policy value of the rule.
+    pub policy_header: String,
+}
+
+impl Rule {
+    /// Whether the request matches, reading only what the match needs.
+    pub fn matches(&self, req: &impl RequestView) -> bool {
+        let path = if self.route.prefix == "/" {
+            "/"
+        } else {
+            match req.path().and_then(|p| std::str::from_utf8(p).ok()) {
+                Some(target) => split_path_query(target).0,
+                None => return false,
+            }
+        };
+        let method = if self.route.methods.is_empty() {
+            ""
+        } else {
+            match req.method().and_then(|m| std::str::from_utf8(m).ok()) {
+                Some(m) => m,
+                None => return false,
+            }
+        };
+        let host = if self.route.hosts.is_empty() {
+            ""
+        } else {
+            match req.authority().and_then(|h| std::str::from_utf8(h).ok()) {
+                Some(h) => h,
+                None => return false,
+            }
+        };
+        self.route.matches(path, method, host)
+    }
+
+    /// The request's weight (units) from the weight header's value: 1 when the header is not
+    /// configured or absent; else decimal digits (optional whitespace trimmed) in
+    /// `1..=max_weight`. `None` when invalid: the request is refused with 400.
+    pub fn weight(&self, value: Option<&[u8]>) -> Option<u64> {
+        let Some(value) = value else {
+            return Some(1);
+        };
+        let text = std::str::from_utf8(value).ok()?.trim_matches([' ', '\t']);
+        if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let weight: u64 = text.parse().ok()?;
+        (1..=self.max_weight).contains(&weight).then_some(weight)
+    }
+}
+
+/// The compiled configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Zone name: the namespace of the shared-data keys; configurations with the same zone and
+    /// rule names share their counters.
+    pub zone: String,
+    /// `ratelimit/<zone>/~zone`: the zone's key count and creation lock.
+    pub zone_key: String,
+    /// Rules in order.
+    pub rules: Vec<Rule>,
+    /// Status of a refused request.
+    pub status: u32,
+    /// Send RateLimit-Policy and RateLimit on allowed responses too.
+    pub headers_on_allowed: bool,
+    /// CAS retries after the first attempt, per CAS loop.
+    pub cas_retries: u32,
+    /// What a request gets when the retries run out.
+    pub on_contention: OnContention,
+    /// Largest number of client keys in the zone; beyond it new clients share an overflow bucket.
+    pub max_keys: u64,
+}
+
+impl Config {
+    /// Parses and checks a JSON plugin configuration; errors name the field.
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let raw: RawConfig = tollgate_common::config::parse_json(bytes)?;
+        compile(raw)
+    }
+
+    /// The first rule matching the request.
+    pub fn rule_for(&self, req: &impl RequestView) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.matches(req))
+    }
+}
+
+fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
+    check_name(&raw.zone, "zone")?;
+    if raw.rules.is_empty() {
+        return Err(ConfigError::new("rules", "at least one rule is required"));
+    }
+    if !(400..=599).contains(&raw.status) {
+        return Err(ConfigError::new(
+            "status",
+            "must be a 4xx or 5xx status code",
+        ));
+    }
+    if raw.cas_retries > MAX_CAS_RETRIES {
+        return Err(ConfigError::new(
+            "cas_retries",
+            format!("must be at most {MAX_CAS_RETRIES}"),
+        ));
+    }
+    if raw.max_keys == 0 || raw.max_keys > MAX_MAX_KEYS {
+        return Err(ConfigError::new(
+            "max_keys",
+            format!("must be between 1 and {MAX_MAX_KEYS}"),
+        ));
+    }
+    let mut names = HashSet::new();
+    let mut rules = Vec::with_capacity(raw.rules.len());
+    for (i, r) in raw.rules.into_iter().enumerate() {
+        let field = format!("rules[{i}]");
+        check_name(&r.name, &format!("{field}.name"))?;
+        if !names.insert(r.name.clone()) {
+            return Err(ConfigError::new(
+                format!("{field}.name"),
+                format!("two rules are named {:?}", r.name),
+            ));
+        }
+        rules.push(compile_rule(&raw.zone, r, &field)?);
+    }
+    Ok(Config {
+        zone_key: zone_key(&raw.zone),
+        zone: raw.zone,
+        rules,
+        status: raw.status,
+        headers_on_allowed: raw.headers_on_allowed,
+        cas_retries: raw.cas_retries,
+        on_contention: match raw.on_contention {
+            RawContention::Allow => OnContention::Allow,
+            RawContention::Deny => OnContention::Deny,
+        },
+        max_keys: raw.max_keys,
+    })
+}
+
+fn compile_rule(zone: &str, r: RawRule, field: &str) -> Result<Rule, ConfigError> {
+    let mut route = r.route;
+    route.validate(&format!("{field}.match"))?;
+    let mut key = Vec::with_capacity(r.key.len());
+    for (j, part) in r.key.into_iter().enumerate() {
+        let f = format!("{field}.key[{j}]");
+        key.push(match part {
+            RawKeyPart::Header(name) => {
+                KeyPart::Header(header_name(&name, &format!("{f}.header"))?)
+            }
+            RawKeyPart::ClientAddress(c) => {
+                if c.trusted_hops > MAX_TRUSTED_HOPS {
+                    return Err(ConfigError::new(
+                        format!("{f}.client_address.trusted_hops"),
+                        format!("must be at most {MAX_TRUSTED_HOPS}"),
+                    ));
+                }
+                KeyPart::ClientAddress {
+                    trusted_hops: c.trusted_hops,
+                }
+            }
+            RawKeyPart::Path => KeyPart::Path,
+            RawKeyPart::Method => KeyPart::Method,
+            RawKeyPart::Host => KeyPart::Host,
+        });
+    }
+    if r.limits.is_empty() || r.limits.len() > MAX_LIMITS_PER_RULE {
+        return Err(ConfigError::new(
+            format!("{field}.limits"),
+            format!("a rule needs between 1 and {MAX_LIMITS_PER_RULE} limits"),
+        ));
+    }
+    let single = r.limits.len() == 1;
+    let mut limits: Vec<RuleLimit> = Vec::with_capacity(r.limits.len());
+    for (j, l) in r.limits.into_iter().enumerate() {
+        let f = format!("{field}.limits[{j}]");
+        let limit = compile_limit(&l, &f)?;
+        let name = match l.name {
+            Some(n) => {
+                check_name(&n, &format!("{f}.name"))?;
+                n
+            }
+            None if single => r.name.clone(),
+            None => format!("{}-{j}", r.name),
+        };
+        if limits.iter().any(|other| other.name == name) {
+            return Err(ConfigError::new(
+                format!("{f}.name"),
+                format!("two limits of the rule are named {name:?}"),
+            ));
+        }
+        let prefix = key_prefix(zone, &r.name, j);
+        limits.push(RuleLimit {
+            overflow_key: shared_key(&prefix, OVERFLOW_BUCKET),
+            missing_key: shared_key(&prefix, MISSING_BUCKET),
+            key_prefix: prefix,
+            name,
+            limit,
+        });
+    }
+    let smallest = limits.iter().map(|l| l.limit.capacity()).min().unwrap_or(1);
+    let weight_header = match r.weight_header {
+        Some(h) => Some(header_name(&h, &format!("{field}.weight_header"))?),
+        None => None,
+    };
+    let max_weight = match (r.max_weight, &weight_header) {
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                format!("{field}.max_weight"),
+                "needs `weight_header`",
+            ))
+        }
+        (Some(w), Some(_)) if w == 0 || w > smallest => {
+            return Err(ConfigError::new(
+                format!("{field}.max_weight"),
+                format!("must be between 1 and the smallest limit capacity ({smallest}), so that every accepted weight can pass"),
+            ))
+        }
+        (Some(w), Some(_)) => w,
+        (None, _) => smallest,
+    };
+    let policy_header = limits
+        .iter()
+        .map(|l| policy_item(&l.name, &l.limit))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(Rule {
+        name: r.name,
+        route,
+        key,
+        limits,
+        missing_key: r.missing_key,
+        weight_header,
+        max_weight,
+        policy_header,
+    })
+}
+
+fn compile_limit(l: &RawLimit, f: &str) -> Result<Limit, ConfigError> {
+    let period = match l.per {
+        RawPeriod::Second => Period::Second,
+        RawPeriod::Minute => Period::Minute,
+        RawPeriod::Hour => Period::Hour,
+        RawPeriod::Day => Period::Day,
+    };
+    let units = |n: u64, name: &str| {
+        if n == 0 || n > MAX_UNITS {
+            Err(ConfigError::new(
+                format!("{f}.{name}"),
+                format!("must be between 1 and {MAX_UNITS}"),
+            ))
+        } else {
+            Ok(n)
+        }
+    };
+    let requests = units(l.requests, "requests")?;
+    let limit = match l.algorithm {
+        RawAlgorithm::TokenBucket => {
+            let capacity = units(l.capacity.unwrap_or(requests), "capacity")?;
+            Limit::token_bucket(capacity, requests, period)
+        }
+        RawAlgorithm::FixedWindow => {
+            if l.capacity.is_some() {
+                return Err(ConfigError::new(
+                    format!("{f}.capacity"),
+                    "only a token_bucket has a capacity (a fixed window admits `requests` per window)",
+                ));
+            }
+            Limit::fixed_window(requests, period)
+        }
+    };
+    limit.ok_or_else(|| ConfigError::new(f, "invalid limit"))
+}
+
+/// Zone, rule and limit names: 1 to 32 bytes of `[A-Za-z0-9._-]` (they appear in shared-data
+/// keys, metric names and RateLimit sf-strings).
+fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{name:?} must be 1 to {MAX_NAME_BYTES} characters of A-Z a-z 0-9 . _ -"),
+        ))
+    }
+}
+
+/// A header field name (RFC 9110 section 5.1), lower case; pseudo-headers are refused.
+fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !ok {
+        return Err(ConfigError::new(
+            field,
+            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
+}

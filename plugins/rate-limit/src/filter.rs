@@ -1,0 +1,360 @@
+//! proxy-wasm glue: the root context (configuration, metrics, the zone record) and the HTTP
+//! context (one request), a thin shell over the host-free modules.
+//!
+//! Host calls go through `proxy_wasm::hostcalls` with their errors handled, not through the SDK's
+//! trait helpers that unwrap (a header value that is not UTF-8 would trap there).
+
+use std::cell::OnceCell;
+use std::rc::Rc;
+use std::time::UNIX_EPOCH;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel, MapType};
+use tollgate_common::host::{count, define_counter, send_json_error};
+use tollgate_common::metrics::metric_name;
+use tollgate_common::shared_data::HostSharedData;
+
+use crate::config::{Config, MissingKey, Rule};
+use crate::headers::{
+    push_service_limit, retry_after_seconds, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
+};
+use crate::key::{client_key, shared_key, RequestView};
+use crate::limiter::{check, ensure_zone, Settings, Stats, Target, Verdict};
+
+const REQUESTS: &str = "tollgate_rate_limit_requests_total";
+const CAS_RETRIES: &str = "tollgate_rate_limit_cas_retries_total";
+const KEYS_CREATED: &str = "tollgate_rate_limit_keys_created_total";
+const OVERFLOWED: &str = "tollgate_rate_limit_overflow_total";
+const REFUND_FAILURES: &str = "tollgate_rate_limit_refund_failures_total";
+const LOCKS_LOST: &str = "tollgate_rate_limit_creation_locks_lost_total";
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(RateLimitRoot::default()) });
+}}
+
+/// One rule's counters (metric ids; `None` if the host refused to define one).
+struct RuleCounters {
+    allowed: Option<u32>,
+    limited: Option<u32>,
+    contention_allowed: Option<u32>,
+    contention_denied: Option<u32>,
+    missing_key_denied: Option<u32>,
+    missing_key_allowed: Option<u32>,
+    invalid_weight: Option<u32>,
+    cas_retries: Option<u32>,
+    keys_created: Option<u32>,
+    overflowed: Option<u32>,
+    refund_failures: Option<u32>,
+    locks_lost: Option<u32>,
+}
+
+impl RuleCounters {
+    fn define(rule: &str) -> Self {
+        let decision =
+            |d: &str| define_counter(&metric_name(REQUESTS, &[("rule", rule), ("decision", d)]));
+        let per_rule = |family: &str| define_counter(&metric_name(family, &[("rule", rule)]));
+        RuleCounters {
+            allowed: decision("allowed"),
+            limited: decision("limited"),
+            contention_allowed: decision("contention_allowed"),
+            contention_denied: decision("contention_denied"),
+            missing_key_denied: decision("missing_key_denied"),
+            missing_key_allowed: decision("missing_key_allowed"),
+            invalid_weight: decision("invalid_weight"),
+            cas_retries: per_rule(CAS_RETRIES),
+            keys_created: per_rule(KEYS_CREATED),
+            overflowed: per_rule(OVERFLOWED),
+            refund_failures: per_rule(REFUND_FAILURES),
+            locks_lost: per_rule(LOCKS_LOST),
+        }
+    }
+
+    fn add_stats(&self, stats: &Stats) {
+        add(self.cas_retries, stats.cas_retries);
+        add(self.keys_created, stats.keys_created);
+        add(self.overflowed, stats.overflowed);
+        add(self.refund_failures, stats.refund_failures);
+        add(self.locks_lost, stats.lock_lost);
+    }
+}
+
+fn add(id: Option<u32>, n: u32) {
+    if let (Some(id), true) = (id, n > 0) {
+        let _ = hostcalls::increment_metric(id, i64::from(n));
+    }
+}
+
+/// The host's wall clock in Unix milliseconds (0 if unavailable).
+fn now_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What the root context shares with its HTTP contexts.
+struct Shared {
+    config: Config,
+    counters: Vec<RuleCounters>,
+}
+
+#[derive(Default)]
+struct RateLimitRoot {
+    shared: Option<Rc<Shared>>,
+}
+
+impl Context for RateLimitRoot {}
+
+impl RootContext for RateLimitRoot {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = hostcalls::get_buffer(
+            proxy_wasm::types::BufferType::PluginConfiguration,
+            0,
+            usize::MAX,
+        )
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        let config = match Config::parse(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("rate-limit: {e}");
+                return false;
+            }
+        };
+        // The zone record exists before this worker serves a request (see limiter.rs).
+        ensure_zone(&HostSharedData, &config.zone_key);
+        let counters = config
+            .rules
+            .iter()
+            .map(|r| RuleCounters::define(&r.name))
+            .collect();
+        self.shared = Some(Rc::new(Shared { config, counters }));
+        true
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(RateLimitHttp {
+            shared: self.shared.clone(),
+            response_headers: None,
+        }))
+    }
+}
+
+struct RateLimitHttp {
+    shared: Option<Rc<Shared>>,
+    /// For allowed requests with `headers_on_allowed`: the rule and the RateLimit value.
+    response_headers: Option<(usize, String)>,
+}
+
+/// The request as the key and the rule match read it; pseudo-headers fetched once, on demand.
+#[derive(Default)]
+struct HostRequest {
+    path: OnceCell<Option<Vec<u8>>>,
+    method: OnceCell<Option<Vec<u8>>>,
+    authority: OnceCell<Option<Vec<u8>>>,
+}
+
+fn request_header(name: &str) -> Option<Vec<u8>> {
+    hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
+        .ok()
+        .flatten()
+}
+
+impl RequestView for HostRequest {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        request_header(name)
+    }
+
+    fn forwarded_for(&self) -> Vec<Vec<u8>> {
+        hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("x-forwarded-for"))
+            .map(|(_, value)| value)
+            .collect()
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        hostcalls::get_property(vec!["source", "address"])
+            .ok()
+            .flatten()
+    }
+
+    fn path(&self) -> Option<&[u8]> {
+        self.path.get_or_init(|| request_header(":path")).as_deref()
+    }
+
+    fn method(&self) -> Option<&[u8]> {
+        self.method
+            .get_or_init(|| request_header(":method"))
+            .as_deref()
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        self.authority
+            .get_or_init(|| request_header(":authority"))
+            .as_deref()
+    }
+}
+
+impl RateLimitHttp {
+    fn refuse(&self, status: u32, headers: &[(&str, &str)], error: &str, message: &str) -> Action {
+        send_json_error(status, headers, error, message);
+        Action::Pause
+    }
+
+    fn limit(&mut self, shared: &Shared, index: usize, rule: &Rule, req: &HostRequest) -> Action {
+        let config = &shared.config;
+        let Some(counters) = shared.counters.get(index) else {
+            return Action::Continue;
+        };
+        let weight = match &rule.weight_header {
+            None => 1,
+            Some(name) => match rule.weight(req.header(name).as_deref()) {
+                Some(w) => w,
+                None => {
+                    count(counters.invalid_weight);
+                    let message = format!(
+                        "header {name} must be a whole number of cost units from 1 to {}",
+                        rule.max_weight
+                    );
+                    return self.refuse(400, &[], "invalid_weight", &message);
+                }
+            },
+        };
+        let client = client_key(&rule.key, req);
+        if client.is_none() {
+            match rule.missing_key {
+                MissingKey::Deny => {
+                    count(counters.missing_key_denied);
+                    log::debug!("rate-limit: rule {}: request without its key", rule.name);
+                    let message = format!(
+                        "the request lacks what rate-limit rule {} is keyed by",
+                        rule.name
+                    );
+                    return self.refuse(config.status, &[], "rate_limit_key_missing", &message);
+                }
+                MissingKey::Allow => {
+                    count(counters.missing_key_allowed);
+                    return Action::Continue;
+                }
+                MissingKey::Shared => {}
+            }
+        }
+        let mut targets: Vec<Target<'_>> = rule
+            .limits
+            .iter()
+            .map(|l| Target {
+                limit: &l.limit,
+                key: match &client {
+                    Some(c) => shared_key(&l.key_prefix, c),
+                    None => l.missing_key.clone(),
+                },
+                overflow_key: &l.overflow_key,
+                counted: client.is_some(),
+            })
+            .collect();
+        let settings = Settings {
+            zone_key: &config.zone_key,
+            cas_retries: config.cas_retries,
+            on_contention: config.on_contention,
+            max_keys: config.max_keys,
+        };
+        let report = check(&HostSharedData, &settings, &mut targets, now_ms(), weight);
+        counters.add_stats(&report.stats);
+        match report.verdict {
+            Verdict::Allowed(decisions) => {
+                count(counters.allowed);
+                if config.headers_on_allowed {
+                    let mut value = String::with_capacity(32);
+                    for (l, d) in rule.limits.iter().zip(&decisions) {
+                        push_service_limit(&mut value, &l.name, d);
+                    }
+                    self.response_headers = Some((index, value));
+                }
+                Action::Continue
+            }
+            Verdict::Limited {
+                index: at,
+                decision,
+            } => {
+                count(counters.limited);
+                let name = rule.limits.get(at).map_or(rule.name.as_str(), |l| &l.name);
+                let mut value = String::with_capacity(32);
+                push_service_limit(&mut value, name, &decision);
+                let retry = retry_after_seconds(decision.retry_after_ms).to_string();
+                log::debug!("rate-limit: rule {}: limit {name} refused", rule.name);
+                let message = format!("rate limit {name} exceeded; retry in {retry} s");
+                self.refuse(
+                    config.status,
+                    &[
+                        (RETRY_AFTER, &retry),
+                        (RATELIMIT_POLICY, &rule.policy_header),
+                        (RATELIMIT, &value),
+                    ],
+                    "rate_limited",
+                    &message,
+                )
+            }
+            Verdict::ContentionAllowed => {
+                count(counters.contention_allowed);
+                Action::Continue
+            }
+            Verdict::ContentionDenied => {
+                count(counters.contention_denied);
+                self.refuse(
+                    config.status,
+                    &[(RETRY_AFTER, "1")],
+                    "rate_limit_contention",
+                    "the rate limiter is contended; retry",
+                )
+            }
+        }
+    }
+}
+
+impl Context for RateLimitHttp {}
+
+impl HttpContext for RateLimitHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(shared) = self.shared.clone() else {
+            log::error!("rate-limit: no configuration; refusing the request");
+            send_json_error(500, &[], "internal_error", "rate-limit is not configured");
+            return Action::Pause;
+        };
+        let req = HostRequest::default();
+        let Some((index, rule)) = shared
+            .config
+            .rules
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.matches(&req))
+        else {
+            return Action::Continue;
+        };
+        self.limit(&shared, index, rule, &req)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let (Some((index, value)), Some(shared)) =
+            (self.response_headers.take(), self.shared.as_ref())
+        {
+            if let Some(rule) = shared.config.rules.get(index) {
+                let _ = hostcalls::add_map_value(
+                    MapType::HttpResponseHeaders,
+                    RATELIMIT_POLICY,
+                    &rule.policy_header,
+                );
+                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, RATELIMIT, &value);
+            }
+        }
+        Action::Continue
+    }
+}

@@ -1,0 +1,381 @@
+//! The client key of a request (who is limited) and the shared-data keys built from it.
+//!
+//! A rule's key is a list of parts, each read from the request:
+//!
+//! | part | value |
+//! |---|---|
+//! | `{"header": NAME}` | the header's value, optional whitespace trimmed; absent or empty: missing |
+//! | `{"client_address": {"trusted_hops": 0}}` | the peer address, the `source.address` property without its port |
+//! | `{"client_address": {"trusted_hops": N}}` | the N-th address of X-Forwarded-For counted from the right (the one the outermost of N trusted proxies appended); fewer entries or not an IP address: missing |
+//! | `"path"` | `:path` without its query |
+//! | `"method"` | `:method` |
+//! | `"host"` | `:authority` in lower case, without its port |
+//!
+//! Addresses are canonical (`::ffff:192.0.2.1` is `192.0.2.1`, IPv6 in its shortest form), so
+//! that one client has one spelling. Parts are joined as `<length>:<bytes>` each (a netstring
+//! without the comma), so no choice of values can make two different lists collide
+//! (`a:b` + `c` vs `a` + `b:c`). A key with no parts is the empty string: one bucket for the rule.
+//!
+//! **Length bound**: a joined key longer than [`MAX_CLIENT_KEY_BYTES`] (128) bytes, or with a
+//! byte outside printable ASCII, is replaced by `#` and the first 128 bits of its SHA-256 in hex
+//! (33 bytes). Long keys are hashed, not refused, so that a client cannot escape its limit by
+//! sending a long value. Plain keys start with a digit or are empty, hashed ones with `#`, the
+//! special buckets with `~`: the three never collide.
+//!
+//! **Shared-data key**: `ratelimit/<zone>/<rule>/<limit index>/<client key>`, the `zone/key` form
+//! by which ngx_wasm_module routes a key to a shared-memory zone (here the zone `ratelimit`). With
+//! zone and rule names of at most 32 bytes and at most 16 limits per rule, a key is at most
+//! 10 + 32 + 1 + 32 + 1 + 2 + 1 + 128 = 207 bytes ([`MAX_SHARED_KEY_BYTES`] = 256 is the
+//! documented bound).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use sha2::{Digest, Sha256};
+use tollgate_common::route::strip_port;
+
+/// Longest client key kept as is (bytes); longer ones are hashed.
+pub const MAX_CLIENT_KEY_BYTES: usize = 128;
+/// Bound on a whole shared-data key (bytes).
+pub const MAX_SHARED_KEY_BYTES: usize = 256;
+/// The client key of the bucket shared by requests that lack the key (`missing_key: shared`).
+pub const MISSING_BUCKET: &str = "~missing";
+/// The client key of the bucket shared by new clients once the zone holds `max_keys` keys.
+pub const OVERFLOW_BUCKET: &str = "~overflow";
+
+/// One part of a rule's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// A request header (lower-case name).
+    Header(String),
+    /// The client address: the peer (`trusted_hops` 0) or from X-Forwarded-For.
+    ClientAddress {
+        /// Trusted proxies in front of the gateway.
+        trusted_hops: u8,
+    },
+    /// The path without its query.
+    Path,
+    /// The method.
+    Method,
+    /// The host without its port, lower case.
+    Host,
+}
+
+/// What a key reads from a request (the glue reads the host; tests use plain values).
+pub trait RequestView {
+    /// The value of header `name` (lower case), if present.
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Every X-Forwarded-For field value, in order (a header can be repeated).
+    fn forwarded_for(&self) -> Vec<Vec<u8>>;
+    /// The `source.address` property: `ip:port` or `[ipv6]:port`.
+    fn source_address(&self) -> Option<Vec<u8>>;
+    /// `:path`.
+    fn path(&self) -> Option<&[u8]>;
+    /// `:method`.
+    fn method(&self) -> Option<&[u8]>;
+    /// `:authority`.
+    fn authority(&self) -> Option<&[u8]>;
+}
+
+/// The client key of a request for `parts`, bounded (see the module documentation); `None` if
+/// a part is missing.
+pub fn client_key(parts: &[KeyPart], req: &impl RequestView) -> Option<String> {
+    let mut joined: Vec<u8> = Vec::with_capacity(64);
+    for part in parts {
+        let value = part_value(part, req)?;
+        let _ = write!(Bytes(&mut joined), "{}:", value.len());
+        joined.extend_from_slice(&value);
+    }
+    Some(bound(joined))
+}
+
+/// `prefix` (`ratelimit/<zone>/<rule>/<index>/`) followed by `client`.
+pub fn shared_key(prefix: &str, client: &str) -> String {
+    let mut key = String::with_capacity(prefix.len().saturating_add(client.len()));
+    key.push_str(prefix);
+    key.push_str(client);
+    key
+}
+
+/// The prefix of a limit's shared-data keys.
+pub fn key_prefix(zone: &str, rule: &str, index: usize) -> String {
+    format!("ratelimit/{zone}/{rule}/{index}/")
+}
+
+/// The shared-data key of a zone's record (key count and creation lock).
+pub fn zone_key(zone: &str) -> String {
+    format!("ratelimit/{zone}/~zone")
+}
+
+fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
+    let value = match part {
+        KeyPart::Header(name) => trim(req.header(name)?),
+        KeyPart::ClientAddress { trusted_hops: 0 } => {
+            let raw = req.source_address()?;
+            canonical_ip(std::str::from_utf8(&raw).ok()?)?
+        }
+        KeyPart::ClientAddress { trusted_hops } => {
+            let values = req.forwarded_for();
+            let entry = values
+                .iter()
+                .rev()
+                .flat_map(|v| v.rsplit(|b| *b == b','))
+                .nth(usize::from(*trusted_hops).saturating_sub(1))?;
+            canonical_ip(std::str::from_utf8(entry).ok()?)?
+        }
+        KeyPart::Path => {
+            let target = req.path()?;
+            let end = target
+                .iter()
+                .position(|b| *b == b'?')
+                .unwrap_or(target.len());
+            target.get(..end)?.to_vec()
+        }
+        KeyPart::Method => req.method()?.to_vec(),
+        KeyPart::Host => {
+            let text = std::str::from_utf8(req.authority()?).ok()?;
+            strip_port(text).to_ascii_lowercase().into_bytes()
+        }
+    };
+    if value.is_empty() {
+        None
+    } else {
+        Some(value)
+    }
+}
+
+/// An address as written in `source.address` or X-Forwarded-For (`ip`, `ip:port`, `[ip6]`,
+/// `[ip6]:port`), canonical; `None` if it is not one.
+pub fn canonical_ip(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_matches(|c| c == ' ' || c == '\t');
+    let ip: IpAddr = if let Ok(ip) = text.parse() {
+        ip
+    } else if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
+        sa.ip()
+    } else {
+        text.strip_prefix('[')?.strip_suffix(']')?.parse().ok()?
+    };
+    Some(ip.to_canonical().to_string().into_bytes())
+}
+
+fn trim(mut v: Vec<u8>) -> Vec<u8> {
+    let start = v
+        .iter()
+        .position(|b| *b != b' ' && *b != b'\t')
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| *b != b' ' && *b != b'\t')
+        .map_or(start, |i| i.saturating_add(1));
+    v.truncate(end);
+    v.drain(..start.min(end));
+    v
+}
+
+fn bound(joined: Vec<u8>) -> String {
+    let joined = if joined.len() <= MAX_CLIENT_KEY_BYTES
+        && joined.iter().all(|b| (0x20..0x7f).contains(b))
+    {
+        match String::from_utf8(joined) {
+            Ok(s) => return s,
+            Err(e) => e.into_bytes(),
+        }
+    } else {
+        joined
+    };
+    let digest = Sha256::digest(&joined);
+    let mut out = String::with_capacity(33);
+    out.push('#');
+    for b in digest.iter().take(16) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// `fmt::Write` into a byte vector (for the decimal lengths).
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Req {
+        headers: Vec<(&'static str, &'static [u8])>,
+        source: Option<&'static str>,
+        path: Option<&'static str>,
+        method: Option<&'static str>,
+        authority: Option<&'static str>,
+    }
+
+    impl RequestView for Req {
+        fn header(&self, name: &str) -> Option<Vec<u8>> {
+            self.headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_vec())
+        }
+        fn forwarded_for(&self) -> Vec<Vec<u8>> {
+            self.headers
+                .iter()
+                .filter(|(n, _)| *n == "x-forwarded-for")
+                .map(|(_, v)| v.to_vec())
+                .collect()
+        }
+        fn source_address(&self) -> Option<Vec<u8>> {
+            self.source.map(|s| s.as_bytes().to_vec())
+        }
+        fn path(&self) -> Option<&[u8]> {
+            self.path.map(str::as_bytes)
+        }
+        fn method(&self) -> Option<&[u8]> {
+            self.method.map(str::as_bytes)
+        }
+        fn authority(&self) -> Option<&[u8]> {
+            self.authority.map(str::as_bytes)
+        }
+    }
+
+    fn xff(hops: u8) -> Vec<KeyPart> {
+        vec![KeyPart::ClientAddress { trusted_hops: hops }]
+    }
+
+    #[test]
+    fn header_path_method_host_and_composite() {
+        let req = Req {
+            headers: vec![("x-api-key", b"  k1\t")],
+            path: Some("/api/items?page=2"),
+            method: Some("GET"),
+            authority: Some("API.Example.com:8443"),
+            ..Default::default()
+        };
+        let parts = vec![
+            KeyPart::Header("x-api-key".into()),
+            KeyPart::Path,
+            KeyPart::Method,
+            KeyPart::Host,
+        ];
+        assert_eq!(
+            client_key(&parts, &req).unwrap(),
+            "2:k110:/api/items3:GET15:api.example.com"
+        );
+        assert_eq!(client_key(&[], &req).unwrap(), "", "no parts: one bucket");
+        let missing = vec![KeyPart::Header("x-user".into())];
+        assert_eq!(client_key(&missing, &req), None);
+        let empty = Req {
+            headers: vec![("x-user", b"  ")],
+            ..Default::default()
+        };
+        assert_eq!(
+            client_key(&missing, &empty),
+            None,
+            "blank counts as missing"
+        );
+    }
+
+    #[test]
+    fn composite_parts_cannot_collide() {
+        let parts = vec![KeyPart::Header("a".into()), KeyPart::Header("b".into())];
+        let one = Req {
+            headers: vec![("a", b"x:1"), ("b", b"y")],
+            ..Default::default()
+        };
+        let two = Req {
+            headers: vec![("a", b"x"), ("b", b"1:y")],
+            ..Default::default()
+        };
+        let (k1, k2) = (
+            client_key(&parts, &one).unwrap(),
+            client_key(&parts, &two).unwrap(),
+        );
+        assert_ne!(k1, k2);
+        assert_eq!((k1.as_str(), k2.as_str()), ("3:x:11:y", "1:x3:1:y"));
+    }
+
+    #[test]
+    fn client_address_from_the_peer_without_port() {
+        for (source, want) in [
+            ("192.0.2.7:54321", "192.0.2.7"),
+            ("[2001:db8:0:0::1]:443", "2001:db8::1"),
+            ("[::ffff:192.0.2.9]:1", "192.0.2.9"),
+            ("2001:db8::2", "2001:db8::2"),
+        ] {
+            let req = Req {
+                source: Some(source),
+                headers: vec![("x-forwarded-for", b"203.0.113.1")],
+                ..Default::default()
+            };
+            assert_eq!(
+                client_key(&xff(0), &req).unwrap(),
+                format!("{}:{want}", want.len())
+            );
+        }
+        let req = Req {
+            source: Some("not-an-address"),
+            ..Default::default()
+        };
+        assert_eq!(client_key(&xff(0), &req), None);
+    }
+
+    #[test]
+    fn client_address_from_x_forwarded_for_with_trusted_hops() {
+        // client -> proxy A (appends client) -> proxy B (appends A) -> gateway
+        let req = Req {
+            source: Some("10.0.0.2:1000"),
+            headers: vec![
+                ("x-forwarded-for", b"6.6.6.6, 198.51.100.4"),
+                ("x-forwarded-for", b" 10.0.0.1 "),
+            ],
+            ..Default::default()
+        };
+        let key = |hops| client_key(&xff(hops), &req);
+        assert_eq!(key(1).as_deref(), Some("8:10.0.0.1"));
+        assert_eq!(key(2).as_deref(), Some("12:198.51.100.4"));
+        assert_eq!(
+            key(3).as_deref(),
+            Some("7:6.6.6.6"),
+            "spoofable: trust fewer hops"
+        );
+        assert_eq!(key(4), None, "fewer entries than trusted hops");
+        let odd = Req {
+            headers: vec![("x-forwarded-for", b"unknown, [2001:db8::5]:80")],
+            ..Default::default()
+        };
+        assert_eq!(client_key(&xff(1), &odd).as_deref(), Some("11:2001:db8::5"));
+        assert_eq!(client_key(&xff(2), &odd), None, "not an address");
+        assert_eq!(client_key(&xff(1), &Req::default()), None, "no header");
+    }
+
+    #[test]
+    fn long_or_binary_keys_are_hashed() {
+        let long: &'static [u8] = Box::leak(vec![b'a'; 200].into_boxed_slice());
+        let req = Req {
+            headers: vec![("k", long), ("bin", b"\xff\x00x"), ("short", b"abc")],
+            ..Default::default()
+        };
+        let h = |name: &str| client_key(&[KeyPart::Header(name.into())], &req).unwrap();
+        let hashed = h("k");
+        // SHA-256 of "200:" + "a" x 200, first 16 bytes (Python hashlib).
+        assert_eq!(hashed, "#8edec72f4bf3a184120df4a780d597c7");
+        assert_eq!(hashed.len(), 33);
+        assert!(h("bin").starts_with('#'));
+        assert_eq!(h("short"), "3:abc");
+        let longest = shared_key(
+            &key_prefix(&"z".repeat(32), &"r".repeat(32), 15),
+            &"x".repeat(MAX_CLIENT_KEY_BYTES),
+        );
+        assert!(longest.len() <= MAX_SHARED_KEY_BYTES, "{}", longest.len());
+        assert_eq!(
+            shared_key(&key_prefix("default", "per-user", 0), "3:abc"),
+            "ratelimit/default/per-user/0/3:abc"
+        );
+        assert_eq!(zone_key("default"), "ratelimit/default/~zone");
+    }
+}

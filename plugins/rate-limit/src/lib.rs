@@ -1,0 +1,21 @@
+//! rate-limit: request rate limits whose state lives in proxy-wasm shared data, updated with
+//! compare-and-swap, so that a limit holds for the whole gateway rather than per worker VM.
+//!
+//! - [`config`]: the plugin configuration (JSON) and its checks.
+//! - [`algorithm`]: token bucket and fixed window, pure functions of (state, now, weight).
+//! - [`state`]: the compact binary encoding of the shared-data values.
+//! - [`key`]: the client key of a request and the shared-data keys.
+//! - [`limiter`]: the CAS loop, key creation under the zone lock, several limits per rule.
+//! - [`headers`]: RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and
+//!   Retry-After.
+//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+
+pub mod algorithm;
+pub mod config;
+pub mod headers;
+pub mod key;
+pub mod limiter;
+pub mod state;
+
+#[cfg(target_arch = "wasm32")]
+mod filter;

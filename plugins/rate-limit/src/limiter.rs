@@ -1,0 +1,394 @@
+//! The limiter: a request's limits checked and charged in proxy-wasm shared data with CAS, so that
+//! a limit holds for the whole gateway and not per worker. Host-free: it runs against any
+//! [`SharedStore`] (the host's shared data, or `MemoryStore` in tests) with the time passed in.
+//!
+//! # Normal path
+//!
+//! For each limit of the rule, in order: one read (value + CAS token), decode, apply the algorithm.
+//! If a limit refuses, the request is refused and **nothing is written** (later limits are not
+//! read). If all admit, each new state is written with the CAS token just read: one read and at
+//! most one CAS write per limit per request, no scan.
+//!
+//! A CAS mismatch means another worker wrote the key in between: re-read, re-apply, retry, at most
+//! `cas_retries` times after the first attempt. Then `on_contention` decides: `allow` admits the
+//! request without charging the remaining limits (fail-open), `deny` refuses it and gives back
+//! what it had already charged (fail-closed). Every retry is counted.
+//!
+//! # Several limits
+//!
+//! A request is admitted only if every limit admits it. A refused request consumes nothing: limits
+//! are read before anything is written. The only window is a race: limit 1 committed, then limit
+//! 2's CAS fails and its re-read refuses. Then limit 1's units are refunded with a CAS update
+//! (best effort, `cas_retries` bound; a failed refund is counted and leaves those units consumed:
+//! under-admission, never over-admission).
+//!
+//! # Key creation (the first-insert problem)
+//!
+//! In Envoy, reading a missing key gives no CAS token and a write without one is applied
+//! unconditionally (so is a write with any token to a missing key), so two workers that both
+//! find a key missing would both "create" it and the later write would erase what the earlier
+//! one admitted. Keys are therefore created under a lock held in the zone record
+//! (`ratelimit/<zone>/~zone`, which exists from `on_configure` on): take the lock with a CAS
+//! write, read the key again, write its initial state only if it is still missing, release the
+//! lock (CAS) while counting the key. Every creator holds the lock while it checks and writes,
+//! so a key is created exactly once; the update that follows is a normal CAS update. Creation
+//! costs four reads and four writes, once per key.
+//!
+//! **Bound that remains.** The lock is a lease of [`CREATION_LEASE_MS`] (so that a VM that
+//! disappeared while holding it cannot block creation forever). Over-admission on a fresh key
+//! needs one of two events:
+//! 1. a worker thread that took the lock is stalled (descheduled) for longer than the lease
+//!    between reading the key as missing and writing its initial state (two consecutive host
+//!    calls), while another worker takes the expired lock and creates the key; or
+//! 2. the zone record itself is created twice: every VM writes it in `on_configure` if missing,
+//!    and a late write can release a lock just taken or reset the key count, only during
+//!    start-up, before the zone has any key.
+//!
+//! In either case, the late initial write resets the key to its initial state (a full bucket, an
+//! empty window) once; each worker that saw the key missing writes at most once, so a key is reset
+//! at most `workers − 1` times, and each reset gives back at most one `capacity` of units (the
+//! bucket's deficit, the window's count). Hence over-admission ≤ `(workers − 1) × capacity` per
+//! key, and 0 unless a worker stalls for the lease inside those two host calls or the reset lands
+//! during start-up. Under ngx_wasm_module a write without CAS never overwrites an existing key, so the
+//! bound there is 0.
+//!
+//! # Memory
+//!
+//! A zone holds at most `max_keys` client keys, counted in the zone record under the creation
+//! lock (exact, except in case 2 above). Once full, a new client is charged in its rule limit's
+//! overflow bucket (`…/~overflow`), shared by all new clients (counted). Windows reuse their key:
+//! a fixed window rewrites the window start in place, a token bucket its timestamp. Keys are
+//! never deleted (Envoy's shared data has no delete), so the count only grows until the gateway
+//! restarts.
+
+use tollgate_common::shared_data::{cas_update, SharedStore};
+
+use crate::algorithm::{Decision, Limit, State, CLOCK_TOLERANCE_MS};
+use crate::state::{decode, encode, ZoneRecord};
+
+/// How long the key-creation lock is held at most (milliseconds).
+pub const CREATION_LEASE_MS: u64 = 2_000;
+
+/// What a request gets when CAS retries run out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnContention {
+    /// Admitted (fail-open); limits not yet charged are not charged.
+    #[default]
+    Allow,
+    /// Refused (fail-closed); what was charged is refunded.
+    Deny,
+}
+
+/// The limiter's settings (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    /// `ratelimit/<zone>/~zone`.
+    pub zone_key: &'a str,
+    /// Retries after the first attempt, per CAS loop.
+    pub cas_retries: u32,
+    /// Policy when retries run out.
+    pub on_contention: OnContention,
+    /// Largest number of client keys in the zone.
+    pub max_keys: u64,
+}
+
+/// One limit to charge for a request.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    /// The limit.
+    pub limit: &'a Limit,
+    /// Its shared-data key for this client (replaced by the overflow key when the zone is full).
+    pub key: String,
+    /// The rule limit's overflow bucket.
+    pub overflow_key: &'a str,
+    /// Whether creating `key` counts against `max_keys` (client keys yes, shared buckets no).
+    pub counted: bool,
+}
+
+/// The outcome for the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every limit admitted it: the decisions in limit order.
+    Allowed(Vec<Decision>),
+    /// Limit `index` refused it; nothing stays charged.
+    Limited {
+        /// Index of the refusing limit.
+        index: usize,
+        /// Its decision.
+        decision: Decision,
+    },
+    /// CAS retries ran out and `on_contention` is `allow`.
+    ContentionAllowed,
+    /// CAS retries ran out and `on_contention` is `deny`.
+    ContentionDenied,
+}
+
+/// What happened, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// CAS mismatches and creation-lock waits.
+    pub cas_retries: u32,
+    /// Keys this request created.
+    pub keys_created: u32,
+    /// Limits charged in the overflow bucket because the zone was full.
+    pub overflowed: u32,
+    /// Refunds that ran out of retries (units left consumed).
+    pub refund_failures: u32,
+    /// Creation locks found taken over when releasing them (lease exceeded).
+    pub lock_lost: u32,
+}
+
+/// The verdict and the statistics of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The outcome.
+    pub verdict: Verdict,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// A read that could not complete within the retry budget.
+struct Contended;
+
+/// Checks and charges a request of `weight` units at `now_ms` (Unix ms) against `targets` (the
+/// limits of its rule, in order). See the module documentation.
+pub fn check<S: SharedStore + ?Sized>(
+    store: &S,
+    settings: &Settings<'_>,
+    targets: &mut [Target<'_>],
+    now_ms: u64,
+    weight: u64,
+) -> Report {
+    let mut stats = Stats::default();
+    let attempts = settings.cas_retries.saturating_add(1);
+    let mut pending: Vec<(State, Decision, Option<u32>)> = Vec::with_capacity(targets.len());
+    for (index, target) in targets.iter_mut().enumerate() {
+        let Ok((state, cas)) = read(store, settings, target, now_ms, &mut stats) else {
+            return contention(store, settings, &[], &[], weight, stats);
+        };
+        let (next, decision) = target.limit.apply(state, now_ms, weight);
+        if !decision.allowed {
+            return Report {
+                verdict: Verdict::Limited { index, decision },
+                stats,
+            };
+        }
+        pending.push((next, decision, cas));
+    }
+    let mut decisions: Vec<Decision> = Vec::with_capacity(targets.len());
+    for (index, &(mut next, mut decision, mut cas)) in pending.iter().enumerate() {
+        let Some((charged, rest)) = targets.split_at_mut_checked(index) else {
+            break;
+        };
+        let Some(target) = rest.first_mut() else {
+            break;
+        };
+        let mut tries = 1u32;
+        loop {
+            if store
+                .set(&target.key, &encode(target.limit, &next), cas)
+                .is_ok()
+            {
+                decisions.push(decision);
+                break;
+            }
+            stats.cas_retries = stats.cas_retries.saturating_add(1);
+            if tries >= attempts {
+                return contention(store, settings, charged, &decisions, weight, stats);
+            }
+            tries = tries.saturating_add(1);
+            let Ok((state, fresh_cas)) = read(store, settings, target, now_ms, &mut stats) else {
+                return contention(store, settings, charged, &decisions, weight, stats);
+            };
+            (next, decision) = target.limit.apply(state, now_ms, weight);
+            cas = fresh_cas;
+            if !decision.allowed {
+                refund(store, settings, charged, &decisions, weight, &mut stats);
+                return Report {
+                    verdict: Verdict::Limited { index, decision },
+                    stats,
+                };
+            }
+        }
+    }
+    Report {
+        verdict: Verdict::Allowed(decisions),
+        stats,
+    }
+}
+
+/// Creates the zone record if it is missing (the root context calls this in `on_configure`,
+/// before the worker serves requests). Returns whether this call wrote it.
+pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> bool {
+    if store.get(zone_key).0.is_some() {
+        return false;
+    }
+    store
+        .set(zone_key, &ZoneRecord::default().encode(), None)
+        .is_ok()
+}
+
+fn contention<S: SharedStore + ?Sized>(
+    store: &S,
+    settings: &Settings<'_>,
+    charged: &[Target<'_>],
+    decisions: &[Decision],
+    weight: u64,
+    mut stats: Stats,
+) -> Report {
+    let verdict = match settings.on_contention {
+        OnContention::Allow => Verdict::ContentionAllowed,
+        OnContention::Deny => {
+            refund(store, settings, charged, decisions, weight, &mut stats);
+            Verdict::ContentionDenied
+        }
+    };
+    Report { verdict, stats }
+}
+
+/// The current state of `target` and its CAS token, creating the key if it is missing (and
+/// switching to the overflow bucket if the zone is full).
+fn read<S: SharedStore + ?Sized>(
+    store: &S,
+    settings: &Settings<'_>,
+    target: &mut Target<'_>,
+    now_ms: u64,
+    stats: &mut Stats,
+) -> Result<(State, Option<u32>), Contended> {
+    // At most: the client key, then the overflow bucket.
+    for _ in 0..2 {
+        let (value, cas) = store.get(&target.key);
+        if let Some(value) = value {
+            let state = decode(target.limit, &value).unwrap_or_else(|| target.limit.initial());
+            return Ok((state, cas));
+        }
+        let initial = encode(target.limit, &target.limit.initial());
+        match create(
+            store,
+            settings,
+            &target.key,
+            &initial,
+            target.counted,
+            now_ms,
+            stats,
+        )? {
+            Created::Ready => {}
+            Created::ZoneFull => {
+                stats.overflowed = stats.overflowed.saturating_add(1);
+                target.key = target.overflow_key.to_string();
+                target.counted = false;
+                continue;
+            }
+        }
+        let (value, cas) = store.get(&target.key);
+        return match value {
+            Some(value) => Ok((
+                decode(target.limit, &value).unwrap_or_else(|| target.limit.initial()),
+                cas,
+            )),
+            None => Err(Contended),
+        };
+    }
+    Err(Contended)
+}
+
+enum Created {
+    Ready,
+    ZoneFull,
+}
+
+/// Creates `key` with `initial` exactly once, under the zone's creation lock (see the module
+/// documentation).
+fn create<S: SharedStore + ?Sized>(
+    store: &S,
+    settings: &Settings<'_>,
+    key: &str,
+    initial: &[u8],
+    counted: bool,
+    now_ms: u64,
+    stats: &mut Stats,
+) -> Result<Created, Contended> {
+    let attempts = settings.cas_retries.saturating_add(1);
+    let mut failures = 0u32;
+    // One more turn for creating a missing zone record.
+    for _ in 0..attempts.saturating_add(1) {
+        let (value, zone_cas) = store.get(settings.zone_key);
+        let Some(value) = value else {
+            let _ = store.set(settings.zone_key, &ZoneRecord::default().encode(), None);
+            continue;
+        };
+        let zone = ZoneRecord::decode(&value).unwrap_or_default();
+        if counted && zone.keys >= settings.max_keys {
+            return Ok(Created::ZoneFull);
+        }
+        let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
+        // Held unless expired. Another worker's clock may be a little ahead of ours; a lock
+        // further ahead than a lease plus that tolerance is stale (the clock was set back) and is
+        // taken over too, so that a clock step cannot block creation.
+        let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
+        let held = zone.locked_until_ms > now_ms && zone.locked_until_ms <= stale_after;
+        let locked = ZoneRecord {
+            keys: zone.keys,
+            locked_until_ms: lease_end,
+        }
+        .encode();
+        if held || zone_cas.is_none() || store.set(settings.zone_key, &locked, zone_cas).is_err() {
+            stats.cas_retries = stats.cas_retries.saturating_add(1);
+            failures = failures.saturating_add(1);
+            if failures >= attempts {
+                return Err(Contended);
+            }
+            continue;
+        }
+        // Lock held: check and create.
+        let created = store.get(key).0.is_none() && store.set(key, initial, None).is_ok();
+        if created {
+            stats.keys_created = stats.keys_created.saturating_add(1);
+        }
+        let (now_value, release_cas) = store.get(settings.zone_key);
+        let released = ZoneRecord {
+            keys: if created && counted {
+                zone.keys.saturating_add(1)
+            } else {
+                zone.keys
+            },
+            locked_until_ms: 0,
+        }
+        .encode();
+        if now_value.as_deref() != Some(&locked[..])
+            || store
+                .set(settings.zone_key, &released, release_cas)
+                .is_err()
+        {
+            stats.lock_lost = stats.lock_lost.saturating_add(1);
+        }
+        return Ok(Created::Ready);
+    }
+    Err(Contended)
+}
+
+/// Gives back `weight` units to each of `charged` (their decisions in `decisions`).
+fn refund<S: SharedStore + ?Sized>(
+    store: &S,
+    settings: &Settings<'_>,
+    charged: &[Target<'_>],
+    decisions: &[Decision],
+    weight: u64,
+    stats: &mut Stats,
+) {
+    let attempts = settings.cas_retries.saturating_add(1);
+    for (target, decision) in charged.iter().zip(decisions) {
+        let limit = target.limit;
+        let result = cas_update(store, &target.key, attempts, |value| {
+            let state = decode(limit, value?)?;
+            Some(encode(limit, &limit.refund(state, weight, decision)).to_vec())
+        });
+        match result {
+            Ok(retries) => stats.cas_retries = stats.cas_retries.saturating_add(retries),
+            Err(c) => {
+                stats.cas_retries = stats.cas_retries.saturating_add(c.retries);
+                stats.refund_failures = stats.refund_failures.saturating_add(1);
+            }
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! The limiter against the in-memory shared data, under Envoy's and ngx_wasm_module's CAS rules:
+//! operation counts, several limits, refunds, contention policies, the key bound, and the
+//! first-insert handling with a worker paused at chosen host calls.
+
+// A test crate: its helpers (outside #[test] functions, which clippy.toml already covers) may
+// unwrap, index and panic.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::unreachable
+)]
+
+use std::cell::{Cell, RefCell};
+
+use tollgate_common::shared_data::{CasMismatch, MemoryStore, Semantics, SharedStore};
+use tollgate_rate_limit::algorithm::{Limit, Period, State};
+use tollgate_rate_limit::limiter::{
+    check, ensure_zone, OnContention, Settings, Target, Verdict, CREATION_LEASE_MS,
+};
+use tollgate_rate_limit::state::{decode, encode, ZoneRecord};
+
+const T0: u64 = 1_700_006_400_000; // Unix ms, aligned on the day
+const ZONE: &str = "ratelimit/t/~zone";
+const BOTH: [Semantics; 2] = [Semantics::Envoy, Semantics::NgxWasm];
+
+fn settings(cas_retries: u32, on_contention: OnContention, max_keys: u64) -> Settings<'static> {
+    Settings {
+        zone_key: ZONE,
+        cas_retries,
+        on_contention,
+        max_keys,
+    }
+}
+
+fn store(semantics: Semantics) -> MemoryStore {
+    let s = MemoryStore::new(semantics);
+    assert!(ensure_zone(&s, ZONE));
+    assert!(!ensure_zone(&s, ZONE), "only once");
+    s
+}
+
+fn targets<'a>(limits: &'a [Limit], client: &str) -> Vec<Target<'a>> {
+    limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Target {
+            limit: l,
+            key: format!("ratelimit/t/r/{i}/{client}"),
+            overflow_key: OVERFLOW[i],
+            counted: true,
+        })
+        .collect()
+}
+
+const OVERFLOW: [&str; 4] = [
+    "ratelimit/t/r/0/~overflow",
+    "ratelimit/t/r/1/~overflow",
+    "ratelimit/t/r/2/~overflow",
+    "ratelimit/t/r/3/~overflow",
+];
+
+fn run<S: SharedStore + ?Sized>(
+    s: &S,
+    st: &Settings<'_>,
+    limits: &[Limit],
+    client: &str,
+    now: u64,
+    weight: u64,
+) -> Verdict {
+    check(s, st, &mut targets(limits, client), now, weight).verdict
+}
+
+fn allowed(v: &Verdict) -> bool {
+    matches!(v, Verdict::Allowed(_))
+}
+
+fn zone(s: &MemoryStore) -> ZoneRecord {
+    ZoneRecord::decode(&s.get(ZONE).0.unwrap()).unwrap()
+}
+
+fn state(s: &MemoryStore, limit: &Limit, key: &str) -> State {
+    decode(limit, &s.get(key).0.unwrap()).unwrap()
+}
+
+#[test]
+fn exact_and_one_read_at_most_one_write_per_limit_once_the_key_exists() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 100);
+        let limits = [Limit::fixed_window(5, Period::Minute).unwrap()];
+        assert!(
+            allowed(&run(&s, &st, &limits, "alice", T0, 1)),
+            "creates the key"
+        );
+        assert_eq!(
+            zone(&s),
+            ZoneRecord {
+                keys: 1,
+                locked_until_ms: 0
+            }
+        );
+        let mut admitted = 1;
+        for i in 0..20 {
+            let before = s.ops();
+            let v = run(&s, &st, &limits, "alice", T0 + i, 1);
+            let after = s.ops();
+            assert_eq!(after.reads - before.reads, 1, "{sem:?}: one read");
+            if allowed(&v) {
+                admitted += 1;
+                assert_eq!(after.writes - before.writes, 1, "one CAS write");
+            } else {
+                assert_eq!(after.writes - before.writes, 0, "a refusal writes nothing");
+                let Verdict::Limited { index, decision } = v else {
+                    panic!("{v:?}")
+                };
+                assert_eq!(index, 0);
+                assert_eq!(decision.remaining, 0);
+                assert_eq!(decision.retry_after_ms, 60_000 - i);
+            }
+        }
+        assert_eq!(admitted, 5);
+        assert_eq!(
+            s.len(),
+            2,
+            "the zone record and one key: the window reuses its key"
+        );
+        assert!(
+            allowed(&run(&s, &st, &limits, "alice", T0 + 60_000, 1)),
+            "next window"
+        );
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.keys()[0].1, 21, "state value: 21 bytes");
+    }
+}
+
+#[test]
+fn keys_are_isolated() {
+    let s = store(Semantics::Envoy);
+    let st = settings(8, OnContention::Allow, 100);
+    let limits = [Limit::token_bucket(3, 1, Period::Hour).unwrap()];
+    for client in ["a", "b"] {
+        let n = (0..10)
+            .filter(|_| allowed(&run(&s, &st, &limits, client, T0, 1)))
+            .count();
+        assert_eq!(n, 3, "{client}");
+    }
+    assert_eq!(zone(&s).keys, 2);
+}
+
+#[test]
+fn a_refused_request_consumes_nothing_from_other_limits() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 100);
+        // The second limit refuses first: the first limit must not lose units.
+        let limits = [
+            Limit::fixed_window(10, Period::Minute).unwrap(),
+            Limit::fixed_window(2, Period::Minute).unwrap(),
+        ];
+        let verdicts: Vec<Verdict> = (0..5).map(|_| run(&s, &st, &limits, "c", T0, 1)).collect();
+        assert_eq!(verdicts.iter().filter(|v| allowed(v)).count(), 2);
+        assert!(matches!(verdicts[2], Verdict::Limited { index: 1, .. }));
+        let first = state(&s, &limits[0], "ratelimit/t/r/0/c");
+        assert_eq!(
+            first,
+            State::FixedWindow {
+                window_start_ms: T0,
+                count: 2
+            }
+        );
+        // The first refuses: the second is not even read.
+        let limits = [
+            Limit::token_bucket(1, 1, Period::Day).unwrap(),
+            Limit::fixed_window(10, Period::Minute).unwrap(),
+        ];
+        assert!(allowed(&run(&s, &st, &limits, "d", T0, 1)));
+        let before = s.ops();
+        assert!(matches!(
+            run(&s, &st, &limits, "d", T0, 1),
+            Verdict::Limited { index: 0, .. }
+        ));
+        assert_eq!(
+            (s.ops().reads - before.reads, s.ops().writes - before.writes),
+            (1, 0)
+        );
+    }
+}
+
+/// A store that calls `hook` before each operation (with the operation and key), so that a test
+/// can make "another worker" act between two host calls of the worker under test.
+struct Hooked<'a, F: Fn(&'static str, &str)> {
+    inner: &'a MemoryStore,
+    hook: F,
+}
+
+impl<F: Fn(&'static str, &str)> SharedStore for Hooked<'_, F> {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        (self.hook)("get", key);
+        self.inner.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+        (self.hook)("set", key);
+        self.inner.set(key, value, cas)
+    }
+}
+
+#[test]
+fn a_race_between_read_and_commit_refunds_the_earlier_limits() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 100);
+        let limits = [
+            Limit::token_bucket(5, 1, Period::Day).unwrap(),
+            Limit::fixed_window(3, Period::Minute).unwrap(),
+        ];
+        assert!(allowed(&run(&s, &st, &limits, "e", T0, 1)));
+        // Before our commit of limit 1, another worker fills limit 1's window.
+        let fired = Cell::new(false);
+        let hooked = Hooked {
+            inner: &s,
+            hook: |op, key| {
+                if op == "set" && key.ends_with("/1/e") && !fired.replace(true) {
+                    let full = State::FixedWindow {
+                        window_start_ms: T0,
+                        count: 3,
+                    };
+                    let (_, cas) = s.get(key);
+                    s.set(key, &encode(&limits[1], &full), cas).unwrap();
+                }
+            },
+        };
+        let report = check(&hooked, &st, &mut targets(&limits, "e"), T0, 1);
+        assert!(
+            matches!(report.verdict, Verdict::Limited { index: 1, .. }),
+            "{report:?}"
+        );
+        assert!(report.stats.cas_retries >= 1);
+        assert_eq!(report.stats.refund_failures, 0);
+        let bucket = state(&s, &limits[0], "ratelimit/t/r/0/e");
+        assert_eq!(
+            bucket,
+            State::TokenBucket {
+                level: 4 * 86_400_000,
+                updated_at_ms: T0
+            },
+            "{sem:?}: limit 0 refunded: 4 units left, as after the first request"
+        );
+    }
+}
+
+/// A store whose every write to `victim` is preceded by another worker's write to it.
+struct Meddler<'a> {
+    inner: &'a MemoryStore,
+    victim: &'a str,
+}
+
+impl SharedStore for Meddler<'_> {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        self.inner.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+        if key == self.victim {
+            let (current, token) = self.inner.get(key);
+            if let Some(current) = current {
+                self.inner.set(key, &current, token).unwrap();
+            }
+        }
+        self.inner.set(key, value, cas)
+    }
+}
+
+#[test]
+fn contention_follows_the_policy_and_counts_retries() {
+    for sem in BOTH {
+        let limits = [
+            Limit::fixed_window(100, Period::Minute).unwrap(),
+            Limit::fixed_window(100, Period::Minute).unwrap(),
+        ];
+        for (policy, retries) in [
+            (OnContention::Allow, 0),
+            (OnContention::Allow, 2),
+            (OnContention::Deny, 3),
+        ] {
+            let s = store(sem);
+            let st = settings(retries, policy, 100);
+            assert!(allowed(&run(&s, &st, &limits, "f", T0, 1)));
+            let meddler = Meddler {
+                inner: &s,
+                victim: "ratelimit/t/r/1/f",
+            };
+            let report = check(&meddler, &st, &mut targets(&limits, "f"), T0, 1);
+            assert_eq!(report.stats.cas_retries, retries + 1, "{sem:?} {policy:?}");
+            let count0 = |s: &MemoryStore| match state(s, &limits[0], "ratelimit/t/r/0/f") {
+                State::FixedWindow { count, .. } => count,
+                other => panic!("{other:?}"),
+            };
+            match policy {
+                OnContention::Allow => {
+                    assert_eq!(report.verdict, Verdict::ContentionAllowed);
+                    assert_eq!(count0(&s), 2, "fail-open keeps what was charged");
+                }
+                OnContention::Deny => {
+                    assert_eq!(report.verdict, Verdict::ContentionDenied);
+                    assert_eq!(count0(&s), 1, "fail-closed refunds limit 0");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn beyond_max_keys_new_clients_share_the_overflow_bucket() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 2);
+        let limits = [Limit::fixed_window(2, Period::Minute).unwrap()];
+        let mut overflowed = 0;
+        let mut admitted = std::collections::BTreeMap::new();
+        for client in ["a", "b", "c", "d", "a", "b", "c", "d", "c", "d"] {
+            let report = check(&s, &st, &mut targets(&limits, client), T0, 1);
+            overflowed += report.stats.overflowed;
+            *admitted.entry(client).or_insert(0) += u32::from(allowed(&report.verdict));
+        }
+        assert_eq!(zone(&s).keys, 2, "{sem:?}: exactly max_keys client keys");
+        assert_eq!(overflowed, 6, "c and d, three requests each");
+        assert_eq!((admitted["a"], admitted["b"]), (2, 2));
+        assert_eq!(admitted["c"] + admitted["d"], 2, "one bucket of 2 for both");
+        let keys: Vec<String> = s.keys().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "ratelimit/t/r/0/a",
+                "ratelimit/t/r/0/b",
+                "ratelimit/t/r/0/~overflow",
+                ZONE
+            ]
+        );
+        // Shared buckets (overflow, missing key) are not counted against max_keys.
+        let mut shared = vec![Target {
+            limit: &limits[0],
+            key: "ratelimit/t/r/0/~missing".into(),
+            overflow_key: OVERFLOW[0],
+            counted: false,
+        }];
+        assert!(allowed(&check(&s, &st, &mut shared, T0, 1).verdict));
+        assert_eq!(zone(&s).keys, 2);
+    }
+}
+
+#[test]
+fn bad_bytes_in_shared_data_read_as_a_fresh_state() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 100);
+        let limits = [Limit::fixed_window(2, Period::Minute).unwrap()];
+        s.set("ratelimit/t/r/0/g", br#"{"count":99}"#, None)
+            .unwrap();
+        let v = run(&s, &st, &limits, "g", T0, 1);
+        assert!(allowed(&v), "{v:?}");
+        let Verdict::Allowed(d) = v else {
+            unreachable!()
+        };
+        assert_eq!(d[0].remaining, 1);
+        // A state of other parameters (the configuration changed) reads as fresh too.
+        let other = Limit::fixed_window(3, Period::Minute).unwrap();
+        let v = run(&s, &st, &[other], "g", T0, 1);
+        let Verdict::Allowed(d) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(d[0].remaining, 2);
+        // A garbage zone record is replaced, not trusted.
+        s.set(ZONE, b"garbage", None).ok();
+        let s2 = MemoryStore::new(sem);
+        s2.set(ZONE, b"garbage", None).unwrap();
+        assert!(allowed(&run(&s2, &st, &limits, "h", T0, 1)));
+        assert_eq!(zone(&s2).keys, 1);
+    }
+}
+
+/// While a worker holds the creation lock, others cannot create the key: they wait (retries)
+/// and then follow the contention policy. No lost update, under both semantics.
+#[test]
+fn the_creation_lock_excludes_other_creators() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(3, OnContention::Allow, 100);
+        let limits = [Limit::fixed_window(2, Period::Minute).unwrap()];
+        let other = RefCell::new(None);
+        let hooked = Hooked {
+            inner: &s,
+            hook: |op, key| {
+                // The worker under test holds the lock and is about to read the missing key.
+                if op == "get"
+                    && key == "ratelimit/t/r/0/k"
+                    && zone(&s).locked_until_ms != 0
+                    && other.borrow().is_none()
+                {
+                    let report = check(&s, &st, &mut targets(&limits, "k"), T0 + 5, 1);
+                    *other.borrow_mut() = Some(report);
+                }
+            },
+        };
+        let ours = check(&hooked, &st, &mut targets(&limits, "k"), T0, 1);
+        let theirs = other.borrow_mut().take().unwrap();
+        assert_eq!(theirs.verdict, Verdict::ContentionAllowed, "{sem:?}");
+        assert_eq!(theirs.stats.cas_retries, 4, "1 + cas_retries lock waits");
+        assert!(allowed(&ours.verdict));
+        assert_eq!(ours.stats.keys_created, 1);
+        assert_eq!(ours.stats.lock_lost, 0);
+        assert_eq!(
+            zone(&s),
+            ZoneRecord {
+                keys: 1,
+                locked_until_ms: 0
+            }
+        );
+        assert_eq!(
+            (0..5)
+                .filter(|_| allowed(&run(&s, &st, &limits, "k", T0, 1)))
+                .count(),
+            1
+        );
+    }
+}
+
+/// The documented residual: a worker stalled for longer than the lease between reading the key
+/// as missing and writing its initial state. Another worker takes the expired lock, creates the
+/// key and admits a full quota; the stalled worker's late initial write then resets the key
+/// (Envoy) once. Over-admission: at most one quota per stalled worker. ngx_wasm_module refuses
+/// the late write: no over-admission.
+#[test]
+fn residual_bound_a_creator_stalled_beyond_the_lease() {
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(3, OnContention::Allow, 100);
+        let quota = 3u64;
+        let limits = [Limit::fixed_window(quota, Period::Hour).unwrap()];
+        let admitted_by_other = Cell::new(0u64);
+        let hooked = Hooked {
+            inner: &s,
+            hook: |op, key| {
+                // Stalled with the lock, having read the key as missing, about to write it.
+                if op == "set" && key == "ratelimit/t/r/0/k" && admitted_by_other.get() == 0 {
+                    let later = T0 + CREATION_LEASE_MS + 1;
+                    let n = (0..10)
+                        .filter(|_| allowed(&run(&s, &st, &limits, "k", later, 1)))
+                        .count();
+                    admitted_by_other.set(n as u64);
+                }
+            },
+        };
+        let ours = check(&hooked, &st, &mut targets(&limits, "k"), T0, 1);
+        assert_eq!(
+            admitted_by_other.get(),
+            quota,
+            "the other worker took the expired lock"
+        );
+        assert_eq!(ours.stats.lock_lost, 1, "we notice the takeover (counted)");
+        let later = (0..10)
+            .filter(|_| allowed(&run(&s, &st, &limits, "k", T0 + 10, 1)))
+            .count() as u64;
+        let total = admitted_by_other.get() + u64::from(allowed(&ours.verdict)) + later;
+        let over = total - quota;
+        match sem {
+            Semantics::Envoy => {
+                assert!(over > 0, "the residual exists: documented, not hidden");
+                assert!(
+                    over <= quota,
+                    "at most one quota per stalled worker (here 1)"
+                );
+            }
+            Semantics::NgxWasm => assert_eq!(over, 0),
+        }
+    }
+}
+
+#[test]
+fn the_zone_record_is_created_on_demand_if_missing() {
+    for sem in BOTH {
+        let s = MemoryStore::new(sem);
+        let st = settings(0, OnContention::Deny, 100);
+        let limits = [Limit::fixed_window(1, Period::Minute).unwrap()];
+        assert!(allowed(&run(&s, &st, &limits, "z", T0, 1)));
+        assert_eq!(zone(&s).keys, 1);
+    }
+}
+
+/// A lock a little ahead of our clock is another worker's (held); one far ahead is stale (the
+/// clock was set back) and is taken over, so that a clock step cannot block key creation.
+#[test]
+fn clock_skew_and_clock_steps_around_the_creation_lock() {
+    for sem in BOTH {
+        let limits = [Limit::fixed_window(2, Period::Minute).unwrap()];
+        let st = settings(2, OnContention::Deny, 100);
+        for (ahead, held) in [
+            (CREATION_LEASE_MS + 500, true),
+            (3_600_000, false),
+            (0, false),
+        ] {
+            let s = store(sem);
+            let (_, cas) = s.get(ZONE);
+            let locked = ZoneRecord {
+                keys: 0,
+                locked_until_ms: T0 + ahead,
+            };
+            s.set(ZONE, &locked.encode(), cas).unwrap();
+            let v = run(&s, &st, &limits, "m", T0, 1);
+            if held {
+                assert_eq!(v, Verdict::ContentionDenied, "{sem:?} {ahead}");
+                assert_eq!(s.get("ratelimit/t/r/0/m").0, None);
+            } else {
+                assert!(allowed(&v), "{sem:?} {ahead}: {v:?}");
+                assert_eq!(
+                    zone(&s),
+                    ZoneRecord {
+                        keys: 1,
+                        locked_until_ms: 0
+                    }
+                );
+            }
+        }
+    }
+}
