@@ -255,3 +255,20 @@ def test_every_envoy_configuration_validates(host):
     for path in configs:
         r = host.validate(path)
         assert r.returncode == 0, (path.name, r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_non_utf8_header_bytes_never_trap_the_filter(gateway, keys):
+    """obs-text (bytes 0x80-0xFF, RFC 9110 section 5.5) reaches the filter; it must answer, not trap."""
+    token = keys.token("RS256")
+    cases = [
+        {"authorization": "Bearer \xff\xfe." + token},
+        {"authorization": "Bearer " + token, "x-jwt-sub": "\xff"},
+        {"cookie": "session_jwt=\xff\xfe"},
+    ]
+    statuses = []
+    for headers in cases:
+        r = requests.get(gateway.url + "/anything", headers=headers, timeout=10)  # latin-1 on the wire
+        statuses.append(r.status_code)
+    assert statuses == [401, 200, 401], statuses
+    assert gateway.alive()
+    assert upstream_saw(get(gateway, token=token))["x-jwt-sub"] == ["alice"]

@@ -1,10 +1,12 @@
-//! Thin helpers over the proxy-wasm ABI (`proxy_get_current_time_nanoseconds`,
-//! `proxy_send_local_response`, `proxy_define_metric`), shared by the filters' glue.
+//! Thin helpers over the proxy-wasm ABI, shared by the filters' glue. They never trap: the SDK's
+//! trait helpers (`get_http_request_header`, `get_shared_data`, `get_plugin_configuration`, ...)
+//! `unwrap()` host errors and non-UTF-8 header values, which a client controls, so filters call
+//! these instead.
 
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::MetricType;
+use proxy_wasm::types::{BufferType, MapType, MetricType};
 
 /// The host's wall clock in Unix seconds (0 if the host answers before 1970 or not at all).
 pub fn now_unix_secs() -> u64 {
@@ -43,4 +45,72 @@ pub fn count(id: Option<u32>) {
     if let Some(id) = id {
         let _ = hostcalls::increment_metric(id, 1);
     }
+}
+
+/// Adds `n` to a counter defined with [`define_counter`].
+pub fn count_n(id: Option<u32>, n: u64) {
+    if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
+        if n > 0 {
+            let _ = hostcalls::increment_metric(id, n);
+        }
+    }
+}
+
+/// The host's wall clock in Unix milliseconds (0 if unavailable).
+pub fn now_unix_millis() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The plugin configuration bytes (empty if none or on a host error).
+pub fn plugin_configuration() -> Vec<u8> {
+    hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// A request header's raw value; `None` when absent or on a host error.
+pub fn request_header_bytes(name: &str) -> Option<Vec<u8>> {
+    hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
+        .ok()
+        .flatten()
+}
+
+/// A request header's value as text: bytes that are not UTF-8 (obs-text, RFC 9110 section 5.5)
+/// become U+FFFD, so such a value can never equal a configured ASCII string or parse as a token.
+pub fn request_header(name: &str) -> Option<String> {
+    request_header_bytes(name).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Sets (`Some`) or removes (`None`) a request header; a host error is logged.
+pub fn set_request_header(name: &str, value: Option<&str>) {
+    if let Err(e) = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value) {
+        log::warn!("could not set request header {name}: {e:?}");
+    }
+}
+
+/// Adds a response header; a host error is logged.
+pub fn add_response_header(name: &str, value: &str) {
+    if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+        log::warn!("could not add response header {name}: {e:?}");
+    }
+}
+
+/// A header of the response to a `dispatch_http_call`, as text (see [`request_header`]).
+pub fn http_call_response_header(name: &str) -> Option<String> {
+    hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, name)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The body of the response to a `dispatch_http_call`, at most `max` bytes (bytes).
+pub fn http_call_response_body(max: usize) -> Vec<u8> {
+    hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, max)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }

@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType, LogLevel};
-use tollgate_common::host::{count, define_counter, now_unix_secs, send_json_error};
+use tollgate_common::host::{
+    count, define_counter, http_call_response_body, http_call_response_header, now_unix_secs,
+    plugin_configuration, request_header, send_json_error, set_request_header,
+};
 use tollgate_common::http::split_path_query;
 use tollgate_common::metrics::metric_name;
+use tollgate_common::shared_data::{HostSharedData, SharedStore};
 
 use crate::cache::VerifiedCache;
 use crate::config::{Action, Config, KeySource, RemoteJwks};
@@ -121,14 +125,14 @@ impl JwtAuthRoot {
             remote.path
         );
         let key = remote.shared_data_key();
-        let (previous, _) = self.get_shared_data(&key);
+        let (previous, _) = HostSharedData.get(&key);
         let record = after_fetch(
             now_unix_secs(),
             previous.as_deref(),
             None,
             remote.retry_seconds,
         );
-        let _ = self.set_shared_data(&key, Some(&record.encode()), None);
+        let _ = HostSharedData.set(&key, &record.encode(), None);
     }
 }
 
@@ -154,26 +158,20 @@ impl Context for JwtAuthRoot {
             }
             None => return,
         };
-        let status = self
-            .get_http_call_response_header(":status")
-            .unwrap_or_default();
+        let status = http_call_response_header(":status").unwrap_or_default();
         if status != "200" {
             return self.fetch_failed(&remote, &format!("status {status:?}"));
         }
         if body_size > MAX_JWKS_BYTES {
             return self.fetch_failed(&remote, "response too large");
         }
-        let body = self
-            .get_http_call_response_body(0, body_size)
-            .unwrap_or_default();
+        let body = http_call_response_body(body_size);
         if let Err(e) = KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
             return self.fetch_failed(&remote, &e);
         }
         let now = now_unix_secs();
         let record = after_fetch(now, None, Some(&body), remote.retry_seconds);
-        if let Err(e) =
-            self.set_shared_data(&remote.shared_data_key(), Some(&record.encode()), None)
-        {
+        if let Err(e) = HostSharedData.set(&remote.shared_data_key(), &record.encode(), None) {
             log::warn!("jwt-auth: could not store the JWKS in shared data: {e:?}");
         }
         self.install(idx, now, &body);
@@ -182,7 +180,7 @@ impl Context for JwtAuthRoot {
 
 impl RootContext for JwtAuthRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = self.get_plugin_configuration().unwrap_or_default();
+        let bytes = plugin_configuration();
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
@@ -212,7 +210,10 @@ impl RootContext for JwtAuthRoot {
             config,
         }));
         if !self.remotes.is_empty() {
-            self.set_tick_period(TICK);
+            if let Err(e) = proxy_wasm::hostcalls::set_tick_period(TICK) {
+                log::error!("jwt-auth: cannot set the tick period for remote JWKS: {e:?}");
+                return false;
+            }
         }
         true
     }
@@ -225,7 +226,7 @@ impl RootContext for JwtAuthRoot {
             };
             let remote = state.remote.clone();
             let key = remote.shared_data_key();
-            let (value, cas) = self.get_shared_data(&key);
+            let (value, cas) = HostSharedData.get(&key);
             let timeout_s = remote.timeout_ms.div_ceil(1000);
             let plan = plan_tick(
                 now,
@@ -241,7 +242,7 @@ impl RootContext for JwtAuthRoot {
             let Some(lease) = plan.take_lease else {
                 continue;
             };
-            if in_flight || self.set_shared_data(&key, Some(&lease), cas).is_err() {
+            if in_flight || HostSharedData.set(&key, &lease, cas).is_err() {
                 continue; // another VM holds the lease, or this one is already fetching
             }
             let headers = vec![
@@ -288,7 +289,7 @@ impl JwtAuthHttp {
         // The fast path skips pseudo-headers no rule needs; the log line wants them anyway.
         let fetch = |given: &str, name: &str| {
             if given.is_empty() {
-                self.get_http_request_header(name).unwrap_or_default()
+                request_header(name).unwrap_or_default()
             } else {
                 given.to_string()
             }
@@ -340,12 +341,12 @@ impl HttpContext for JwtAuthHttp {
         let config = &shared.config;
         // Headers this filter writes are never taken from the client.
         for h in &config.output_headers {
-            self.set_http_request_header(h, None);
+            set_request_header(h, None);
         }
         let needs = config.needs;
         let get = |name: &str, needed: bool| {
             if needed {
-                self.get_http_request_header(name).unwrap_or_default()
+                request_header(name).unwrap_or_default()
             } else {
                 String::new()
             }
@@ -359,8 +360,7 @@ impl HttpContext for JwtAuthHttp {
             count(shared.counters.bypass);
             return HostAction::Continue;
         };
-        let Some(found) = extract(locations, |name| self.get_http_request_header(name), query)
-        else {
+        let Some(found) = extract(locations, request_header, query) else {
             return self.deny(&shared, Reason::MissingToken, &method, path);
         };
         let now = now_unix_secs();
@@ -379,14 +379,14 @@ impl HttpContext for JwtAuthHttp {
             return self.deny(&shared, reason, &method, path);
         }
         for (name, value) in &verified.headers {
-            self.set_http_request_header(name, Some(value));
+            set_request_header(name, Some(value));
         }
         let forward = config
             .providers
             .get(verified.provider)
             .is_some_and(|p| p.forward);
         if let (false, TokenLocation::Header { name, .. }) = (forward, &found.location) {
-            self.set_http_request_header(name, None);
+            set_request_header(name, None);
         }
         count(shared.counters.ok);
         HostAction::Continue
