@@ -6,12 +6,14 @@
 
 use std::cell::OnceCell;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType};
-use tollgate_common::host::{count, define_counter, send_json_error};
+use tollgate_common::host::{
+    add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
+    request_header_bytes, send_json_error,
+};
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::HostSharedData;
 
@@ -72,26 +74,12 @@ impl RuleCounters {
     }
 
     fn add_stats(&self, stats: &Stats) {
-        add(self.cas_retries, stats.cas_retries);
-        add(self.keys_created, stats.keys_created);
-        add(self.overflowed, stats.overflowed);
-        add(self.refund_failures, stats.refund_failures);
-        add(self.locks_lost, stats.lock_lost);
+        count_n(self.cas_retries, u64::from(stats.cas_retries));
+        count_n(self.keys_created, u64::from(stats.keys_created));
+        count_n(self.overflowed, u64::from(stats.overflowed));
+        count_n(self.refund_failures, u64::from(stats.refund_failures));
+        count_n(self.locks_lost, u64::from(stats.lock_lost));
     }
-}
-
-fn add(id: Option<u32>, n: u32) {
-    if let (Some(id), true) = (id, n > 0) {
-        let _ = hostcalls::increment_metric(id, i64::from(n));
-    }
-}
-
-/// The host's wall clock in Unix milliseconds (0 if unavailable).
-fn now_ms() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What the root context shares with its HTTP contexts.
@@ -109,14 +97,7 @@ impl Context for RateLimitRoot {}
 
 impl RootContext for RateLimitRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = hostcalls::get_buffer(
-            proxy_wasm::types::BufferType::PluginConfiguration,
-            0,
-            usize::MAX,
-        )
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+        let bytes = plugin_configuration();
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
@@ -161,15 +142,9 @@ struct HostRequest {
     authority: OnceCell<Option<Vec<u8>>>,
 }
 
-fn request_header(name: &str) -> Option<Vec<u8>> {
-    hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-        .ok()
-        .flatten()
-}
-
 impl RequestView for HostRequest {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        request_header(name)
+        request_header_bytes(name)
     }
 
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
@@ -188,18 +163,20 @@ impl RequestView for HostRequest {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        self.path.get_or_init(|| request_header(":path")).as_deref()
+        self.path
+            .get_or_init(|| request_header_bytes(":path"))
+            .as_deref()
     }
 
     fn method(&self) -> Option<&[u8]> {
         self.method
-            .get_or_init(|| request_header(":method"))
+            .get_or_init(|| request_header_bytes(":method"))
             .as_deref()
     }
 
     fn authority(&self) -> Option<&[u8]> {
         self.authority
-            .get_or_init(|| request_header(":authority"))
+            .get_or_init(|| request_header_bytes(":authority"))
             .as_deref()
     }
 }
@@ -267,7 +244,13 @@ impl RateLimitHttp {
             on_contention: config.on_contention,
             max_keys: config.max_keys,
         };
-        let report = check(&HostSharedData, &settings, &mut targets, now_ms(), weight);
+        let report = check(
+            &HostSharedData,
+            &settings,
+            &mut targets,
+            now_unix_millis(),
+            weight,
+        );
         counters.add_stats(&report.stats);
         match report.verdict {
             Verdict::Allowed(decisions) => {
@@ -347,12 +330,8 @@ impl HttpContext for RateLimitHttp {
             (self.response_headers.take(), self.shared.as_ref())
         {
             if let Some(rule) = shared.config.rules.get(index) {
-                let _ = hostcalls::add_map_value(
-                    MapType::HttpResponseHeaders,
-                    RATELIMIT_POLICY,
-                    &rule.policy_header,
-                );
-                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, RATELIMIT, &value);
+                add_response_header(RATELIMIT_POLICY, &rule.policy_header);
+                add_response_header(RATELIMIT, &value);
             }
         }
         Action::Continue
