@@ -2,8 +2,11 @@
 //! algorithm (RFC 7518 section 3.1), so that a token can only be checked with a key of its own
 //! algorithm (no algorithm confusion, no `none`).
 
+use base64::Engine as _;
 use jwt_simple::prelude::*;
 use serde_json::{Map, Value};
+
+use crate::rsa::{RsaHash, RsaPublicKey};
 
 /// Claims as parsed by jwt-simple: registered claims typed, every other claim in the map.
 pub type Claims = JWTClaims<Map<String, Value>>;
@@ -70,15 +73,44 @@ enum Material {
     HS256(HS256Key),
     HS384(HS384Key),
     HS512(HS512Key),
-    RS256(RS256PublicKey),
-    RS384(RS384PublicKey),
-    RS512(RS512PublicKey),
-    PS256(PS256PublicKey),
-    PS384(PS384PublicKey),
-    PS512(PS512PublicKey),
+    /// RS*/PS*: parsed by jwt-simple (JWK, PEM), verified by [`crate::rsa`].
+    Rsa(RsaPublicKey, RsaHash, RsaPadding),
     ES256(ES256PublicKey),
     ES384(ES384PublicKey),
     EdDSA(Ed25519PublicKey),
+}
+
+#[derive(Clone, Copy)]
+enum RsaPadding {
+    Pkcs1v15,
+    Pss,
+}
+
+impl Alg {
+    fn rsa_params(self) -> Option<(RsaHash, RsaPadding)> {
+        Some(match self {
+            Alg::RS256 => (RsaHash::Sha256, RsaPadding::Pkcs1v15),
+            Alg::RS384 => (RsaHash::Sha384, RsaPadding::Pkcs1v15),
+            Alg::RS512 => (RsaHash::Sha512, RsaPadding::Pkcs1v15),
+            Alg::PS256 => (RsaHash::Sha256, RsaPadding::Pss),
+            Alg::PS384 => (RsaHash::Sha384, RsaPadding::Pss),
+            Alg::PS512 => (RsaHash::Sha512, RsaPadding::Pss),
+            _ => return None,
+        })
+    }
+}
+
+/// An RSA key for `alg` from the modulus and exponent jwt-simple parsed.
+fn rsa_material(
+    alg: Alg,
+    c: &jwt_simple::algorithms::RSAPublicKeyComponents,
+) -> Result<Material, String> {
+    let (hash, padding) = alg
+        .rsa_params()
+        .ok_or_else(|| format!("{alg:?} is not an RSA algorithm"))?;
+    let key =
+        RsaPublicKey::from_components(&c.n, &c.e).map_err(|e| format!("unusable RSA key: {e}"))?;
+    Ok(Material::Rsa(key, hash, padding))
 }
 
 /// One key, usable with exactly one algorithm.
@@ -122,12 +154,12 @@ impl VerifyingKey {
     pub fn from_pem(alg: Alg, pem: &str, kid: Option<String>) -> Result<Self, String> {
         let e = |err: jwt_simple::Error| format!("not a valid {alg:?} public key in PEM: {err}");
         let material = match alg {
-            Alg::RS256 => Material::RS256(RS256PublicKey::from_pem(pem).map_err(e)?),
-            Alg::RS384 => Material::RS384(RS384PublicKey::from_pem(pem).map_err(e)?),
-            Alg::RS512 => Material::RS512(RS512PublicKey::from_pem(pem).map_err(e)?),
-            Alg::PS256 => Material::PS256(PS256PublicKey::from_pem(pem).map_err(e)?),
-            Alg::PS384 => Material::PS384(PS384PublicKey::from_pem(pem).map_err(e)?),
-            Alg::PS512 => Material::PS512(PS512PublicKey::from_pem(pem).map_err(e)?),
+            Alg::RS256 | Alg::RS384 | Alg::RS512 | Alg::PS256 | Alg::PS384 | Alg::PS512 => {
+                rsa_material(
+                    alg,
+                    &RS256PublicKey::from_pem(pem).map_err(e)?.to_components(),
+                )?
+            }
             Alg::ES256 => Material::ES256(ES256PublicKey::from_pem(pem).map_err(e)?),
             Alg::ES384 => Material::ES384(ES384PublicKey::from_pem(pem).map_err(e)?),
             Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_pem(pem).map_err(e)?),
@@ -142,12 +174,30 @@ impl VerifyingKey {
     fn from_jwk(alg: Alg, jwk: &str, kid: Option<String>) -> Result<Self, String> {
         let e = |err: jwt_simple::Error| format!("not a valid {alg:?} JWK: {err}");
         let material = match alg {
-            Alg::RS256 => Material::RS256(RS256PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::RS384 => Material::RS384(RS384PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::RS512 => Material::RS512(RS512PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::PS256 => Material::PS256(PS256PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::PS384 => Material::PS384(PS384PublicKey::from_jwk(jwk).map_err(e)?),
-            Alg::PS512 => Material::PS512(PS512PublicKey::from_jwk(jwk).map_err(e)?),
+            Alg::RS256 => rsa_material(
+                alg,
+                &RS256PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
+            Alg::RS384 => rsa_material(
+                alg,
+                &RS384PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
+            Alg::RS512 => rsa_material(
+                alg,
+                &RS512PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
+            Alg::PS256 => rsa_material(
+                alg,
+                &PS256PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
+            Alg::PS384 => rsa_material(
+                alg,
+                &PS384PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
+            Alg::PS512 => rsa_material(
+                alg,
+                &PS512PublicKey::from_jwk(jwk).map_err(e)?.to_components(),
+            )?,
             Alg::ES256 => Material::ES256(ES256PublicKey::from_jwk(jwk).map_err(e)?),
             Alg::ES384 => Material::ES384(ES384PublicKey::from_jwk(jwk).map_err(e)?),
             Alg::EdDSA => Material::EdDSA(Ed25519PublicKey::from_jwk(jwk).map_err(e)?),
@@ -175,18 +225,44 @@ impl VerifyingKey {
             Material::HS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::HS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::HS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::RS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::RS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::RS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::PS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::PS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::PS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
+            Material::Rsa(k, hash, padding) => return verify_rsa(k, *hash, *padding, token),
             Material::ES256(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::ES384(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::EdDSA(k) => k.verify_token::<Map<String, Value>>(token, opts),
         };
         result.map_err(|e| SignatureError::Invalid(e.to_string()))
     }
+}
+
+/// RS*/PS* (RFC 7518 sections 3.3 and 3.5): the signature over `header.payload` checked by
+/// [`crate::rsa`], then the payload parsed into jwt-simple's claims type. The caller has already
+/// matched the header's `alg` to this key and refused `crit` (as jwt-simple does for the others).
+fn verify_rsa(
+    key: &RsaPublicKey,
+    hash: RsaHash,
+    padding: RsaPadding,
+    token: &str,
+) -> Result<Claims, SignatureError> {
+    let b64 = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let invalid = |what: &str| SignatureError::Invalid(what.to_string());
+    let (signing_input, signature) = token
+        .rsplit_once('.')
+        .ok_or_else(|| invalid("not a compact JWS"))?;
+    let (_, payload) = signing_input
+        .split_once('.')
+        .ok_or_else(|| invalid("not a compact JWS"))?;
+    let signature = b64
+        .decode(signature)
+        .map_err(|_| invalid("signature is not base64url"))?;
+    let checked = match padding {
+        RsaPadding::Pkcs1v15 => key.verify_pkcs1v15(hash, signing_input.as_bytes(), &signature),
+        RsaPadding::Pss => key.verify_pss(hash, signing_input.as_bytes(), &signature),
+    };
+    checked.map_err(|e| SignatureError::Invalid(e.to_string()))?;
+    let payload = b64
+        .decode(payload)
+        .map_err(|_| invalid("payload is not base64url"))?;
+    serde_json::from_slice(&payload).map_err(|e| SignatureError::Invalid(format!("claims: {e}")))
 }
 
 /// The keys of one provider.

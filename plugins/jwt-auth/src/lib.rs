@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`keys`]: HMAC secrets, PEM keys and JWKS, one algorithm per key.
+//! - [`rsa`]: RSA signature verification fast enough for Wasm (the RS*/PS* hot path).
 //! - [`token`]: where a request carries its token.
 //! - [`verify`]: signature, claims and route checks; the reasons for refusals.
 //! - [`cache`]: the per-VM verified-token cache.
@@ -13,6 +14,7 @@ pub mod cache;
 pub mod config;
 pub mod jwks;
 pub mod keys;
+pub mod rsa;
 pub mod token;
 pub mod verify;
 

@@ -212,6 +212,10 @@ pub fn verify<'k>(
     }
     let meta = Token::decode_metadata(token).map_err(|_| Reason::Malformed)?;
     let alg = Alg::from_name(meta.algorithm()).ok_or(Reason::UnsupportedAlg)?;
+    // No `crit` extension is understood, so a token that lists any is refused (RFC 7515 4.1.11).
+    if meta.critical().is_some_and(|c| !c.is_empty()) {
+        return Err(Reason::Malformed);
+    }
     let provider_id = choose_provider(config, token)?;
     let provider = config
         .providers
