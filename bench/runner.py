@@ -105,26 +105,36 @@ def machine() -> dict:
 
 
 def run(name: str, variants: list[Variant], scenarios: list[Scenario], connections: list[int], comparisons: list[Comparison],
-        workers: int | list[int] = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False) -> dict:
+        workers: int | list[int] = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False,
+        upstream_names: list[str] | None = None, prepare: Callable[[dict[str, object]], None] | None = None) -> dict:
     """Runs the matrix and writes bench/results/<name>.json and .md; returns the results.
 
     `workers` may be a list: every variant then runs once per worker count, all interleaved in
-    the same rounds, and ratios compare variants at the same worker count."""
+    the same rounds, and ratios compare variants at the same worker count.
+
+    `upstream_names`: one demo upstream per name, passed to `Variant.spec` as {name: port}
+    (default: one, named "upstream"). `prepare(gateways)`, if given, runs once every gateway is
+    up and before any measurement, with {variant name: a gateway of that variant}; it may fill
+    in scenario headers that need a live gateway (e.g. a cookie minted by a first response)."""
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     if smoke:
         rounds, seconds, warmup, connections = 1, 1, 0, connections[:1]
     workdir = BENCH / "results" / "tmp" / name
     workdir.mkdir(parents=True, exist_ok=True)
-    upstream = DemoUpstream("bench-upstream", workdir, cpus=LOAD_CPUS)
+    upstreams: dict[str, DemoUpstream] = {}
     host = EnvoyHost(workdir)
     gateways = {}
     raw: list[dict] = []
     try:
+        for n in upstream_names or ["upstream"]:
+            upstreams[n] = DemoUpstream("bench-upstream" if upstream_names is None else n, workdir, cpus=LOAD_CPUS)
         for v in variants:
             for w in worker_counts:
-                spec = v.spec({"upstream": upstream.port})
+                spec = v.spec({n: u.port for n, u in upstreams.items()})
                 spec.workers = w
                 gateways[(v.name, w)] = host.start(spec, log_level="warn", cpus=GATEWAY_CPUS if w == 1 else None)
+        if prepare is not None:
+            prepare({vname: g for (vname, _), g in gateways.items()})
         for sc in scenarios:
             for (vname, _), g in gateways.items():
                 v = next(x for x in variants if x.name == vname)
@@ -155,7 +165,8 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
     finally:
         for g in gateways.values():
             g.stop()
-        upstream.stop()
+        for u in upstreams.values():
+            u.stop()
     results = {"name": name, "machine": machine(), "workers": workers, "rounds": rounds, "seconds": seconds, "smoke": smoke,
                "raw": raw, "ratios": ratios(raw, comparisons), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     # Not Path.with_suffix: it would turn NAME.smoke into NAME.json, overwriting the real results.

@@ -112,7 +112,7 @@ class GatewaySpec:
     """What a test needs from a gateway, independent of the host."""
 
     filters: list[FilterSpec | EnvoyNativeFilter]
-    upstreams: dict[str, int]  # cluster name -> port on 127.0.0.1; the first is the default route
+    upstreams: dict[str, int | list[int]]  # cluster name -> port(s) on 127.0.0.1 (a list: one endpoint each); the first is the default route
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
 
@@ -171,10 +171,11 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
             "connect_timeout": "1s",
             "load_assignment": {
                 "cluster_name": name,
-                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
+                                                for p in (ports if isinstance(ports, list) else [ports])]}],
             },
         }
-        for name, port in spec.upstreams.items()
+        for name, ports in spec.upstreams.items()
     ]
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},

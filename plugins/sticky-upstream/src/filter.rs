@@ -1,0 +1,208 @@
+//! proxy-wasm glue: the root context (configuration, counters, random draws) and the HTTP
+//! context (one request), a thin shell over [`crate::sticky`].
+//!
+//! Per request on the sticky-read path (a valid cookie): one `Cookie` header read, one cookie
+//! parse, one HMAC verification, one request-header write (`proxy_replace_header_map_value`, which
+//! also overwrites a copy sent by the client), one counter increment; on the response, one
+//! `:status` read (skipped when `repin_statuses` is empty).
+//!
+//! Header values are read as bytes (`proxy_get_header_map_value` gives bytes; the SDK's `String`
+//! getters unwrap `String::from_utf8` and would trap on a non-UTF-8 value, which HTTP allows as
+//! obs-text, and a trap leaves Envoy's VM failed: every later request on that worker gets 503).
+//! The `Cookie` value is converted lossily: the filter's own cookie is ASCII, so replacing
+//! invalid sequences elsewhere in the header cannot change it.
+//!
+//! Routing: Envoy resolves the route before the filter chain runs and caches it, but its Wasm
+//! host clears the route cache whenever a filter adds, replaces or removes a request header
+//! (`Context::replaceHeaderMapValue` calls `clearRouteCache()` for request headers), so the
+//! router re-evaluates `cluster_header` with the value written here. No explicit
+//! `clear_route_cache` call is needed (the end-to-end tests check it).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel};
+use tollgate_common::host::{count, define_counter, now_unix_secs, send_json_error};
+use tollgate_common::metrics::metric_name;
+
+use crate::choose::Draws;
+use crate::config::{ChooseBy, Config};
+use crate::sticky::{after_response, decide, Decision, Outcome, ResponseAction};
+
+const METRIC: &str = "tollgate_sticky_upstream_requests_total";
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(StickyRoot::default()) });
+}}
+
+/// What the root context shares with its HTTP contexts.
+struct Shared {
+    config: Config,
+    /// Counter ids, indexed by `Outcome as usize`.
+    counters: [Option<u32>; Outcome::ALL.len()],
+    draws: RefCell<Draws>,
+}
+
+impl Shared {
+    fn count(&self, outcome: Outcome) {
+        count(self.counters.get(outcome as usize).copied().flatten());
+    }
+
+    fn draw(&self) -> u64 {
+        self.draws.borrow_mut().next_u64()
+    }
+}
+
+#[derive(Default)]
+struct StickyRoot {
+    shared: Option<Rc<Shared>>,
+}
+
+impl Context for StickyRoot {}
+
+impl RootContext for StickyRoot {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        // Not the SDK's `get_plugin_configuration`, which unwraps host errors.
+        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let config = match Config::parse(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("sticky-upstream: {e}");
+                return false;
+            }
+        };
+        let mut counters = [None; Outcome::ALL.len()];
+        for o in Outcome::ALL {
+            if let Some(slot) = counters.get_mut(o as usize) {
+                *slot = define_counter(&metric_name(METRIC, &[("result", o.as_str())]));
+            }
+        }
+        self.shared = Some(Rc::new(Shared {
+            config,
+            counters,
+            draws: RefCell::new(Draws::from_platform()),
+        }));
+        true
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(StickyHttp {
+            shared: self.shared.clone(),
+            decision: None,
+        }))
+    }
+}
+
+struct StickyHttp {
+    shared: Option<Rc<Shared>>,
+    decision: Option<Decision>,
+}
+
+impl StickyHttp {
+    /// The value of the configured `hash_header`, if the configuration chooses by hash.
+    fn hash_key(&self, config: &Config) -> Option<Vec<u8>> {
+        match &config.choose_by {
+            ChooseBy::HashHeader(h) => self.get_http_request_header_bytes(h),
+            ChooseBy::Weighted => None,
+        }
+    }
+}
+
+impl Context for StickyHttp {}
+
+impl HttpContext for StickyHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(shared) = self.shared.clone() else {
+            log::error!("sticky-upstream: no configuration; refusing the request");
+            send_json_error(
+                500,
+                &[],
+                "internal_error",
+                "sticky-upstream is not configured",
+            );
+            return Action::Pause;
+        };
+        let config = &shared.config;
+        let cookie = self.get_http_request_header_bytes("cookie");
+        let cookie = cookie.as_deref().map(String::from_utf8_lossy);
+        let decision = decide(
+            config,
+            cookie.as_deref(),
+            now_unix_secs(),
+            || self.hash_key(config),
+            || shared.draw(),
+        );
+        let Some(decision) = decision.filter(|d| config.upstream_name(d.upstream).is_some()) else {
+            // Unreachable with a valid configuration (the total weight is positive); never
+            // route on a client's copy of the header.
+            self.set_http_request_header(&config.route_header, None);
+            send_json_error(503, &[], "no_upstream", "no upstream can take the request");
+            return Action::Pause;
+        };
+        // Replaces every copy the client may have sent (the host's replace removes the others).
+        self.set_http_request_header(
+            &config.route_header,
+            config.upstream_name(decision.upstream),
+        );
+        shared.count(decision.outcome);
+        self.decision = Some(decision);
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let (Some(shared), Some(decision)) = (self.shared.clone(), self.decision) else {
+            return Action::Continue;
+        };
+        let config = &shared.config;
+        let status = if config.repin_statuses.is_empty() {
+            None
+        } else {
+            self.get_http_response_header_bytes(":status")
+                .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
+        };
+        let action = after_response(
+            config,
+            &decision,
+            status,
+            || {
+                // Envoy: `via_upstream` when the upstream answered; anything else (or a host
+                // without the property) is the proxy's own answer. Not the SDK's
+                // `get_property`, which unwraps host errors.
+                hostcalls::get_property(vec!["response", "code_details"])
+                    .ok()
+                    .flatten()
+                    .is_none_or(|details| details != b"via_upstream")
+            },
+            || self.hash_key(config),
+            || shared.draw(),
+        );
+        let upstream = match action {
+            ResponseAction::Keep => return Action::Continue,
+            ResponseAction::SetCookie(u) => u,
+            ResponseAction::Repin(u) => {
+                log::info!(
+                    "sticky-upstream: status {} from upstream {:?}: re-pinning the client to {:?}",
+                    status.unwrap_or(0),
+                    config.upstream_name(decision.upstream).unwrap_or("?"),
+                    config.upstream_name(u).unwrap_or("?")
+                );
+                shared.count(Outcome::Repinned);
+                u
+            }
+        };
+        if let Some(set_cookie) = config.set_cookie(upstream, now_unix_secs()) {
+            self.add_http_response_header("set-cookie", &set_cookie);
+        }
+        Action::Continue
+    }
+}
