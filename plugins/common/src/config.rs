@@ -67,6 +67,23 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConfigError> {
     }
 }
 
+/// Whether `b` is an RFC 9110 section 5.6.2 `tchar` (also RFC 6265's cookie-name `token`).
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A header name from the configuration, lower-cased. Errors (naming `field`) unless it is a
+/// non-empty RFC 9110 section 5.1 token; pseudo-headers (`:path`) are therefore refused.
+pub fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
+    if name.is_empty() || !name.bytes().all(is_tchar) {
+        return Err(ConfigError::new(
+            field,
+            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +108,18 @@ mod tests {
         let err = parse_json::<Outer>(br#"{"rules":[{"limit":1},{"limit":"x"}]}"#).unwrap_err();
         assert_eq!(err.field, "rules[1].limit");
         assert!(err.to_string().contains("rules[1].limit"), "{err}");
+    }
+
+    #[test]
+    fn header_names_are_tokens() {
+        assert_eq!(header_name("X-Jwt-Sub", "f").unwrap(), "x-jwt-sub");
+        for bad in ["", ":path", "a b", "a\r\nb", "ü"] {
+            assert_eq!(
+                header_name(bad, "rules[0].header").unwrap_err().field,
+                "rules[0].header",
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

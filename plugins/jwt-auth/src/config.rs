@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use base64::Engine as _;
 use serde::Deserialize;
-use tollgate_common::config::ConfigError;
+use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::route::RouteMatch;
 
 use crate::keys::{Alg, KeySet, VerifyingKey};
@@ -440,21 +440,6 @@ fn require(providers: &[Provider], ids: Vec<usize>, audiences: HashSet<String>) 
         audiences,
         locations,
     }
-}
-
-fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
-    let ok = !name.is_empty()
-        && !name.starts_with(':')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if !ok {
-        return Err(ConfigError::new(
-            field,
-            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
-        ));
-    }
-    Ok(name.to_ascii_lowercase())
 }
 
 fn parse_alg(name: &str, field: &str) -> Result<Alg, ConfigError> {

@@ -31,7 +31,7 @@
 use std::collections::HashSet;
 
 use serde::Deserialize;
-use tollgate_common::config::ConfigError;
+use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::http::split_path_query;
 use tollgate_common::route::RouteMatch;
 
@@ -506,19 +506,4 @@ fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
             format!("{name:?} must be 1 to {MAX_NAME_BYTES} characters of A-Z a-z 0-9 . _ -"),
         ))
     }
-}
-
-/// A header field name (RFC 9110 section 5.1), lower case; pseudo-headers are refused.
-fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
-    let ok = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if !ok {
-        return Err(ConfigError::new(
-            field,
-            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
-        ));
-    }
-    Ok(name.to_ascii_lowercase())
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use base64::Engine as _;
 use serde::Deserialize;
-use tollgate_common::config::ConfigError;
+use tollgate_common::config::{header_name, is_tchar, ConfigError};
 
 use crate::choose::Chooser;
 use crate::cookie_value::{
@@ -259,11 +259,6 @@ impl Config {
     }
 }
 
-/// Whether `b` is an RFC 9110 section 5.6.2 `tchar` (also RFC 6265's cookie-name `token`).
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// Headers the route header must not be: framing and connection headers, and those the filter
 /// or the proxy rely on.
 const RESERVED_HEADERS: &[&str] = &[
@@ -279,16 +274,6 @@ const RESERVED_HEADERS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
 ];
-
-fn header_name(name: &str, field: &str) -> Result<String, ConfigError> {
-    if name.is_empty() || !name.bytes().all(is_tchar) {
-        return Err(ConfigError::new(
-            field,
-            format!("{name:?} is not a valid header name (RFC 9110 section 5.1)"),
-        ));
-    }
-    Ok(name.to_ascii_lowercase())
-}
 
 fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     if raw.upstreams.is_empty() {
