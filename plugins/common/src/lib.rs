@@ -9,6 +9,7 @@ pub mod http;
 pub mod metrics;
 pub mod route;
 pub mod shared_data;
+pub mod signals;
 
 #[cfg(target_arch = "wasm32")]
 pub mod host;

@@ -3,6 +3,7 @@
 //! token's `exp` has passed, and the whole cache when a provider's keys change.
 
 use std::num::NonZeroUsize;
+use std::rc::Rc;
 
 use lru::LruCache;
 
@@ -10,7 +11,7 @@ use crate::verify::Verified;
 
 /// Verified tokens by their compact serialization.
 pub struct VerifiedCache {
-    entries: Option<LruCache<String, Verified>>,
+    entries: Option<LruCache<String, Rc<Verified>>>,
 }
 
 impl VerifiedCache {
@@ -22,20 +23,20 @@ impl VerifiedCache {
     }
 
     /// The verified token, if cached and not past its `exp` at `now` (Unix seconds).
-    pub fn get(&mut self, token: &str, now: u64) -> Option<Verified> {
+    pub fn get(&mut self, token: &str, now: u64) -> Option<Rc<Verified>> {
         let entries = self.entries.as_mut()?;
         let hit = entries.get(token)?;
         if hit.expires_at.is_some_and(|exp| now > exp) {
             entries.pop(token);
             return None;
         }
-        Some(hit.clone())
+        Some(Rc::clone(hit))
     }
 
     /// Remembers a verified token.
-    pub fn insert(&mut self, token: &str, verified: &Verified) {
+    pub fn insert(&mut self, token: &str, verified: &Rc<Verified>) {
         if let Some(entries) = self.entries.as_mut() {
-            entries.put(token.to_string(), verified.clone());
+            entries.put(token.to_string(), Rc::clone(verified));
         }
     }
 
@@ -61,13 +62,13 @@ impl VerifiedCache {
 mod tests {
     use super::*;
 
-    fn verified(exp: Option<u64>) -> Verified {
-        Verified {
+    fn verified(exp: Option<u64>) -> Rc<Verified> {
+        Rc::new(Verified {
             provider: 0,
             expires_at: exp,
             audiences: vec![],
             headers: vec![],
-        }
+        })
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tollgate_common::host::{
 use tollgate_common::http::split_path_query;
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::{HostSharedData, SharedStore};
+use tollgate_common::signals;
 
 use crate::cache::VerifiedCache;
 use crate::config::{Action, Config, KeySource, RemoteJwks};
@@ -301,6 +302,7 @@ impl JwtAuthHttp {
             reason.as_str()
         );
         count(shared.counters.denied.get(&reason).copied().flatten());
+        signals::set(signals::JWT_AUTH_RESULT, reason.as_str());
         let challenge = reason.challenge();
         let error = if reason.status() == 403 {
             "forbidden"
@@ -323,9 +325,9 @@ impl JwtAuthHttp {
         shared: &Shared,
         token: &str,
         now: u64,
-    ) -> Result<crate::verify::Verified, Reason> {
+    ) -> Result<Rc<crate::verify::Verified>, Reason> {
         let remote = shared.remote_keys.borrow();
-        verify(&shared.config, |i| shared.key_set(i, &remote), token, now)
+        verify(&shared.config, |i| shared.key_set(i, &remote), token, now).map(Rc::new)
     }
 }
 
@@ -339,10 +341,6 @@ impl HttpContext for JwtAuthHttp {
             return HostAction::Pause;
         };
         let config = &shared.config;
-        // Headers this filter writes are never taken from the client.
-        for h in &config.output_headers {
-            set_request_header(h, None);
-        }
         let needs = config.needs;
         let get = |name: &str, needed: bool| {
             if needed {
@@ -357,7 +355,12 @@ impl HttpContext for JwtAuthHttp {
         let (path, query) = split_path_query(&target);
         let action = config.action_for(path, &method, &host);
         let Action::Require { locations, .. } = action else {
+            // Headers this filter writes are never taken from the client.
+            for h in &config.output_headers {
+                set_request_header(h, None);
+            }
             count(shared.counters.bypass);
+            signals::set(signals::JWT_AUTH_RESULT, "bypass");
             return HostAction::Continue;
         };
         let Some(found) = extract(locations, request_header, query) else {
@@ -378,8 +381,16 @@ impl HttpContext for JwtAuthHttp {
         if let Err(reason) = authorize(config, action, &verified, now) {
             return self.deny(&shared, reason, &method, path);
         }
-        for (name, value) in &verified.headers {
-            set_request_header(name, Some(value));
+        // Setting a header replaces every client copy; the other headers this filter writes are
+        // removed, so a client cannot forge any of them. (A refused request never reaches the
+        // upstream, so it needs neither.)
+        for h in &config.output_headers {
+            let value = verified
+                .headers
+                .iter()
+                .find(|(name, _)| name == h)
+                .map(|(_, v)| v.as_str());
+            set_request_header(h, value);
         }
         let forward = config
             .providers
@@ -389,6 +400,7 @@ impl HttpContext for JwtAuthHttp {
             set_request_header(name, None);
         }
         count(shared.counters.ok);
+        signals::set(signals::JWT_AUTH_RESULT, "ok");
         HostAction::Continue
     }
 }

@@ -16,6 +16,7 @@ use tollgate_common::host::{
 };
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::HostSharedData;
+use tollgate_common::signals;
 
 use crate::config::{Config, MissingKey, Rule};
 use crate::headers::{
@@ -181,6 +182,14 @@ impl RequestView for HostRequest {
     }
 }
 
+/// Counts a decision and publishes it for the metrics filter and access logs (see
+/// `tollgate_common::signals`).
+fn decided(counter: Option<u32>, decision: &str, rule: &str) {
+    count(counter);
+    signals::set(signals::RATE_LIMIT_DECISION, decision);
+    signals::set(signals::RATE_LIMIT_RULE, rule);
+}
+
 impl RateLimitHttp {
     fn refuse(&self, status: u32, headers: &[(&str, &str)], error: &str, message: &str) -> Action {
         send_json_error(status, headers, error, message);
@@ -197,7 +206,7 @@ impl RateLimitHttp {
             Some(name) => match rule.weight(req.header(name).as_deref()) {
                 Some(w) => w,
                 None => {
-                    count(counters.invalid_weight);
+                    decided(counters.invalid_weight, "invalid_weight", &rule.name);
                     let message = format!(
                         "header {name} must be a whole number of cost units from 1 to {}",
                         rule.max_weight
@@ -210,7 +219,11 @@ impl RateLimitHttp {
         if client.is_none() {
             match rule.missing_key {
                 MissingKey::Deny => {
-                    count(counters.missing_key_denied);
+                    decided(
+                        counters.missing_key_denied,
+                        "missing_key_denied",
+                        &rule.name,
+                    );
                     log::debug!("rate-limit: rule {}: request without its key", rule.name);
                     let message = format!(
                         "the request lacks what rate-limit rule {} is keyed by",
@@ -219,7 +232,11 @@ impl RateLimitHttp {
                     return self.refuse(config.status, &[], "rate_limit_key_missing", &message);
                 }
                 MissingKey::Allow => {
-                    count(counters.missing_key_allowed);
+                    decided(
+                        counters.missing_key_allowed,
+                        "missing_key_allowed",
+                        &rule.name,
+                    );
                     return Action::Continue;
                 }
                 MissingKey::Shared => {}
@@ -254,7 +271,7 @@ impl RateLimitHttp {
         counters.add_stats(&report.stats);
         match report.verdict {
             Verdict::Allowed(decisions) => {
-                count(counters.allowed);
+                decided(counters.allowed, "allowed", &rule.name);
                 if config.headers_on_allowed {
                     let mut value = String::with_capacity(32);
                     for (l, d) in rule.limits.iter().zip(&decisions) {
@@ -268,7 +285,7 @@ impl RateLimitHttp {
                 index: at,
                 decision,
             } => {
-                count(counters.limited);
+                decided(counters.limited, "limited", &rule.name);
                 let name = rule.limits.get(at).map_or(rule.name.as_str(), |l| &l.name);
                 let mut value = String::with_capacity(32);
                 push_service_limit(&mut value, name, &decision);
@@ -287,11 +304,15 @@ impl RateLimitHttp {
                 )
             }
             Verdict::ContentionAllowed => {
-                count(counters.contention_allowed);
+                decided(
+                    counters.contention_allowed,
+                    "contention_allowed",
+                    &rule.name,
+                );
                 Action::Continue
             }
             Verdict::ContentionDenied => {
-                count(counters.contention_denied);
+                decided(counters.contention_denied, "contention_denied", &rule.name);
                 self.refuse(
                     config.status,
                     &[(RETRY_AFTER, "1")],

@@ -1,0 +1,43 @@
+//! Values the filters pass to each other (the metrics filter) and to access logs: proxy-wasm
+//! properties under `tollgate.<filter>.<field>`, written with `proxy_set_property` and read with
+//! `proxy_get_property` on the same request. Envoy keeps them as filter state
+//! `wasm.tollgate.<filter>.<field>` (access logs: `%FILTER_STATE(wasm.tollgate.cost.cost_nano_usd:PLAIN)%`).
+//! Never headers: a client can neither see nor forge them. Values are UTF-8 text: decimal
+//! integers, or names from a fixed vocabulary (snake case).
+
+/// jwt-auth's outcome: `ok`, `bypass`, or the refusal reason (`expired`, `bad_signature`, ...).
+pub const JWT_AUTH_RESULT: &str = "tollgate.jwt_auth.result";
+/// rate-limit's decision: `allowed`, `limited`, `contention_allowed`, `contention_denied`,
+/// `missing_key_denied`, `unmatched`.
+pub const RATE_LIMIT_DECISION: &str = "tollgate.rate_limit.decision";
+/// The name of the rate-limit rule that matched.
+pub const RATE_LIMIT_RULE: &str = "tollgate.rate_limit.rule";
+/// cost: the model the request was priced for.
+pub const COST_MODEL: &str = "tollgate.cost.model";
+/// cost: the tenant the spend was booked to.
+pub const COST_TENANT: &str = "tollgate.cost.tenant";
+/// cost: input (prompt) tokens, including cached ones.
+pub const COST_INPUT_TOKENS: &str = "tollgate.cost.input_tokens";
+/// cost: output (completion) tokens, including reasoning ones.
+pub const COST_OUTPUT_TOKENS: &str = "tollgate.cost.output_tokens";
+/// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
+pub const COST_NANO_USD: &str = "tollgate.cost.cost_nano_usd";
+/// cost: `priced`, `unpriced` (unknown model, no usage, malformed body) or `budget_exceeded`.
+pub const COST_STATUS: &str = "tollgate.cost.status";
+
+/// Sets a property for the current request; a host error is logged, never fatal.
+#[cfg(target_arch = "wasm32")]
+pub fn set(name: &str, value: &str) {
+    if let Err(e) = proxy_wasm::hostcalls::set_property(vec![name], Some(value.as_bytes())) {
+        log::debug!("could not set property {name}: {e:?}");
+    }
+}
+
+/// A property set by a filter earlier on this request (`None` if unset or not UTF-8).
+#[cfg(target_arch = "wasm32")]
+pub fn get(name: &str) -> Option<String> {
+    proxy_wasm::hostcalls::get_property(vec![name])
+        .ok()
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok())
+}
