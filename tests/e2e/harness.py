@@ -115,6 +115,7 @@ class GatewaySpec:
     upstreams: dict[str, int | list[int]]  # cluster name -> port(s) on 127.0.0.1 (a list: one endpoint each); the first is the default route
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
+    stats_config: dict[str, Any] | None = None  # Envoy bootstrap `stats_config` (e.g. stats_tags), rendered as given
 
 
 class Gateway:
@@ -177,7 +178,7 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
         }
         for name, ports in spec.upstreams.items()
     ]
-    return {
+    bootstrap = {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
             "listeners": [
@@ -208,6 +209,9 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
             "clusters": clusters,
         },
     }
+    if spec.stats_config is not None:
+        bootstrap["stats_config"] = spec.stats_config
+    return bootstrap
 
 
 class EnvoyHost:

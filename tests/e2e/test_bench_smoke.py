@@ -7,7 +7,7 @@ import pytest
 
 from harness import ROOT
 
-BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream"]
+BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream", "cost", "metrics"]
 
 
 @pytest.mark.parametrize("name", BENCHES)

@@ -7,18 +7,26 @@
 
 /// `family` followed by `.label.value` for each label, values sanitised.
 pub fn metric_name(family: &str, labels: &[(&str, &str)]) -> String {
-    let mut name = String::from(family);
+    let mut name = String::new();
+    push_metric_name(&mut name, family, labels);
+    name
+}
+
+/// [`metric_name`] written into `buf` (cleared first), so that a caller can reuse one buffer and
+/// look names up without allocating.
+pub fn push_metric_name(buf: &mut String, family: &str, labels: &[(&str, &str)]) {
+    buf.clear();
+    buf.push_str(family);
     for (label, value) in labels {
-        name.push('.');
-        name.push_str(label);
-        name.push('.');
-        name.extend(value.chars().map(|c| match c {
+        buf.push('.');
+        buf.push_str(label);
+        buf.push('.');
+        buf.extend(value.chars().map(|c| match c {
             'a'..='z' | '0'..='9' | '_' | '-' => c,
             'A'..='Z' => c.to_ascii_lowercase(),
             _ => '_',
         }));
     }
-    name
 }
 
 #[cfg(test)]
@@ -35,5 +43,8 @@ mod tests {
             "tollgate_jwt_auth_requests_total.result.expired_token"
         );
         assert_eq!(metric_name("x", &[]), "x");
+        let mut buf = String::from("stale");
+        push_metric_name(&mut buf, "f", &[("a", "B c")]);
+        assert_eq!(buf, "f.a.b_c");
     }
 }

@@ -1,0 +1,60 @@
+"""metrics filter vs proxy-only, in one interleaved run on one Envoy binary.
+
+Variants, each with 1 and 2 workers (interleaved in the same rounds; ratios compare variants at
+the same worker count):
+
+- proxy-only: no filter.
+- tollgate-metrics: the metrics filter with three routes and a tenant header capped at 100 (the
+  benchmark's tenant is admitted on the first request; later requests hit the per-VM caches:
+  one host-clock read at the request headers, then at on_log the request headers it labels by,
+  the response code and sizes, and the other filters' signals (absent here), one counter update
+  per series and one histogram record).
+
+Scenario `get`: GET /v1/chat/completions-like path /bench with x-tenant: bench. Target of issue 5:
+tollgate-metrics / proxy-only >= 0.97.
+
+    scripts/bench.sh metrics            # 3 rounds x 5 s per cell, 8 and 32 connections, 1 and 2 workers
+    scripts/bench.sh metrics --smoke    # seconds, for the test suite
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import runner
+from harness import ROOT, FilterSpec, GatewaySpec
+
+RULES = json.loads((ROOT / "plugins/metrics/stats_tags.json").read_text())
+STATS_CONFIG = {
+    "stats_tags": RULES,
+    "histogram_bucket_settings": [{"match": {"prefix": "wasmcustom.tollgate_request_duration_microseconds"},
+                                   "buckets": [1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000]}],
+}
+METRICS = {
+    "routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "responses", "prefix": "/v1/responses"}, {"name": "bench", "prefix": "/bench"}],
+    "tenant": {"header": "x-tenant", "max_tenants": 100, "registry": "bench"},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--connections", default="8,32")
+    ap.add_argument("--workers", default="1,2")
+    args = ap.parse_args()
+
+    # The same stats_config on both, so that only the filter differs.
+    variants = [
+        runner.Variant("proxy-only", lambda up: GatewaySpec([], up, stats_config=STATS_CONFIG)),
+        runner.Variant("tollgate-metrics", lambda up: GatewaySpec([FilterSpec("metrics", METRICS)], up, stats_config=STATS_CONFIG)),
+    ]
+    scenarios = [runner.Scenario("get", path="/bench", headers={"x-tenant": "bench"})]
+    comparisons = [runner.Comparison("tollgate-metrics", "proxy-only", label="tollgate-metrics / proxy-only")]
+    runner.run("metrics", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
+               workers=[int(w) for w in args.workers.split(",")], rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+//! The metrics plugin configuration: JSON, parsed strictly. An unknown field, a wrong type or an
+//! impossible value refuses the whole configuration with an error naming the field
+//! (`on_configure` then returns false and Envoy refuses the filter).
+//!
+//! ```json
+//! {
+//!   "routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "models", "prefix": "/v1/models"}],
+//!   "tenant": {"header": "x-tenant", "max_tenants": 100, "registry": "default"},
+//!   "labels": ["method", "status_class", "route", "tenant"],
+//!   "models": ["gpt-4o", "gpt-4o-mini"]
+//! }
+//! ```
+//!
+//! - `routes`: a route label per path prefix (compared to the path without its query), first
+//!   match wins; unmatched requests get `other`. Names are 1 to 32 of `[a-z0-9_-]`, unique, not
+//!   `other`. At most [`MAX_ROUTES`].
+//! - `tenant` (optional): the tenant label comes from this request header; at most `max_tenants`
+//!   distinct values for the whole gateway (all workers), later values get `other`; a request
+//!   without the header gets `none`. `registry` names the shared-data namespace of the cap
+//!   (configurations with the same registry share it). Without `tenant` there is no tenant label.
+//! - `labels`: the labels of `tollgate_requests_total`, a subset of
+//!   `method`, `status_class`, `route`, `tenant` (default: all; `tenant` needs `tenant`).
+//! - `models`: the model label values of the cost metrics; any other model is `other`.
+//!   At most [`MAX_MODELS`].
+//!
+//! Histogram buckets are not plugin configuration: the ABI carries no bucket boundaries, Envoy
+//! takes them from `stats_config.histogram_bucket_settings` (see the README).
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+use tollgate_common::config::{header_name, ConfigError};
+
+/// Most configured routes.
+pub const MAX_ROUTES: usize = 64;
+/// Most configured models.
+pub const MAX_MODELS: usize = 256;
+/// Largest `tenant.max_tenants`.
+pub const MAX_TENANTS: u32 = 10_000;
+/// Longest route name and registry name (bytes).
+pub const MAX_NAME_BYTES: usize = 32;
+/// Longest model name (bytes).
+pub const MAX_MODEL_BYTES: usize = 64;
+/// The label value of everything beyond a cap or outside the configured set.
+pub const OTHER: &str = "other";
+/// The tenant label value of a request without the tenant header.
+pub const NONE: &str = "none";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    routes: Vec<RawRoute>,
+    #[serde(default)]
+    tenant: Option<RawTenant>,
+    #[serde(default)]
+    labels: Option<Vec<RequestLabel>>,
+    #[serde(default)]
+    models: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    name: String,
+    prefix: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    header: String,
+    max_tenants: u32,
+    #[serde(default = "default_registry")]
+    registry: String,
+}
+
+fn default_registry() -> String {
+    "default".to_string()
+}
+
+/// A label of `tollgate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestLabel {
+    /// The request method, from a fixed set (see [`crate::labels::method_index`]).
+    Method,
+    /// `1xx` .. `5xx`, or `none` when no response was sent.
+    StatusClass,
+    /// The configured route name, or `other`.
+    Route,
+    /// The tenant header's value (capped), `none` or `other`.
+    Tenant,
+}
+
+/// A route: requests whose path starts with `prefix` get the label `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Label value.
+    pub name: String,
+    /// Path prefix (starts with `/`).
+    pub prefix: String,
+}
+
+/// Where the tenant label comes from and its cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// Request header (lower case).
+    pub header: String,
+    /// Most distinct tenant values for the whole gateway.
+    pub max_tenants: u32,
+    /// Shared-data key prefix of the registry: `metrics/<registry>/`.
+    pub key_prefix: String,
+}
+
+/// The compiled configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Routes in order (first match).
+    pub routes: Vec<Route>,
+    /// The tenant label, if configured.
+    pub tenant: Option<Tenant>,
+    /// Which labels `tollgate_requests_total` carries (in the fixed order method, status_class,
+    /// route, tenant).
+    pub method: bool,
+    /// See [`Config::method`].
+    pub status_class: bool,
+    /// See [`Config::method`].
+    pub route: bool,
+    /// See [`Config::method`]; only with `tenant`.
+    pub tenant_label: bool,
+    /// Configured model names (label values after sanitising; others are `other`).
+    pub models: Vec<String>,
+}
+
+impl Config {
+    /// Parses and checks a JSON plugin configuration; errors name the field.
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let raw: RawConfig = tollgate_common::config::parse_json(bytes)?;
+        compile(raw)
+    }
+}
+
+/// Route and registry names: 1 to 32 bytes of `[a-z0-9_-]`, so that they are label values as
+/// written (the name encoding would otherwise rewrite them) and cannot contain the encoding's `.`.
+fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{name:?} must be 1 to {MAX_NAME_BYTES} characters of a-z 0-9 _ -"),
+        ))
+    }
+}
+
+fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
+    if raw.routes.len() > MAX_ROUTES {
+        return Err(ConfigError::new(
+            "routes",
+            format!("at most {MAX_ROUTES} routes"),
+        ));
+    }
+    let mut names = HashSet::new();
+    let mut routes = Vec::with_capacity(raw.routes.len());
+    for (i, r) in raw.routes.into_iter().enumerate() {
+        check_name(&r.name, &format!("routes[{i}].name"))?;
+        if r.name == OTHER {
+            return Err(ConfigError::new(
+                format!("routes[{i}].name"),
+                "`other` is the label of unmatched requests",
+            ));
+        }
+        if !names.insert(r.name.clone()) {
+            return Err(ConfigError::new(
+                format!("routes[{i}].name"),
+                format!("two routes are named {:?}", r.name),
+            ));
+        }
+        if !r.prefix.starts_with('/') {
+            return Err(ConfigError::new(
+                format!("routes[{i}].prefix"),
+                "must start with `/`",
+            ));
+        }
+        routes.push(Route {
+            name: r.name,
+            prefix: r.prefix,
+        });
+    }
+    let tenant = match raw.tenant {
+        None => None,
+        Some(t) => {
+            let header = header_name(&t.header, "tenant.header")?;
+            if t.max_tenants == 0 || t.max_tenants > MAX_TENANTS {
+                return Err(ConfigError::new(
+                    "tenant.max_tenants",
+                    format!("must be between 1 and {MAX_TENANTS}"),
+                ));
+            }
+            check_name(&t.registry, "tenant.registry")?;
+            Some(Tenant {
+                header,
+                max_tenants: t.max_tenants,
+                key_prefix: format!("metrics/{}/", t.registry),
+            })
+        }
+    };
+    let labels = raw.labels.unwrap_or_else(|| {
+        let mut all = vec![
+            RequestLabel::Method,
+            RequestLabel::StatusClass,
+            RequestLabel::Route,
+        ];
+        if tenant.is_some() {
+            all.push(RequestLabel::Tenant);
+        }
+        all
+    });
+    let mut seen = HashSet::new();
+    for (i, l) in labels.iter().enumerate() {
+        if !seen.insert(*l) {
+            return Err(ConfigError::new(format!("labels[{i}]"), "listed twice"));
+        }
+        if *l == RequestLabel::Tenant && tenant.is_none() {
+            return Err(ConfigError::new(
+                format!("labels[{i}]"),
+                "the tenant label needs `tenant` (its header and cap)",
+            ));
+        }
+    }
+    if raw.models.len() > MAX_MODELS {
+        return Err(ConfigError::new(
+            "models",
+            format!("at most {MAX_MODELS} models"),
+        ));
+    }
+    let mut models: Vec<String> = Vec::with_capacity(raw.models.len());
+    for (i, m) in raw.models.iter().enumerate() {
+        if m.is_empty() || m.len() > MAX_MODEL_BYTES {
+            return Err(ConfigError::new(
+                format!("models[{i}]"),
+                format!("must be 1 to {MAX_MODEL_BYTES} bytes"),
+            ));
+        }
+        let label = crate::labels::sanitize(m);
+        if label == OTHER || models.contains(&label) {
+            return Err(ConfigError::new(
+                format!("models[{i}]"),
+                format!("{m:?} gives the label {label:?}, which is `other` or another model's"),
+            ));
+        }
+        models.push(label);
+    }
+    Ok(Config {
+        routes,
+        method: labels.contains(&RequestLabel::Method),
+        status_class: labels.contains(&RequestLabel::StatusClass),
+        route: labels.contains(&RequestLabel::Route),
+        tenant_label: labels.contains(&RequestLabel::Tenant),
+        tenant,
+        models,
+    })
+}

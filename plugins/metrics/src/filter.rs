@@ -1,0 +1,221 @@
+//! proxy-wasm glue: the root context (configuration, the per-VM series cache, the tenant
+//! registry) and the HTTP context (one request), a thin shell over the host-free modules.
+//!
+//! Per request: `on_http_request_headers` reads the host clock (one host call); `on_log` (called
+//! by Envoy for every filter of the stream at its end, local replies included) reads the request
+//! headers it needs, the response code and sizes (Envoy attributes), the other filters' signals
+//! (`tollgate_common::signals`), and updates the series. Host calls go through
+//! `proxy_wasm::hostcalls` with errors handled; nothing here traps.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::SystemTime;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType};
+use tollgate_common::host::{plugin_configuration, request_header_bytes};
+use tollgate_common::shared_data::HostSharedData;
+use tollgate_common::signals;
+
+use crate::config::{Config, OTHER};
+use crate::labels::{method_label, route_label};
+use crate::record::{record, CostSignals, Observation};
+use crate::series::{Kind, SeriesCache};
+use crate::tenants::Tenants;
+
+/// Upper bound on the series one VM defines (a safety net; the configuration bounds them).
+const MAX_SERIES: usize = 100_000;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(MetricsRoot::default()) });
+}}
+
+/// What the root context shares with its HTTP contexts (single-threaded VM: `RefCell`).
+struct State {
+    config: Config,
+    cache: SeriesCache,
+    tenants: Option<Tenants>,
+}
+
+#[derive(Default)]
+struct MetricsRoot {
+    state: Option<Rc<RefCell<State>>>,
+}
+
+impl Context for MetricsRoot {}
+
+impl RootContext for MetricsRoot {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let config = match Config::parse(&plugin_configuration()) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("metrics: {e}");
+                return false;
+            }
+        };
+        let tenants = config.tenant.as_ref().map(Tenants::new);
+        if let Some(t) = &tenants {
+            t.ensure_registry(&HostSharedData);
+        }
+        self.state = Some(Rc::new(RefCell::new(State {
+            config,
+            cache: SeriesCache::new(MAX_SERIES),
+            tenants,
+        })));
+        true
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(MetricsHttp {
+            state: self.state.clone(),
+            start: None,
+        }))
+    }
+}
+
+struct MetricsHttp {
+    state: Option<Rc<RefCell<State>>>,
+    /// Host clock at the request headers.
+    start: Option<SystemTime>,
+}
+
+fn now() -> Option<SystemTime> {
+    hostcalls::get_current_time().ok()
+}
+
+/// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
+fn int_property(path: Vec<&str>) -> Option<u64> {
+    let bytes = hostcalls::get_property(path).ok().flatten()?;
+    let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
+    u64::try_from(i64::from_le_bytes(arr)).ok()
+}
+
+/// A signal holding a decimal integer.
+fn int_signal(name: &str) -> Option<u64> {
+    signals::get(name).and_then(|s| s.trim().parse().ok())
+}
+
+fn define(kind: Kind, name: &str) -> Option<u32> {
+    let t = match kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Histogram => MetricType::Histogram,
+    };
+    match hostcalls::define_metric(t, name) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            log::warn!("metrics: could not define {name}: {e:?}");
+            None
+        }
+    }
+}
+
+fn emit(id: Option<u32>, kind: Kind, value: u64) {
+    let Some(id) = id else { return };
+    match kind {
+        Kind::Counter => {
+            if let Ok(v) = i64::try_from(value) {
+                let _ = hostcalls::increment_metric(id, v);
+            }
+        }
+        Kind::Histogram => {
+            let _ = hostcalls::record_metric(id, value);
+        }
+    }
+}
+
+impl MetricsHttp {
+    fn log_request(&self, state: &mut State) {
+        let State {
+            config,
+            cache,
+            tenants,
+        } = state;
+        let method = request_header_bytes(":method").unwrap_or_default();
+        let path = request_header_bytes(":path").unwrap_or_default();
+        let tenant = match (&config.tenant, tenants.as_mut()) {
+            (Some(t), Some(reg)) => {
+                let raw = request_header_bytes(&t.header);
+                Some(reg.label(&HostSharedData, raw.as_deref()).to_string())
+            }
+            _ => None,
+        };
+        let duration_us = match (self.start, now()) {
+            (Some(start), Some(end)) => end
+                .duration_since(start)
+                .ok()
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            _ => None,
+        };
+        let auth = signals::get(signals::JWT_AUTH_RESULT);
+        let decision = signals::get(signals::RATE_LIMIT_DECISION);
+        let rule = signals::get(signals::RATE_LIMIT_RULE);
+        let cost_status = signals::get(signals::COST_STATUS);
+        let (cost_model, cost_tenant) = if cost_status.is_some() {
+            let model = signals::get(signals::COST_MODEL);
+            let tenant = signals::get(signals::COST_TENANT).map(|t| {
+                match (&config.tenant, tenants.as_mut()) {
+                    (Some(_), Some(reg)) => {
+                        reg.label(&HostSharedData, Some(t.as_bytes())).to_string()
+                    }
+                    _ => OTHER.to_string(),
+                }
+            });
+            (model, tenant)
+        } else {
+            (None, None)
+        };
+        let cost = cost_status.as_deref().map(|status| CostSignals {
+            model: cost_model.as_deref(),
+            tenant: cost_tenant.as_deref().unwrap_or(crate::config::NONE),
+            input_tokens: int_signal(signals::COST_INPUT_TOKENS),
+            output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
+            cost_nano_usd: int_signal(signals::COST_NANO_USD),
+            status: Some(status),
+        });
+        let obs = Observation {
+            method: method_label(&method),
+            route: route_label(&config.routes, &path),
+            tenant: tenant.as_deref(),
+            status: int_property(vec!["response", "code"]).unwrap_or(0),
+            duration_us,
+            request_bytes: int_property(vec!["request", "size"]).unwrap_or(0),
+            response_bytes: int_property(vec!["response", "size"]).unwrap_or(0),
+            auth_result: auth.as_deref(),
+            rate_limit: match (&rule, &decision) {
+                (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),
+                (None, Some(d)) => Some(("none", d.as_str())),
+                _ => None,
+            },
+            cost,
+        };
+        record(config, cache, &obs, &mut define, &mut emit);
+    }
+}
+
+impl Context for MetricsHttp {}
+
+impl HttpContext for MetricsHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        self.start = now();
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        let Some(state) = self.state.clone() else {
+            return;
+        };
+        let Ok(mut state) = state.try_borrow_mut() else {
+            return;
+        };
+        self.log_request(&mut state);
+        if state.cache.refused() == 1 {
+            log::warn!("metrics: series cache full ({MAX_SERIES}); further new series are dropped");
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Configuration refusals, label mapping, the tenant cap, and what a request records.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
+use tollgate_metrics::config::Config;
+use tollgate_metrics::labels::{method_label, route_label, status_class};
+use tollgate_metrics::record::{record, CostSignals, Observation};
+use tollgate_metrics::series::{Kind, SeriesCache, FAMILIES, LABELS};
+use tollgate_metrics::tenants::Tenants;
+
+fn err_field(doc: serde_json::Value) -> String {
+    match Config::parse(doc.to_string().as_bytes()) {
+        Ok(_) => panic!("accepted: {doc}"),
+        Err(e) => {
+            assert!(e.to_string().contains(&e.field), "{e}");
+            e.field
+        }
+    }
+}
+
+#[test]
+fn refusals_name_the_field() {
+    let tenant = json!({"header": "x-tenant", "max_tenants": 10});
+    let cases = [
+        (json!({"routez": []}), "routez"),
+        (
+            json!({"routes": [{"name": "Chat", "prefix": "/c"}]}),
+            "routes[0].name",
+        ),
+        (
+            json!({"routes": [{"name": "a.b", "prefix": "/c"}]}),
+            "routes[0].name",
+        ),
+        (
+            json!({"routes": [{"name": "other", "prefix": "/c"}]}),
+            "routes[0].name",
+        ),
+        (
+            json!({"routes": [{"name": "a", "prefix": "/a"}, {"name": "a", "prefix": "/b"}]}),
+            "routes[1].name",
+        ),
+        (
+            json!({"routes": [{"name": "a", "prefix": "a"}]}),
+            "routes[0].prefix",
+        ),
+        (json!({"routes": [{"name": "a"}]}), "routes[0]"),
+        (
+            json!({"tenant": {"header": "x tenant", "max_tenants": 1}}),
+            "tenant.header",
+        ),
+        (
+            json!({"tenant": {"header": "x", "max_tenants": 0}}),
+            "tenant.max_tenants",
+        ),
+        (
+            json!({"tenant": {"header": "x", "max_tenants": 10001}}),
+            "tenant.max_tenants",
+        ),
+        (
+            json!({"tenant": {"header": "x", "max_tenants": -1}}),
+            "tenant.max_tenants",
+        ),
+        (
+            json!({"tenant": {"header": "x", "max_tenants": 1, "registry": "A"}}),
+            "tenant.registry",
+        ),
+        (json!({"labels": ["tenant"]}), "labels[0]"),
+        (json!({"labels": ["route", "route"]}), "labels[1]"),
+        (json!({"labels": ["path"]}), "labels[0]"),
+        (
+            json!({"tenant": tenant, "labels": ["method", "nope"]}),
+            "labels[1]",
+        ),
+        (json!({"models": [""]}), "models[0]"),
+        (json!({"models": ["gpt-4o", "GPT-4o"]}), "models[1]"),
+        (json!({"models": ["x", "other"]}), "models[1]"),
+    ];
+    for (doc, field) in cases {
+        assert_eq!(err_field(doc.clone()), field, "{doc}");
+    }
+    assert_eq!(Config::parse(b"").unwrap_err().field, ".");
+    assert_eq!(
+        Config::parse(b"{} x").unwrap_err().field,
+        ".",
+        "trailing bytes"
+    );
+}
+
+#[test]
+fn defaults() {
+    let c = Config::parse(b"{}").unwrap();
+    assert!(c.routes.is_empty() && c.tenant.is_none());
+    assert!(c.method && c.status_class && c.route && !c.tenant_label);
+    let c = Config::parse(br#"{"tenant": {"header": "X-Tenant", "max_tenants": 3}}"#).unwrap();
+    assert!(c.tenant_label);
+    let t = c.tenant.unwrap();
+    assert_eq!(t.header, "x-tenant");
+    assert_eq!(t.key_prefix, "metrics/default/");
+}
+
+#[test]
+fn label_mapping() {
+    assert_eq!(method_label(b"GET"), "get");
+    assert_eq!(method_label(b"PATCH"), "patch");
+    assert_eq!(method_label(b"get"), "other", "methods are case-sensitive");
+    assert_eq!(method_label(b"PROPFIND"), "other");
+    assert_eq!(method_label(b""), "other");
+    for (code, class) in [
+        (0, "none"),
+        (99, "none"),
+        (100, "1xx"),
+        (204, "2xx"),
+        (301, "3xx"),
+        (429, "4xx"),
+        (599, "5xx"),
+        (600, "none"),
+    ] {
+        assert_eq!(status_class(code), class, "{code}");
+    }
+    let c = Config::parse(
+        br#"{"routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "v1", "prefix": "/v1"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(route_label(&c.routes, b"/v1/chat/completions?x=1"), "chat");
+    assert_eq!(route_label(&c.routes, b"/v1/models"), "v1", "first match");
+    assert_eq!(route_label(&c.routes, b"/v2"), "other");
+    assert_eq!(
+        route_label(&c.routes, b"/v1?/v1/chat"),
+        "v1",
+        "query ignored"
+    );
+    assert_eq!(route_label(&c.routes, b"\xff/v1"), "other");
+}
+
+fn tenant_config(max: u32) -> Config {
+    Config::parse(
+        json!({"tenant": {"header": "x-tenant", "max_tenants": max, "registry": "t"}})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn tenant_cap_holds_across_vms() {
+    for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
+        let store = MemoryStore::new(semantics);
+        let c = tenant_config(3);
+        let t = c.tenant.as_ref().unwrap();
+        let (mut a, mut b) = (Tenants::new(t), Tenants::new(t));
+        a.ensure_registry(&store);
+        b.ensure_registry(&store);
+        assert_eq!(a.label(&store, Some(b"Acme")), "acme");
+        assert_eq!(b.label(&store, Some(b"beta")), "beta");
+        // VM b learns acme from the registry without taking a slot.
+        assert_eq!(b.label(&store, Some(b"acme")), "acme");
+        assert_eq!(a.label(&store, Some(b"gamma")), "gamma");
+        // The cap (3) is reached: a fourth value is `other` on every VM.
+        assert_eq!(b.label(&store, Some(b"delta")), "other");
+        assert_eq!(a.label(&store, Some(b"delta")), "other");
+        // Admitted ones stay named everywhere, including one VM a never saw.
+        assert_eq!(a.label(&store, Some(b"beta")), "beta");
+        assert_eq!(b.label(&store, Some(b"gamma")), "gamma");
+        assert_eq!(a.label(&store, None), "none");
+        assert_eq!(a.label(&store, Some(b"")), "none");
+        assert_eq!(a.label(&store, Some(&[b'x'; 65])), "other");
+        assert_eq!(a.label(&store, Some(b"Other")), "other");
+        assert!(a.cached() <= 3 && b.cached() <= 3);
+        let count = store.get("metrics/t/~count").0.unwrap();
+        assert_eq!(count, 3u32.to_le_bytes().to_vec(), "{semantics:?}");
+        let tenants: Vec<String> = store
+            .keys()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.starts_with("metrics/t/t/"))
+            .collect();
+        assert_eq!(
+            tenants,
+            ["metrics/t/t/acme", "metrics/t/t/beta", "metrics/t/t/gamma"]
+        );
+    }
+}
+
+#[test]
+fn tenant_values_that_sanitise_alike_share_a_slot() {
+    let store = MemoryStore::new(Semantics::Envoy);
+    let c = tenant_config(1);
+    let mut a = Tenants::new(c.tenant.as_ref().unwrap());
+    a.ensure_registry(&store);
+    assert_eq!(a.label(&store, Some(b"a.b")), "a_b");
+    assert_eq!(a.label(&store, Some(b"A_B")), "a_b");
+    assert_eq!(a.label(&store, Some(b"\xff")), "other", "cap reached");
+}
+
+/// Runs `record` and returns {encoded name: (kind, total)} plus the series defined.
+fn run(config: &Config, cache: &mut SeriesCache, obs: &Observation<'_>) -> BTreeMap<String, u64> {
+    let mut names: BTreeMap<u32, String> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    let mut next = 0u32;
+    let mut define = |_: Kind, name: &str| {
+        next += 1;
+        names.insert(next, name.to_string());
+        Some(next)
+    };
+    let mut emitted: Vec<(u32, Kind, u64)> = Vec::new();
+    let mut emit = |id: Option<u32>, kind: Kind, v: u64| emitted.push((id.unwrap(), kind, v));
+    record(config, cache, obs, &mut define, &mut emit);
+    for (id, kind, v) in emitted {
+        let name = names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+        let key = match kind {
+            Kind::Counter => name,
+            Kind::Histogram => format!("{name} (histogram)"),
+        };
+        *out.entry(key).or_insert(0) += v;
+    }
+    out
+}
+
+#[test]
+fn a_request_records_its_series() {
+    let c = Config::parse(
+        br#"{"routes": [{"name": "chat", "prefix": "/v1/chat"}],
+             "tenant": {"header": "x-tenant", "max_tenants": 5}, "models": ["gpt-4o"]}"#,
+    )
+    .unwrap();
+    let mut cache = SeriesCache::new(100);
+    let obs = Observation {
+        method: "post",
+        route: "chat",
+        tenant: Some("acme"),
+        status: 200,
+        duration_us: Some(1234),
+        request_bytes: 10,
+        response_bytes: 0,
+        auth_result: Some("ok"),
+        rate_limit: Some(("per-user", "allowed")),
+        cost: Some(CostSignals {
+            model: Some("GPT-4o"),
+            tenant: "acme",
+            input_tokens: Some(7),
+            output_tokens: Some(3),
+            cost_nano_usd: Some(1500),
+            status: Some("priced"),
+        }),
+    };
+    let got = run(&c, &mut cache, &obs);
+    let want: BTreeMap<String, u64> = [
+        (
+            "tollgate_requests_total.method.post.status_class.2xx.route.chat.tenant.acme",
+            1,
+        ),
+        ("tollgate_request_body_bytes_total.route.chat", 10),
+        ("tollgate_auth_total.result.ok", 1),
+        (
+            "tollgate_rate_limit_total.rule.per-user.decision.allowed",
+            1,
+        ),
+        ("tollgate_llm_requests_total.status.priced", 1),
+        ("tollgate_llm_tokens_total.model.gpt-4o.type.input", 7),
+        ("tollgate_llm_tokens_total.model.gpt-4o.type.output", 3),
+        (
+            "tollgate_llm_cost_nano_usd_total.model.gpt-4o.tenant.acme",
+            1500,
+        ),
+        (
+            "tollgate_request_duration_microseconds.route.chat (histogram)",
+            1234,
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(got, want);
+    let defined = cache.len();
+    // The same request again defines nothing new (ids cached).
+    let _ = run(&c, &mut cache, &obs);
+    assert_eq!(cache.len(), defined);
+    // An unknown model and a local reply without duration, labels subset.
+    let c2 = Config::parse(br#"{"labels": ["status_class"], "models": ["a"]}"#).unwrap();
+    let obs2 = Observation {
+        method: "get",
+        route: "other",
+        status: 0,
+        cost: Some(CostSignals {
+            model: Some("b"),
+            tenant: "other",
+            status: Some("unpriced"),
+            ..CostSignals::default()
+        }),
+        ..Observation::default()
+    };
+    let got = run(&c2, &mut SeriesCache::new(100), &obs2);
+    assert_eq!(
+        got.keys().cloned().collect::<Vec<_>>(),
+        [
+            "tollgate_llm_requests_total.status.unpriced",
+            "tollgate_requests_total.status_class.none"
+        ]
+    );
+}
+
+#[test]
+fn series_cache_is_bounded() {
+    let mut cache = SeriesCache::new(2);
+    let mut defined = 0;
+    let mut define = |_: Kind, _: &str| {
+        defined += 1;
+        Some(defined)
+    };
+    assert_eq!(
+        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
+        Some(1)
+    );
+    assert_eq!(
+        cache.id(Kind::Counter, "f", &[("a", "2")], &mut define),
+        Some(2)
+    );
+    assert_eq!(
+        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
+        Some(1)
+    );
+    assert_eq!(
+        cache.id(Kind::Counter, "f", &[("a", "3")], &mut define),
+        None
+    );
+    assert_eq!(cache.refused(), 1);
+    assert_eq!(cache.names(), ["f.a.1", "f.a.2"]);
+}
+
+#[test]
+fn stats_tags_rules_cover_every_label() {
+    let rules: Vec<serde_json::Value> =
+        serde_json::from_str(include_str!("../stats_tags.json")).unwrap();
+    let tags: Vec<&str> = rules
+        .iter()
+        .map(|r| r["tag_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tags, LABELS);
+    for r in &rules {
+        let re = r["regex"].as_str().unwrap();
+        assert!(re.starts_with(r"^wasmcustom\.tollgate_"), "{re}");
+        assert!(re.contains(&format!(r"(\.{}\.", r["tag_name"].as_str().unwrap())));
+    }
+    for f in FAMILIES {
+        assert!(f.starts_with("tollgate_") && !f.contains('.'), "{f}");
+    }
+    // envoy/metrics.yaml ships the same rules (single-quoted YAML keeps the backslashes).
+    let shipped = include_str!("../../../envoy/metrics.yaml");
+    for r in &rules {
+        let re = r["regex"].as_str().unwrap();
+        assert!(
+            shipped.contains(&format!("'{re}'")),
+            "envoy/metrics.yaml lacks {re}"
+        );
+    }
+}
