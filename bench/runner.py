@@ -43,6 +43,8 @@ class Scenario:
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     expect_non_2xx: bool = False
     prime: int = 0  # requests sent once to each gateway before measuring (e.g. to exhaust a limit)
+    method: str = "GET"  # with `body`, sent through a generated wrk script (see wrk_script)
+    body: str | None = None
 
 
 @dataclasses.dataclass
@@ -75,8 +77,20 @@ def cpu_ticks(pids: list[int]) -> int:
     return total
 
 
+def wrk_script(scenario: Scenario) -> pathlib.Path:
+    """The wrk script of a scenario: wrk_report.lua, preceded by the method and body if any."""
+    if scenario.method == "GET" and scenario.body is None:
+        return BENCH / "wrk_report.lua"
+    path = BENCH / "results" / "tmp" / f"wrk-{scenario.name}.lua"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps(scenario.body or "")  # a JSON string is a valid Lua string literal here
+    path.write_text(f"wrk.method = {json.dumps(scenario.method)}\nwrk.body = {body}\n"
+                    f"dofile({json.dumps(str(BENCH / 'wrk_report.lua'))})\n")
+    return path
+
+
 def run_wrk(url: str, scenario: Scenario, connections: int, seconds: float) -> dict:
-    argv = ["taskset", "-c", LOAD_CPUS, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(BENCH / "wrk_report.lua")]
+    argv = ["taskset", "-c", LOAD_CPUS, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(wrk_script(scenario))]
     for k, v in scenario.headers.items():
         argv += ["-H", f"{k}: {v}"]
     argv.append(url + scenario.path)
@@ -90,7 +104,8 @@ def prime(url: str, scenario: Scenario) -> None:
     import urllib.error
     import urllib.request
     for _ in range(scenario.prime):
-        req = urllib.request.Request(url + scenario.path, headers=scenario.headers)
+        req = urllib.request.Request(url + scenario.path, headers=scenario.headers, method=scenario.method,
+                                     data=scenario.body.encode() if scenario.body is not None else None)
         try:
             urllib.request.urlopen(req, timeout=10).close()
         except urllib.error.HTTPError:

@@ -1,0 +1,354 @@
+//! The cost plugin configuration: JSON, parsed strictly (unknown fields, wrong types and
+//! impossible values refuse the whole configuration, naming the field), except inside a model's
+//! price entry, where LiteLLM's other fields (`max_tokens`, `litellm_provider`, `mode`, ...) are
+//! ignored so that entries of `model_prices_and_context_window.json` can be pasted verbatim.
+//!
+//! ```json
+//! {
+//!   "ledger": "default",
+//!   "prices": {
+//!     "gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07,
+//!                     "cache_read_input_token_cost": 7.5e-08}
+//!   },
+//!   "tenant": {"header": "x-jwt-sub", "default": "anonymous"},
+//!   "budgets": {"default": {"day_nano_usd": 1000000000},
+//!               "tenants": {"alice": {"day_nano_usd": 5000000000, "month_nano_usd": 50000000000}}},
+//!   "over_budget_status": 402,
+//!   "max_body_bytes": 1048576,
+//!   "max_request_body_bytes": 65536,
+//!   "max_event_bytes": 65536,
+//!   "spend_headers": false,
+//!   "cas_retries": 32,
+//!   "max_tenants": 100000
+//! }
+//! ```
+//!
+//! See the crate README for each field.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tollgate_common::config::{header_name, parse_json, ConfigError};
+
+use crate::ledger::{Budget, Ledger};
+use crate::price::{parse_usd_per_token, ModelPrice};
+use crate::sse::DEFAULT_MAX_EVENT_BYTES;
+
+/// Default `max_body_bytes` (Envoy's default connection buffer limit: keep it at or below the
+/// listener's `per_connection_buffer_limit_bytes`, or Envoy answers 500 when buffering).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default `max_request_body_bytes`.
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
+/// Largest of the byte bounds.
+pub const MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Default CAS retries per update.
+pub const DEFAULT_CAS_RETRIES: u32 = 32;
+/// Largest `cas_retries`.
+pub const MAX_CAS_RETRIES: u32 = 1_000;
+/// Default `max_tenants`.
+pub const DEFAULT_MAX_TENANTS: u64 = 100_000;
+/// Longest tenant and ledger name (bytes).
+pub const MAX_TENANT_BYTES: usize = 128;
+
+/// The LiteLLM price fields read (USD per token); every other member of an entry is ignored.
+pub const PRICE_FIELDS: [&str; 5] = [
+    "input_cost_per_token",
+    "output_cost_per_token",
+    "cache_read_input_token_cost",
+    "cache_creation_input_token_cost",
+    "output_cost_per_reasoning_token",
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_ledger")]
+    ledger: String,
+    prices: HashMap<String, BTreeMap<String, Box<RawValue>>>,
+    #[serde(default)]
+    tenant: RawTenant,
+    #[serde(default)]
+    budgets: RawBudgets,
+    #[serde(default = "default_status")]
+    over_budget_status: u32,
+    #[serde(default = "default_max_body")]
+    max_body_bytes: usize,
+    #[serde(default = "default_max_request_body")]
+    max_request_body_bytes: usize,
+    #[serde(default = "default_max_event")]
+    max_event_bytes: usize,
+    #[serde(default)]
+    spend_headers: bool,
+    #[serde(default = "default_cas_retries")]
+    cas_retries: u32,
+    #[serde(default = "default_max_tenants")]
+    max_tenants: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    header: Option<String>,
+    api_key_header: Option<String>,
+    default: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudgets {
+    #[serde(default)]
+    default: Option<RawBudget>,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawBudget>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    day_nano_usd: Option<u64>,
+    month_nano_usd: Option<u64>,
+}
+
+fn default_ledger() -> String {
+    "default".into()
+}
+fn default_status() -> u32 {
+    402
+}
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY_BYTES
+}
+fn default_max_request_body() -> usize {
+    DEFAULT_MAX_REQUEST_BODY_BYTES
+}
+fn default_max_event() -> usize {
+    DEFAULT_MAX_EVENT_BYTES
+}
+fn default_cas_retries() -> u32 {
+    DEFAULT_CAS_RETRIES
+}
+fn default_max_tenants() -> u64 {
+    DEFAULT_MAX_TENANTS
+}
+
+/// Where the tenant of a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantSource {
+    /// The value of this request header (e.g. `x-jwt-sub`, set by jwt-auth), used as is.
+    Header(String),
+    /// An API key header: the tenant is `key-` and the first 16 hex digits of the key's SHA-256
+    /// (the key itself is never stored nor logged).
+    ApiKey(String),
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Prices per model name (exact match).
+    pub prices: HashMap<String, ModelPrice>,
+    /// Where the tenant comes from.
+    pub tenant: TenantSource,
+    /// The tenant of requests without a usable tenant value.
+    pub default_tenant: String,
+    /// Budget of tenants not listed in `tenant_budgets`.
+    pub default_budget: Budget,
+    /// Per-tenant budgets (replace the default budget entirely).
+    pub tenant_budgets: HashMap<String, Budget>,
+    /// Status of a refused request (402 or 429).
+    pub over_budget_status: u32,
+    /// Largest non-streaming response body buffered to be priced (bytes).
+    pub max_body_bytes: usize,
+    /// Largest request body prefix kept to read `model` (bytes).
+    pub max_request_body_bytes: usize,
+    /// Largest SSE line / event (bytes).
+    pub max_event_bytes: usize,
+    /// Whether to add the tenant's spend (read at the request) as `x-tollgate-spend-*` headers.
+    pub spend_headers: bool,
+    /// The shared-data ledger.
+    pub ledger: Ledger,
+}
+
+/// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
+/// than `/` (so that it cannot reach another key of the ledger).
+pub fn valid_tenant(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_TENANT_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+}
+
+fn price_field(
+    entry: &BTreeMap<String, Box<RawValue>>,
+    model: &str,
+    field: &str,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(raw) = entry.get(field) else {
+        return Ok(None);
+    };
+    let text = raw.get().trim();
+    if text == "null" {
+        return Ok(None);
+    }
+    let path = format!("prices.{model}.{field}");
+    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        return Err(ConfigError::new(
+            path,
+            format!("expected a number of USD per token, got {text}"),
+        ));
+    }
+    parse_usd_per_token(text)
+        .map(Some)
+        .map_err(|m| ConfigError::new(path, m))
+}
+
+fn budget(raw: RawBudget) -> Budget {
+    Budget {
+        day: raw.day_nano_usd,
+        month: raw.month_nano_usd,
+    }
+}
+
+fn bounded(value: usize, field: &str, min: usize) -> Result<usize, ConfigError> {
+    if value < min || value > MAX_BYTES {
+        return Err(ConfigError::new(
+            field,
+            format!("must be from {min} to {MAX_BYTES} bytes"),
+        ));
+    }
+    Ok(value)
+}
+
+impl Config {
+    /// Parses and validates the plugin configuration.
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let raw: RawConfig = parse_json(bytes)?;
+        if !valid_tenant(&raw.ledger) {
+            return Err(ConfigError::new(
+                "ledger",
+                "must be 1 to 128 visible ASCII characters other than /",
+            ));
+        }
+        let mut prices = HashMap::with_capacity(raw.prices.len());
+        for (model, entry) in &raw.prices {
+            let get = |f: &str| price_field(entry, model, f);
+            let required = |f: &str| {
+                get(f)?.ok_or_else(|| {
+                    ConfigError::new(format!("prices.{model}.{f}"), "missing (USD per token)")
+                })
+            };
+            prices.insert(
+                model.clone(),
+                ModelPrice {
+                    input: required("input_cost_per_token")?,
+                    output: required("output_cost_per_token")?,
+                    cache_read: get("cache_read_input_token_cost")?,
+                    cache_creation: get("cache_creation_input_token_cost")?,
+                    reasoning: get("output_cost_per_reasoning_token")?,
+                },
+            );
+        }
+        let tenant = match (&raw.tenant.header, &raw.tenant.api_key_header) {
+            (Some(h), None) => TenantSource::Header(header_name(h, "tenant.header")?),
+            (None, Some(h)) => TenantSource::ApiKey(header_name(h, "tenant.api_key_header")?),
+            (None, None) => {
+                return Err(ConfigError::new(
+                    "tenant",
+                    "set one of header (e.g. x-jwt-sub) or api_key_header",
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "tenant",
+                    "header and api_key_header are exclusive",
+                ))
+            }
+        };
+        let default_tenant = raw.tenant.default.unwrap_or_else(|| "anonymous".into());
+        if !valid_tenant(&default_tenant) {
+            return Err(ConfigError::new(
+                "tenant.default",
+                "must be 1 to 128 visible ASCII characters other than /",
+            ));
+        }
+        let mut tenant_budgets = HashMap::new();
+        for (name, b) in raw.budgets.tenants {
+            if !valid_tenant(&name) {
+                return Err(ConfigError::new(
+                    format!("budgets.tenants.{name}"),
+                    "tenant names are 1 to 128 visible ASCII characters other than /",
+                ));
+            }
+            tenant_budgets.insert(name, budget(b));
+        }
+        if raw.over_budget_status != 402 && raw.over_budget_status != 429 {
+            return Err(ConfigError::new("over_budget_status", "must be 402 or 429"));
+        }
+        if raw.cas_retries > MAX_CAS_RETRIES {
+            return Err(ConfigError::new(
+                "cas_retries",
+                format!("must be at most {MAX_CAS_RETRIES}"),
+            ));
+        }
+        if raw.max_tenants == 0 {
+            return Err(ConfigError::new("max_tenants", "must be at least 1"));
+        }
+        Ok(Config {
+            prices,
+            tenant,
+            default_tenant,
+            default_budget: raw.budgets.default.map(budget).unwrap_or_default(),
+            tenant_budgets,
+            over_budget_status: raw.over_budget_status,
+            max_body_bytes: bounded(raw.max_body_bytes, "max_body_bytes", 0)?,
+            max_request_body_bytes: bounded(
+                raw.max_request_body_bytes,
+                "max_request_body_bytes",
+                0,
+            )?,
+            max_event_bytes: bounded(raw.max_event_bytes, "max_event_bytes", 256)?,
+            spend_headers: raw.spend_headers,
+            ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
+        })
+    }
+
+    /// The budget of `tenant`.
+    pub fn budget(&self, tenant: &str) -> Budget {
+        self.tenant_budgets
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.default_budget)
+    }
+
+    /// The tenant of a request whose tenant header (or API key header) is `value`.
+    pub fn tenant(&self, value: Option<&[u8]>) -> String {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
+            return self.default_tenant.clone();
+        };
+        match &self.tenant {
+            TenantSource::Header(_) => match std::str::from_utf8(value) {
+                Ok(s) if valid_tenant(s) => s.to_string(),
+                _ => self.default_tenant.clone(),
+            },
+            TenantSource::ApiKey(_) => api_key_tenant(value),
+        }
+    }
+
+    /// The header the tenant comes from.
+    pub fn tenant_header(&self) -> &str {
+        match &self.tenant {
+            TenantSource::Header(h) | TenantSource::ApiKey(h) => h,
+        }
+    }
+}
+
+/// `key-` and the first 16 hex digits of SHA-256(`key`).
+pub fn api_key_tenant(key: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key);
+    let mut out = String::with_capacity(20);
+    out.push_str("key-");
+    for b in digest.iter().take(8) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}

@@ -1,0 +1,507 @@
+//! Spend per tenant in proxy-wasm shared data, updated with compare-and-swap (CAS) so that no
+//! worker's booking is lost. Host-free: runs against any [`SharedStore`] (the host's shared data,
+//! or `MemoryStore` in tests), with the time passed in.
+//!
+//! # Layout and bounds
+//!
+//! - `cost/<ledger>/t/<tenant>`: the tenant's [`Spend`], 33 bytes: version `1`, day id
+//!   (`yyyymmdd`, u32 LE), day spend (nano-USD, u64 LE), month id (`yyyymm`, u32 LE), month spend
+//!   (u64 LE), total spend since the key was created (u64 LE). **One key per tenant**, reused
+//!   when a period rolls over: a booking or a read in a new day (month) sees the stored day
+//!   (month) id differ and starts that period from 0. One read checks every budget; one CAS
+//!   write books.
+//! - `cost/<ledger>/~zone`: 16 bytes, tenants counted (u64 LE) and the key-creation lock's lease
+//!   end (Unix ms, u64 LE; 0 = free).
+//! - `cost/<ledger>/~overflow`: a [`Spend`] shared by every tenant first seen once `max_tenants`
+//!   keys exist (their budgets are then checked against this pooled spend).
+//!
+//! So the ledger holds at most `max_tenants + 2` keys of at most 33 bytes plus the key names.
+//! Keys are never deleted (Envoy's shared data cannot delete them), until the proxy restarts.
+//!
+//! # Key creation
+//!
+//! In Envoy, a write to a missing key is applied unconditionally whatever its CAS token, so two
+//! workers that both create a tenant's key would both write, and the later write would erase a
+//! booking made in between. Keys are therefore created under a lease lock held in the zone
+//! record, the approach of rate-limit's limiter (see `plugins/rate-limit/src/limiter.rs`): take
+//! the lock with a CAS write, re-read the key, write a zero record only if it is still missing,
+//! release the lock (CAS) while counting the tenant. Bookings themselves are then plain CAS
+//! updates of an existing key. The bound that remains is rate-limit's: a worker stalled for more
+//! than [`CREATION_LEASE_MS`] between re-reading the missing key and writing it, while another
+//! takes the expired lock, creates the key and books, would reset it once. Under ngx_wasm_module
+//! a write without CAS never overwrites an existing key, so the bound there is 0.
+
+use tollgate_common::shared_data::SharedStore;
+
+use crate::period::Periods;
+
+/// How long the key-creation lock is held at most (milliseconds).
+pub const CREATION_LEASE_MS: u64 = 2_000;
+/// Encoded [`Spend`] size (bytes).
+pub const SPEND_LEN: usize = 33;
+const VERSION: u8 = 1;
+
+/// A tenant's spend (nano-USD) in the current day and month and in total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spend {
+    /// The day `day` belongs to (`yyyymmdd`).
+    pub day_id: u32,
+    /// Spend in that UTC day.
+    pub day: u64,
+    /// The month `month` belongs to (`yyyymm`).
+    pub month_id: u32,
+    /// Spend in that UTC month.
+    pub month: u64,
+    /// Spend since the key was created.
+    pub total: u64,
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    let bytes: [u8; 4] = b.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(u32::from_le_bytes(bytes))
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    let bytes: [u8; 8] = b.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+impl Spend {
+    /// The 33-byte encoding (see the module docs).
+    pub fn encode(&self) -> [u8; SPEND_LEN] {
+        let mut out = [0u8; SPEND_LEN];
+        let parts: [&[u8]; 6] = [
+            &[VERSION],
+            &self.day_id.to_le_bytes(),
+            &self.day.to_le_bytes(),
+            &self.month_id.to_le_bytes(),
+            &self.month.to_le_bytes(),
+            &self.total.to_le_bytes(),
+        ];
+        let mut at = 0usize;
+        for p in parts {
+            let end = at.saturating_add(p.len());
+            if let Some(dst) = out.get_mut(at..end) {
+                dst.copy_from_slice(p);
+            }
+            at = end;
+        }
+        out
+    }
+
+    /// Decodes [`Spend::encode`]'s output; `None` for anything else.
+    pub fn decode(b: &[u8]) -> Option<Spend> {
+        if b.len() != SPEND_LEN || b.first() != Some(&VERSION) {
+            return None;
+        }
+        Some(Spend {
+            day_id: le_u32(b, 1)?,
+            day: le_u64(b, 5)?,
+            month_id: le_u32(b, 13)?,
+            month: le_u64(b, 17)?,
+            total: le_u64(b, 25)?,
+        })
+    }
+
+    /// This spend seen in `now`'s periods: a day or month that has changed starts from 0.
+    pub fn rolled(&self, now: &Periods) -> Spend {
+        Spend {
+            day_id: now.day,
+            day: if self.day_id == now.day { self.day } else { 0 },
+            month_id: now.month,
+            month: if self.month_id == now.month {
+                self.month
+            } else {
+                0
+            },
+            total: self.total,
+        }
+    }
+
+    /// Adds `nano` nano-USD to every period (saturating).
+    pub fn add(&self, nano: u64) -> Spend {
+        Spend {
+            day: self.day.saturating_add(nano),
+            month: self.month.saturating_add(nano),
+            total: self.total.saturating_add(nano),
+            ..*self
+        }
+    }
+}
+
+/// The zone record (`cost/<ledger>/~zone`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZoneRecord {
+    /// Tenant keys created.
+    pub tenants: u64,
+    /// The creation lock's lease end (Unix ms; 0: free).
+    pub locked_until_ms: u64,
+}
+
+impl ZoneRecord {
+    /// 16 bytes: tenants, lease end (u64 LE each).
+    pub fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        let (a, b) = out.split_at_mut(8);
+        a.copy_from_slice(&self.tenants.to_le_bytes());
+        b.copy_from_slice(&self.locked_until_ms.to_le_bytes());
+        out
+    }
+
+    /// Decodes [`ZoneRecord::encode`]'s output.
+    pub fn decode(b: &[u8]) -> Option<ZoneRecord> {
+        if b.len() != 16 {
+            return None;
+        }
+        Some(ZoneRecord {
+            tenants: le_u64(b, 0)?,
+            locked_until_ms: le_u64(b, 8)?,
+        })
+    }
+}
+
+/// Where a ledger lives and how hard it tries.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    /// `cost/<ledger>/t/`.
+    pub tenant_prefix: String,
+    /// `cost/<ledger>/~zone`.
+    pub zone_key: String,
+    /// `cost/<ledger>/~overflow`.
+    pub overflow_key: String,
+    /// CAS attempts after the first, per update.
+    pub cas_retries: u32,
+    /// Most tenant keys.
+    pub max_tenants: u64,
+}
+
+/// What a booking did, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BookStats {
+    /// CAS mismatches and creation-lock waits.
+    pub cas_retries: u32,
+    /// Whether this booking created the tenant's key.
+    pub created: bool,
+    /// Whether the spend went to the overflow record (zone full).
+    pub overflowed: bool,
+    /// Whether the creation lock was found taken over on release (lease exceeded).
+    pub lock_lost: bool,
+}
+
+/// A booking that ran out of CAS attempts: the spend was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contended(pub BookStats);
+
+impl Ledger {
+    /// A ledger named `name` (keys under `cost/<name>/`).
+    pub fn new(name: &str, cas_retries: u32, max_tenants: u64) -> Ledger {
+        Ledger {
+            tenant_prefix: format!("cost/{name}/t/"),
+            zone_key: format!("cost/{name}/~zone"),
+            overflow_key: format!("cost/{name}/~overflow"),
+            cas_retries,
+            max_tenants,
+        }
+    }
+
+    /// The shared-data key of `tenant`.
+    pub fn key(&self, tenant: &str) -> String {
+        let mut key = String::with_capacity(self.tenant_prefix.len().saturating_add(tenant.len()));
+        key.push_str(&self.tenant_prefix);
+        key.push_str(tenant);
+        key
+    }
+
+    /// Creates the zone record and the overflow record if missing (the root context calls this
+    /// in `on_configure`, before its worker serves requests), and the keys of `tenants` (those
+    /// with a configured budget), so that they never need the creation lock.
+    pub fn ensure<'a, S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        tenants: impl Iterator<Item = &'a str>,
+        now_ms: u64,
+    ) {
+        if store.get(&self.zone_key).0.is_none() {
+            let _ = store.set(&self.zone_key, &ZoneRecord::default().encode(), None);
+        }
+        for key in std::iter::once(self.overflow_key.clone()).chain(tenants.map(|t| self.key(t))) {
+            if store.get(&key).0.is_none() {
+                let mut stats = BookStats::default();
+                let _ = self.create(store, &key, false, now_ms, &mut stats);
+            }
+        }
+    }
+
+    /// The spend of `tenant` in `now`'s periods: one read (two for a tenant never seen: then the
+    /// zone record tells whether it would be pooled in the overflow record, whose spend counts).
+    pub fn spend<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        tenant_key: &str,
+        now: &Periods,
+    ) -> Spend {
+        let value = match store.get(tenant_key).0 {
+            Some(v) => Some(v),
+            None => {
+                let full = store
+                    .get(&self.zone_key)
+                    .0
+                    .and_then(|z| ZoneRecord::decode(&z))
+                    .is_some_and(|z| z.tenants >= self.max_tenants);
+                if full {
+                    store.get(&self.overflow_key).0
+                } else {
+                    None
+                }
+            }
+        };
+        value
+            .and_then(|v| Spend::decode(&v))
+            .unwrap_or_default()
+            .rolled(now)
+    }
+
+    /// Adds `nano` nano-USD to the spend of `tenant_key` at Unix time `now_ms`, creating the key
+    /// (or, zone full, booking to the overflow record). At most `cas_retries + 1` CAS attempts.
+    pub fn book<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        tenant_key: &str,
+        now_ms: u64,
+        nano: u64,
+    ) -> Result<BookStats, Contended> {
+        let now = Periods::at(now_ms / 1_000);
+        let attempts = self.cas_retries.saturating_add(1);
+        let mut stats = BookStats::default();
+        let mut key = tenant_key;
+        let mut failures = 0u32;
+        // One more turn for the creation of a missing key.
+        for _ in 0..attempts.saturating_add(2) {
+            let (value, cas) = store.get(key);
+            let Some(value) = value else {
+                match self.create(store, key, !stats.overflowed, now_ms, &mut stats) {
+                    Ok(Created::Ready) => continue,
+                    Ok(Created::ZoneFull) => {
+                        stats.overflowed = true;
+                        key = &self.overflow_key;
+                        continue;
+                    }
+                    // The lock stayed taken: the holder may have created the key meanwhile.
+                    Err(()) if store.get(key).0.is_some() => continue,
+                    Err(()) => return Err(Contended(stats)),
+                }
+            };
+            let next = Spend::decode(&value)
+                .unwrap_or_default()
+                .rolled(&now)
+                .add(nano);
+            if cas.is_some() && store.set(key, &next.encode(), cas).is_ok() {
+                return Ok(stats);
+            }
+            stats.cas_retries = stats.cas_retries.saturating_add(1);
+            failures = failures.saturating_add(1);
+            if failures >= attempts {
+                return Err(Contended(stats));
+            }
+        }
+        Err(Contended(stats))
+    }
+
+    /// Creates `key` with a zero [`Spend`] exactly once, under the zone's lock.
+    fn create<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &str,
+        counted: bool,
+        now_ms: u64,
+        stats: &mut BookStats,
+    ) -> Result<Created, ()> {
+        // Waiting for another worker's lock costs attempts too: allow more of them than for a
+        // CAS update, since the holder needs three host calls to release it.
+        let attempts = self.cas_retries.saturating_add(1).saturating_mul(4);
+        let mut failures = 0u32;
+        for _ in 0..attempts.saturating_add(1) {
+            let (value, zone_cas) = store.get(&self.zone_key);
+            let Some(value) = value else {
+                let _ = store.set(&self.zone_key, &ZoneRecord::default().encode(), None);
+                continue;
+            };
+            let zone = ZoneRecord::decode(&value).unwrap_or_default();
+            if counted && zone.tenants >= self.max_tenants {
+                return Ok(Created::ZoneFull);
+            }
+            let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
+            // A lease further ahead than one lease (another worker's clock, set back) is stale.
+            let held = zone.locked_until_ms > now_ms
+                && zone.locked_until_ms <= lease_end.saturating_add(CREATION_LEASE_MS);
+            let locked = ZoneRecord {
+                tenants: zone.tenants,
+                locked_until_ms: lease_end,
+            }
+            .encode();
+            if held || zone_cas.is_none() || store.set(&self.zone_key, &locked, zone_cas).is_err() {
+                stats.cas_retries = stats.cas_retries.saturating_add(1);
+                failures = failures.saturating_add(1);
+                if failures >= attempts {
+                    return Err(());
+                }
+                continue;
+            }
+            let created = store.get(key).0.is_none()
+                && store.set(key, &Spend::default().encode(), None).is_ok();
+            stats.created |= created;
+            let (now_value, release_cas) = store.get(&self.zone_key);
+            let released = ZoneRecord {
+                tenants: if created && counted {
+                    zone.tenants.saturating_add(1)
+                } else {
+                    zone.tenants
+                },
+                locked_until_ms: 0,
+            }
+            .encode();
+            if now_value.as_deref() != Some(&locked[..])
+                || store.set(&self.zone_key, &released, release_cas).is_err()
+            {
+                stats.lock_lost = true;
+            }
+            return Ok(Created::Ready);
+        }
+        Err(())
+    }
+}
+
+enum Created {
+    Ready,
+    ZoneFull,
+}
+
+/// A tenant's budget (nano-USD per UTC period; `None`: no limit for that period).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// Per UTC day.
+    pub day: Option<u64>,
+    /// Per UTC month.
+    pub month: Option<u64>,
+}
+
+/// A budget that is used up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exceeded {
+    /// `day` or `month` (the longer one when both are).
+    pub period: &'static str,
+    /// Seconds until that period resets (the next UTC midnight or first of the month).
+    pub reset_secs: u64,
+}
+
+impl Budget {
+    /// Whether `spend` (already rolled to `now`) has reached the budget: spend ≥ budget.
+    pub fn check(&self, spend: &Spend, now: &Periods) -> Option<Exceeded> {
+        if self.month.is_some_and(|b| spend.month >= b) {
+            return Some(Exceeded {
+                period: "month",
+                reset_secs: now.month_reset_secs,
+            });
+        }
+        if self.day.is_some_and(|b| spend.day >= b) {
+            return Some(Exceeded {
+                period: "day",
+                reset_secs: now.day_reset_secs,
+            });
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_common::shared_data::{MemoryStore, Semantics};
+
+    #[test]
+    fn encoding_round_trips() {
+        let s = Spend {
+            day_id: 20250131,
+            day: 1,
+            month_id: 202501,
+            month: u64::MAX,
+            total: 7,
+        };
+        assert_eq!(Spend::decode(&s.encode()), Some(s));
+        assert_eq!(Spend::decode(&s.encode()[..32]), None);
+        let z = ZoneRecord {
+            tenants: 3,
+            locked_until_ms: 9,
+        };
+        assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
+    }
+
+    #[test]
+    fn periods_roll_over_in_place() {
+        for sem in [Semantics::Envoy, Semantics::NgxWasm] {
+            let store = MemoryStore::new(sem);
+            let l = Ledger::new("t", 8, 10);
+            l.ensure(&store, std::iter::empty(), 0);
+            let key = l.key("alice");
+            // 2025-01-31T23:00:00Z, then 2025-02-01T01:00:00Z.
+            let t0 = 1_738_364_400_000;
+            l.book(&store, &key, t0, 5).unwrap();
+            l.book(&store, &key, t0, 6).unwrap();
+            let s = l.spend(&store, &key, &Periods::at(t0 / 1000));
+            assert_eq!((s.day, s.month, s.total), (11, 11, 11));
+            let t1 = t0 + 2 * 3_600_000;
+            let seen = l.spend(&store, &key, &Periods::at(t1 / 1000));
+            assert_eq!(
+                (seen.day, seen.month, seen.total),
+                (0, 0, 11),
+                "read in the new day and month"
+            );
+            l.book(&store, &key, t1, 1).unwrap();
+            let s = l.spend(&store, &key, &Periods::at(t1 / 1000));
+            assert_eq!(
+                (s.day_id, s.day, s.month_id, s.month, s.total),
+                (20250201, 1, 202502, 1, 12)
+            );
+            assert_eq!(
+                store.len(),
+                3,
+                "zone, overflow, one tenant key: {:?}",
+                store.keys()
+            );
+        }
+    }
+
+    #[test]
+    fn zone_full_pools_new_tenants() {
+        let store = MemoryStore::new(Semantics::Envoy);
+        let l = Ledger::new("t", 8, 2);
+        l.ensure(&store, std::iter::empty(), 0);
+        let now = Periods::at(0);
+        for t in ["a", "b", "c", "d"] {
+            let stats = l.book(&store, &l.key(t), 0, 10).unwrap();
+            assert_eq!(stats.overflowed, t == "c" || t == "d", "{t}");
+        }
+        assert_eq!(l.spend(&store, &l.key("a"), &now).total, 10);
+        assert_eq!(l.spend(&store, &l.key("zz"), &now).total, 20, "pooled");
+        assert_eq!(store.len(), 4);
+    }
+
+    #[test]
+    fn budgets() {
+        let now = Periods::at(0);
+        let b = Budget {
+            day: Some(10),
+            month: Some(100),
+        };
+        let s = |day, month| Spend {
+            day,
+            month,
+            ..Spend::default()
+        };
+        assert_eq!(b.check(&s(9, 9), &now), None);
+        assert_eq!(b.check(&s(10, 10), &now).unwrap().period, "day");
+        assert_eq!(b.check(&s(10, 100), &now).unwrap().period, "month");
+        assert_eq!(b.check(&s(10, 100), &now).unwrap().reset_secs, 31 * 86_400);
+        assert_eq!(Budget::default().check(&s(u64::MAX, u64::MAX), &now), None);
+    }
+}

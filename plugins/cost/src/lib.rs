@@ -1,0 +1,22 @@
+//! cost: LLM token usage read from provider responses (OpenAI Chat Completions, Responses,
+//! Embeddings; Anthropic Messages; JSON and server-sent events), priced exactly from a LiteLLM
+//! style price table, booked per tenant in proxy-wasm shared data with CAS, and budgets enforced
+//! before the upstream.
+//!
+//! - [`config`]: the plugin configuration (JSON) and its checks.
+//! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
+//! - [`usage`]: the providers' usage objects, normalised.
+//! - [`sse`]: the bounded incremental event-stream parser and the streaming usage accumulator.
+//! - [`period`]: UTC days and months.
+//! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
+//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+
+pub mod config;
+pub mod ledger;
+pub mod period;
+pub mod price;
+pub mod sse;
+pub mod usage;
+
+#[cfg(target_arch = "wasm32")]
+mod filter;
