@@ -1,5 +1,8 @@
 """jwt-auth vs Envoy's native jwt_authn vs proxy-only, in one interleaved run on one Envoy binary.
 
+Variant "wasm-floor" is jwt-auth bypassing every request: the fixed cost of any Wasm filter,
+which bounds what filter logic can reach against a native filter.
+
 Scenarios: a valid HS256 token, a valid RS256 token (2048-bit key), an HS256 token signed with a
 wrong secret (every answer 401). Both filters check the same claims and copy `sub` to a header;
 each with its verified-token cache off and on (native: `jwt_cache_config`).
@@ -71,6 +74,14 @@ def main() -> None:
             "cache": {"max_entries": 1024 if cache else 0},
         })
 
+    # The fixed cost of a Wasm filter in Envoy: jwt-auth bypassing every request (one host call
+    # to strip its output header, one counter), no token work at all.
+    floor = FilterSpec("jwt-auth", {
+        "providers": {"bench": {"issuer": ISSUER, "hmac_secrets": [{"alg": "HS256", "kid": "hs", "secret": SECRET.decode()}],
+                                "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}]}},
+        "rules": [{"match": {"prefix": "/"}, "bypass": True}],
+    })
+
     valid = {"valid-hs256", "valid-rs256"}
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up), scenarios=valid),
@@ -78,6 +89,7 @@ def main() -> None:
         runner.Variant("tollgate-jwt-auth", lambda up: GatewaySpec([tollgate(False)], up)),
         runner.Variant("native-jwt_authn+cache", lambda up: GatewaySpec([native(True)], up), scenarios=valid),
         runner.Variant("tollgate-jwt-auth+cache", lambda up: GatewaySpec([tollgate(True)], up), scenarios=valid),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([floor], up), scenarios={"valid-hs256"}),
     ]
     scenarios = [
         runner.Scenario("valid-hs256", headers={"authorization": f"Bearer {hs}"}),
@@ -89,6 +101,9 @@ def main() -> None:
         runner.Comparison("tollgate-jwt-auth+cache", "native-jwt_authn+cache", label="tollgate / native (caches on)"),
         runner.Comparison("tollgate-jwt-auth", "proxy-only", label="tollgate (cache off) / proxy-only"),
         runner.Comparison("native-jwt_authn", "proxy-only", label="native (cache off) / proxy-only"),
+        runner.Comparison("wasm-floor", "native-jwt_authn", label="Wasm floor / native (cache off)"),
+        runner.Comparison("wasm-floor", "native-jwt_authn+cache", label="Wasm floor / native (cache on)"),
+        runner.Comparison("tollgate-jwt-auth+cache", "wasm-floor", label="tollgate (cache on) / Wasm floor"),
     ]
     runner.run("jwt_auth", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
                workers=args.workers, rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)

@@ -3,8 +3,10 @@
 //! algorithm (no algorithm confusion, no `none`).
 
 use base64::Engine as _;
+use hmac::{Hmac, Mac};
 use jwt_simple::prelude::*;
 use serde_json::{Map, Value};
+use sha2::{Sha256, Sha384, Sha512};
 
 use crate::rsa::{RsaHash, RsaPublicKey};
 
@@ -70,14 +72,35 @@ impl Alg {
 }
 
 enum Material {
-    HS256(HS256Key),
-    HS384(HS384Key),
-    HS512(HS512Key),
+    /// HS*: an HMAC state keyed once at configuration time (RFC 2104), cloned per token.
+    Hmac(HmacKey),
     /// RS*/PS*: parsed by jwt-simple (JWK, PEM), verified by [`crate::rsa`].
     Rsa(RsaPublicKey, RsaHash, RsaPadding),
     ES256(ES256PublicKey),
     ES384(ES384PublicKey),
     EdDSA(Ed25519PublicKey),
+}
+
+enum HmacKey {
+    S256(Hmac<Sha256>),
+    S384(Hmac<Sha384>),
+    S512(Hmac<Sha512>),
+}
+
+impl HmacKey {
+    /// Constant-time comparison of the tag (`Mac::verify_slice`).
+    fn verify(&self, message: &[u8], tag: &[u8]) -> Result<(), String> {
+        let ok = match self {
+            HmacKey::S256(m) => m.clone().chain_update(message).verify_slice(tag).is_ok(),
+            HmacKey::S384(m) => m.clone().chain_update(message).verify_slice(tag).is_ok(),
+            HmacKey::S512(m) => m.clone().chain_update(message).verify_slice(tag).is_ok(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err("HMAC tag mismatch".into())
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -142,11 +165,13 @@ impl VerifyingKey {
                 secret.len()
             ));
         }
-        let material = match alg {
-            Alg::HS256 => Material::HS256(HS256Key::from_bytes(secret)),
-            Alg::HS384 => Material::HS384(HS384Key::from_bytes(secret)),
-            _ => Material::HS512(HS512Key::from_bytes(secret)),
+        let bad = |e: hmac::digest::InvalidLength| format!("unusable HMAC key: {e}");
+        let key = match alg {
+            Alg::HS256 => HmacKey::S256(Hmac::new_from_slice(secret).map_err(bad)?),
+            Alg::HS384 => HmacKey::S384(Hmac::new_from_slice(secret).map_err(bad)?),
+            _ => HmacKey::S512(Hmac::new_from_slice(secret).map_err(bad)?),
         };
+        let material = Material::Hmac(key);
         Ok(Self { kid, alg, material })
     }
 
@@ -208,10 +233,13 @@ impl VerifyingKey {
         Ok(Self { kid, alg, material })
     }
 
-    /// Checks the JWS signature of `token` (RFC 7515 section 5.2) and returns its claims,
-    /// parsed by jwt-simple. Time, issuer and audience are *not* checked here (see
-    /// `verify::validate_claims`, which uses the host's clock): jwt-simple's own time checks are
-    /// neutralised by verifying at time 0 with `accept_future`.
+    /// Checks the JWS signature of `token` (RFC 7515 section 5.2) and returns its claims, in
+    /// jwt-simple's claims type. Time, issuer and audience are *not* checked here (see
+    /// `verify::validate_claims`, which uses the host's clock). HS* and RS*/PS* are checked on
+    /// the signing input directly (the header was parsed once by the caller, which matched
+    /// `alg` to this key and refused `crit`); ES256/ES384/EdDSA go through jwt-simple's
+    /// `verify_token`, whose own time checks are neutralised by verifying at time 0 with
+    /// `accept_future`.
     pub fn verify(&self, token: &str) -> Result<Claims, SignatureError> {
         let options = VerificationOptions {
             accept_future: true,
@@ -222,10 +250,16 @@ impl VerifyingKey {
         };
         let opts = Some(options);
         let result = match &self.material {
-            Material::HS256(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::HS384(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::HS512(k) => k.verify_token::<Map<String, Value>>(token, opts),
-            Material::Rsa(k, hash, padding) => return verify_rsa(k, *hash, *padding, token),
+            Material::Hmac(k) => return verify_compact(token, |input, tag| k.verify(input, tag)),
+            Material::Rsa(k, hash, padding) => {
+                return verify_compact(token, |input, signature| {
+                    let checked = match padding {
+                        RsaPadding::Pkcs1v15 => k.verify_pkcs1v15(*hash, input, signature),
+                        RsaPadding::Pss => k.verify_pss(*hash, input, signature),
+                    };
+                    checked.map_err(|e| e.to_string())
+                })
+            }
             Material::ES256(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::ES384(k) => k.verify_token::<Map<String, Value>>(token, opts),
             Material::EdDSA(k) => k.verify_token::<Map<String, Value>>(token, opts),
@@ -234,14 +268,12 @@ impl VerifyingKey {
     }
 }
 
-/// RS*/PS* (RFC 7518 sections 3.3 and 3.5): the signature over `header.payload` checked by
-/// [`crate::rsa`], then the payload parsed into jwt-simple's claims type. The caller has already
-/// matched the header's `alg` to this key and refused `crit` (as jwt-simple does for the others).
-fn verify_rsa(
-    key: &RsaPublicKey,
-    hash: RsaHash,
-    padding: RsaPadding,
+/// A compact JWS checked on its signing input (`header.payload`, RFC 7515 section 5.2) by
+/// `check(signing input, decoded signature)`, then the payload parsed into jwt-simple's claims
+/// type. Used for HS* (RFC 7518 section 3.2) and RS*/PS* (sections 3.3 and 3.5).
+fn verify_compact(
     token: &str,
+    check: impl FnOnce(&[u8], &[u8]) -> Result<(), String>,
 ) -> Result<Claims, SignatureError> {
     let b64 = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let invalid = |what: &str| SignatureError::Invalid(what.to_string());
@@ -254,11 +286,7 @@ fn verify_rsa(
     let signature = b64
         .decode(signature)
         .map_err(|_| invalid("signature is not base64url"))?;
-    let checked = match padding {
-        RsaPadding::Pkcs1v15 => key.verify_pkcs1v15(hash, signing_input.as_bytes(), &signature),
-        RsaPadding::Pss => key.verify_pss(hash, signing_input.as_bytes(), &signature),
-    };
-    checked.map_err(|e| SignatureError::Invalid(e.to_string()))?;
+    check(signing_input.as_bytes(), &signature).map_err(SignatureError::Invalid)?;
     let payload = b64
         .decode(payload)
         .map_err(|_| invalid("payload is not base64url"))?;

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 
 use base64::Engine as _;
 use jwt_simple::prelude::Audiences;
-use jwt_simple::token::Token;
 use serde::Deserialize;
 use serde_json::Value;
 use tollgate_common::http::is_safe_header_value;
@@ -146,6 +145,38 @@ pub struct Verified {
     pub headers: Vec<(String, String)>,
 }
 
+/// The JOSE header fields this filter reads (RFC 7515 section 4.1); others are ignored.
+#[derive(Deserialize)]
+struct JwsHeader {
+    alg: String,
+    kid: Option<String>,
+    crit: Option<Vec<String>>,
+    typ: Option<String>,
+}
+
+/// Largest accepted encoded JOSE header (bytes), as jwt-simple's limit.
+const MAX_HEADER_B64: usize = 8192;
+
+/// Parses the JOSE header once. `typ`, when present, must be `JWT` or end in `+JWT` (RFC 7519
+/// section 5.1, RFC 8725 section 3.11), as jwt-simple requires.
+fn parse_header(token: &str) -> Result<JwsHeader, Reason> {
+    let encoded = token.split('.').next().ok_or(Reason::Malformed)?;
+    if encoded.len() > MAX_HEADER_B64 {
+        return Err(Reason::Malformed);
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded)
+        .map_err(|_| Reason::Malformed)?;
+    let header: JwsHeader = serde_json::from_slice(&bytes).map_err(|_| Reason::Malformed)?;
+    if let Some(typ) = &header.typ {
+        let typ = typ.to_ascii_uppercase();
+        if typ != "JWT" && !typ.ends_with("+JWT") {
+            return Err(Reason::Malformed);
+        }
+    }
+    Ok(header)
+}
+
 #[derive(Deserialize)]
 struct IssuerOnly {
     iss: Option<String>,
@@ -210,10 +241,10 @@ pub fn verify<'k>(
     if !well_formed(token) {
         return Err(Reason::Malformed);
     }
-    let meta = Token::decode_metadata(token).map_err(|_| Reason::Malformed)?;
-    let alg = Alg::from_name(meta.algorithm()).ok_or(Reason::UnsupportedAlg)?;
+    let header = parse_header(token)?;
+    let alg = Alg::from_name(&header.alg).ok_or(Reason::UnsupportedAlg)?;
     // No `crit` extension is understood, so a token that lists any is refused (RFC 7515 4.1.11).
-    if meta.critical().is_some_and(|c| !c.is_empty()) {
+    if header.crit.as_ref().is_some_and(|c| !c.is_empty()) {
         return Err(Reason::Malformed);
     }
     let provider_id = choose_provider(config, token)?;
@@ -224,7 +255,7 @@ pub fn verify<'k>(
     let set = keys(provider_id).ok_or(Reason::KeysUnavailable)?;
     let mut tried = false;
     let mut claims = None;
-    for key in set.candidates(alg, meta.key_id()) {
+    for key in set.candidates(alg, header.kid.as_deref()) {
         tried = true;
         if let Ok(c) = key.verify(token) {
             claims = Some(c);
