@@ -16,7 +16,6 @@ Scenarios (POST, the demo upstream's mock LLM endpoints):
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import runner
@@ -36,13 +35,7 @@ def tollgate() -> FilterSpec:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--connections", default="8,32")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
+    opts = runner.options(connections="8,32", workers="1")
 
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up)),
@@ -58,8 +51,7 @@ def main() -> None:
                                          "messages": [{"role": "user", "content": "hi"}]})),
     ]
     comparisons = [runner.Comparison("tollgate-cost", "proxy-only", label="cost / proxy-only")]
-    runner.run("cost", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
-               workers=args.workers, rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+    runner.run("cost", variants, scenarios, comparisons=comparisons, **opts)
 
 
 if __name__ == "__main__":

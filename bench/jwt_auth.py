@@ -12,7 +12,6 @@ each with its verified-token cache off and on (native: `jwt_cache_config`).
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import time
@@ -32,13 +31,7 @@ def b64u(b: bytes) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--connections", default="1,8")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
+    opts = runner.options(connections="1,8", workers="1")
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
@@ -105,8 +98,7 @@ def main() -> None:
         runner.Comparison("wasm-floor", "native-jwt_authn+cache", label="Wasm floor / native (cache on)"),
         runner.Comparison("tollgate-jwt-auth+cache", "wasm-floor", label="tollgate (cache on) / Wasm floor"),
     ]
-    runner.run("jwt_auth", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
-               workers=args.workers, rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+    runner.run("jwt_auth", variants, scenarios, comparisons=comparisons, **opts)
 
 
 if __name__ == "__main__":

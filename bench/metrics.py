@@ -18,7 +18,6 @@ tollgate-metrics / proxy-only >= 0.97.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import runner
@@ -37,13 +36,7 @@ METRICS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--connections", default="8,32")
-    ap.add_argument("--workers", default="1,2")
-    args = ap.parse_args()
+    opts = runner.options(connections="8,32", workers="1,2")
 
     # The same stats_config on both, so that only the filter differs.
     variants = [
@@ -52,8 +45,7 @@ def main() -> None:
     ]
     scenarios = [runner.Scenario("get", path="/bench", headers={"x-tenant": "bench"})]
     comparisons = [runner.Comparison("tollgate-metrics", "proxy-only", label="tollgate-metrics / proxy-only")]
-    runner.run("metrics", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
-               workers=[int(w) for w in args.workers.split(",")], rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+    runner.run("metrics", variants, scenarios, comparisons=comparisons, **opts)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Scenarios: `allow` (GET /bench, x-api-key: bench-client) and `reject` (GET /reje
 """
 from __future__ import annotations
 
-import argparse
 
 import runner
 from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
@@ -63,13 +62,7 @@ def tollgate(headers: bool) -> FilterSpec:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--connections", default="8,32")
-    ap.add_argument("--workers", default="1,2")
-    args = ap.parse_args()
+    opts = runner.options(connections="8,32", workers="1,2")
 
     allow, reject = {"allow"}, {"reject"}
     variants = [
@@ -93,8 +86,7 @@ def main() -> None:
         runner.Comparison("tollgate-wasm-floor", "native-local_ratelimit", allow, label="wasm floor (no rule matches) / native (allow)"),
         runner.Comparison("tollgate-rate-limit", "native-local_ratelimit-reject", reject, label="tollgate / native local_ratelimit (reject)"),
     ]
-    runner.run("rate_limit", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
-               workers=[int(w) for w in args.workers.split(",")], rounds=args.rounds, seconds=args.seconds, smoke=args.smoke)
+    runner.run("rate_limit", variants, scenarios, comparisons=comparisons, **opts)
 
 
 if __name__ == "__main__":

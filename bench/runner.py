@@ -12,6 +12,7 @@ machine.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -64,6 +65,22 @@ class Comparison:
     denominator: str
     scenarios: set[str] | None = None
     label: str = ""
+
+
+def options(connections: str, workers: str) -> dict:
+    """The benchmark scripts' command line, parsed into `run`'s keyword arguments:
+    `--smoke`, `--rounds N`, `--seconds S`, `--connections 1,8`, `--workers 1,2` (the defaults
+    given here). One worker count gives `workers` as an int, several as a list."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true", help="a second per cell, for the test suite")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--connections", default=connections, help="comma-separated")
+    ap.add_argument("--workers", default=workers, help="comma-separated")
+    a = ap.parse_args()
+    counts = [int(w) for w in a.workers.split(",")]
+    return {"connections": [int(c) for c in a.connections.split(",")], "workers": counts[0] if len(counts) == 1 else counts,
+            "rounds": a.rounds, "seconds": a.seconds, "smoke": a.smoke}
 
 
 def cpu_ticks(pids: list[int]) -> int:

@@ -17,7 +17,6 @@ filters choose and set a cookie on every response).
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import hmac
@@ -56,13 +55,7 @@ def get(url: str, cookie: str | None = None) -> tuple[int, str | None, list[str]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--connections", default="1,8")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
+    opts = runner.options(connections="1,8", workers="1")
 
     native = EnvoyNativeFilter("envoy.filters.http.stateful_session", {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
@@ -116,8 +109,7 @@ def main() -> None:
         runner.Comparison("tollgate-sticky-upstream", "proxy-only", scenarios={"sticky-read"}, label="tollgate / proxy-only"),
         runner.Comparison("native-stateful_session", "proxy-only", scenarios={"sticky-read"}, label="native stateful_session / proxy-only"),
     ]
-    runner.run("sticky_upstream", variants, scenarios, [int(c) for c in args.connections.split(",")], comparisons,
-               workers=args.workers, rounds=args.rounds, seconds=args.seconds, smoke=args.smoke,
+    runner.run("sticky_upstream", variants, scenarios, comparisons=comparisons, **opts,
                upstream_names=UPSTREAMS, prepare=prepare)
 
 
