@@ -203,9 +203,271 @@ impl SharedStore for MemoryStore {
     }
 }
 
+/// How long a worker holds a zone's key-creation lease (ms). A worker stalled longer than this
+/// between taking the lease and releasing it can lose it to another worker.
+pub const CREATION_LEASE_MS: u64 = 2_000;
+
+/// How far another worker's clock may run ahead of ours (ms): a lease ending further ahead than
+/// one lease plus this is stale (a clock was set back) and is taken over.
+pub const CLOCK_TOLERANCE_MS: u64 = 1_000;
+
+/// Length of an encoded [`ZoneRecord`] (bytes).
+pub const ZONE_BYTES: usize = 17;
+
+const TAG_ZONE: u8 = 16;
+
+/// A zone record: how many keys the zone has created, and its key-creation lease. One per zone
+/// (e.g. `ratelimit/<zone>/~zone`, `cost/<ledger>/~zone`). Bytes: tag 16, keys (u64 LE),
+/// lease end in Unix ms (u64 LE; 0 when free): [`ZONE_BYTES`] in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ZoneRecord {
+    /// Keys created so far (only the counted ones, see [`create_once`]).
+    pub keys: u64,
+    /// The creation lease is held until this Unix time (ms); 0 when free.
+    pub locked_until_ms: u64,
+}
+
+impl ZoneRecord {
+    /// Encodes the record.
+    pub fn encode(&self) -> [u8; ZONE_BYTES] {
+        let mut out = [0u8; ZONE_BYTES];
+        let (tag, rest) = out.split_at_mut(1);
+        let (keys, lease) = rest.split_at_mut(8);
+        tag.copy_from_slice(&[TAG_ZONE]);
+        keys.copy_from_slice(&self.keys.to_le_bytes());
+        lease.copy_from_slice(&self.locked_until_ms.to_le_bytes());
+        out
+    }
+
+    /// Decodes a record; `None` if the bytes are not one.
+    pub fn decode(bytes: &[u8]) -> Option<ZoneRecord> {
+        if bytes.len() != ZONE_BYTES || bytes.first() != Some(&TAG_ZONE) {
+            return None;
+        }
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                bytes.get(at..at.checked_add(8)?)?.try_into().ok()?,
+            ))
+        };
+        Some(ZoneRecord {
+            keys: u64_at(1)?,
+            locked_until_ms: u64_at(9)?,
+        })
+    }
+}
+
+/// Creates the zone record if it is missing (root contexts call this in `on_configure`, before
+/// their worker serves requests). Returns whether this call wrote it.
+pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> bool {
+    if store.get(zone_key).0.is_some() {
+        return false;
+    }
+    store
+        .set(zone_key, &ZoneRecord::default().encode(), None)
+        .is_ok()
+}
+
+/// The outcome of [`create_once`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The key exists now (created by this call or by another worker).
+    Ready,
+    /// The zone already holds `max_keys` counted keys: nothing was created.
+    ZoneFull,
+}
+
+/// Where [`create_once`] creates keys: the zone record's key, the bound on counted keys, and
+/// how many tries a call may make (CAS mismatches and held leases each cost one).
+#[derive(Debug, Clone, Copy)]
+pub struct Zone<'a> {
+    /// Shared-data key of the [`ZoneRecord`].
+    pub key: &'a str,
+    /// Largest number of counted keys.
+    pub max_keys: u64,
+    /// Tries before giving up (at least one).
+    pub attempts: u32,
+}
+
+/// What a [`create_once`] call did, for the caller's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Creation {
+    /// CAS mismatches and held leases met.
+    pub cas_retries: u32,
+    /// This call wrote the key.
+    pub created: bool,
+    /// The lease was taken over before this call released it (the bound documented below).
+    pub lock_lost: bool,
+}
+
+/// Creates `key` with `initial` exactly once across workers, under the zone's creation lease:
+/// take the lease with a CAS write of the zone record, re-read `key`, write it only if still
+/// missing, release the lease with CAS while counting the key (when `counted`). This is how a
+/// filter creates keys without Envoy's unconditional first insert losing updates: two workers
+/// that both saw the key missing cannot both write it while the lease holds.
+///
+/// Bound: a worker stalled for more than [`CREATION_LEASE_MS`] between taking the lease and
+/// writing can lose the lease to another worker, which may then create the same key first; the
+/// later write replaces it once (`lock_lost` is set). Under ngx_wasm_module's semantics the
+/// second write is a mismatch instead. Gives up (`None`) after `attempts` failed tries, e.g. while
+/// another worker holds the lease; the key may exist by then (re-read it).
+pub fn create_once<S: SharedStore + ?Sized>(
+    store: &S,
+    zone: &Zone<'_>,
+    key: &str,
+    initial: &[u8],
+    counted: bool,
+    now_ms: u64,
+) -> (Option<Created>, Creation) {
+    let (zone_key, max_keys, attempts) = (zone.key, zone.max_keys, zone.attempts);
+    let mut out = Creation::default();
+    let mut failures = 0u32;
+    // One more turn for creating a missing zone record.
+    for _ in 0..attempts.saturating_add(1) {
+        let (value, zone_cas) = store.get(zone_key);
+        let Some(value) = value else {
+            let _ = store.set(zone_key, &ZoneRecord::default().encode(), None);
+            continue;
+        };
+        let zone = ZoneRecord::decode(&value).unwrap_or_default();
+        if counted && zone.keys >= max_keys {
+            return (Some(Created::ZoneFull), out);
+        }
+        let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
+        let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
+        let held = zone.locked_until_ms > now_ms && zone.locked_until_ms <= stale_after;
+        let locked = ZoneRecord {
+            keys: zone.keys,
+            locked_until_ms: lease_end,
+        }
+        .encode();
+        if held || zone_cas.is_none() || store.set(zone_key, &locked, zone_cas).is_err() {
+            out.cas_retries = out.cas_retries.saturating_add(1);
+            failures = failures.saturating_add(1);
+            if failures >= attempts {
+                return (None, out);
+            }
+            continue;
+        }
+        // Lease held: check and create.
+        out.created = store.get(key).0.is_none() && store.set(key, initial, None).is_ok();
+        let (now_value, release_cas) = store.get(zone_key);
+        let keys = if out.created && counted {
+            zone.keys.saturating_add(1)
+        } else {
+            zone.keys
+        };
+        let released = ZoneRecord {
+            keys,
+            locked_until_ms: 0,
+        }
+        .encode();
+        if now_value.as_deref() != Some(&locked[..])
+            || store.set(zone_key, &released, release_cas).is_err()
+        {
+            out.lock_lost = true;
+        }
+        return (Some(Created::Ready), out);
+    }
+    (None, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn zone(max_keys: u64) -> Zone<'static> {
+        Zone {
+            key: "z",
+            max_keys,
+            attempts: 3,
+        }
+    }
+
+    #[test]
+    fn zone_records_round_trip_and_refuse_other_bytes() {
+        let z = ZoneRecord {
+            keys: 7,
+            locked_until_ms: 99,
+        };
+        assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
+        assert_eq!(ZoneRecord::decode(&z.encode()[..16]), None);
+        let mut bad = z.encode();
+        bad[0] = 1;
+        assert_eq!(ZoneRecord::decode(&bad), None);
+    }
+
+    #[test]
+    fn keys_are_created_once_and_counted_under_both_semantics() {
+        for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
+            let s = MemoryStore::new(semantics);
+            assert!(ensure_zone(&s, "z"));
+            assert!(!ensure_zone(&s, "z"), "only once");
+            let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
+            assert_eq!(
+                (r, c.created, c.lock_lost),
+                (Some(Created::Ready), true, false)
+            );
+            s.set("k", b"used", s.get("k").1).unwrap();
+            let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_001);
+            assert_eq!(
+                (r, c.created),
+                (Some(Created::Ready), false),
+                "an existing key is kept"
+            );
+            assert_eq!(s.get("k").0.as_deref(), Some(&b"used"[..]));
+            let zone = ZoneRecord::decode(&s.get("z").0.unwrap()).unwrap();
+            assert_eq!(
+                zone,
+                ZoneRecord {
+                    keys: 1,
+                    locked_until_ms: 0
+                },
+                "{semantics:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_zone_and_a_held_lease_create_nothing() {
+        let s = MemoryStore::new(Semantics::Envoy);
+        s.set(
+            "z",
+            &ZoneRecord {
+                keys: 2,
+                locked_until_ms: 0,
+            }
+            .encode(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            create_once(&s, &zone(2), "k", b"i", true, 0).0,
+            Some(Created::ZoneFull)
+        );
+        assert_eq!(
+            create_once(&s, &zone(2), "k", b"i", false, 0).0,
+            Some(Created::Ready),
+            "uncounted keys"
+        );
+        let held = ZoneRecord {
+            keys: 0,
+            locked_until_ms: 5_000,
+        };
+        s.set("z", &held.encode(), None).unwrap();
+        let (r, c) = create_once(&s, &zone(9), "k2", b"i", true, 4_000);
+        assert_eq!((r, c.cas_retries), (None, 3));
+        assert!(s.get("k2").0.is_none());
+        // A lease ending further ahead than a lease plus the clock tolerance is stale.
+        let stale = ZoneRecord {
+            keys: 0,
+            locked_until_ms: 4_000 + CREATION_LEASE_MS + CLOCK_TOLERANCE_MS + 1,
+        };
+        s.set("z", &stale.encode(), None).unwrap();
+        assert_eq!(
+            create_once(&s, &zone(9), "k2", b"i", true, 4_000).0,
+            Some(Created::Ready)
+        );
+    }
 
     #[test]
     fn envoy_inserts_missing_keys_whatever_the_cas_and_overwrites_without_cas() {

@@ -31,12 +31,12 @@
 //! takes the expired lock, creates the key and books, would reset it once. Under ngx_wasm_module
 //! a write without CAS never overwrites an existing key, so the bound there is 0.
 
-use tollgate_common::shared_data::SharedStore;
+use tollgate_common::shared_data::{create_once, Created, SharedStore, Zone};
+pub use tollgate_common::shared_data::{ZoneRecord, CREATION_LEASE_MS};
 
 use crate::period::Periods;
 
 /// How long the key-creation lock is held at most (milliseconds).
-pub const CREATION_LEASE_MS: u64 = 2_000;
 /// Encoded [`Spend`] size (bytes).
 pub const SPEND_LEN: usize = 33;
 const VERSION: u8 = 1;
@@ -129,37 +129,6 @@ impl Spend {
     }
 }
 
-/// The zone record (`cost/<ledger>/~zone`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ZoneRecord {
-    /// Tenant keys created.
-    pub tenants: u64,
-    /// The creation lock's lease end (Unix ms; 0: free).
-    pub locked_until_ms: u64,
-}
-
-impl ZoneRecord {
-    /// 16 bytes: tenants, lease end (u64 LE each).
-    pub fn encode(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        let (a, b) = out.split_at_mut(8);
-        a.copy_from_slice(&self.tenants.to_le_bytes());
-        b.copy_from_slice(&self.locked_until_ms.to_le_bytes());
-        out
-    }
-
-    /// Decodes [`ZoneRecord::encode`]'s output.
-    pub fn decode(b: &[u8]) -> Option<ZoneRecord> {
-        if b.len() != 16 {
-            return None;
-        }
-        Some(ZoneRecord {
-            tenants: le_u64(b, 0)?,
-            locked_until_ms: le_u64(b, 8)?,
-        })
-    }
-}
-
 /// Where a ledger lives and how hard it tries.
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -247,7 +216,7 @@ impl Ledger {
                     .get(&self.zone_key)
                     .0
                     .and_then(|z| ZoneRecord::decode(&z))
-                    .is_some_and(|z| z.tenants >= self.max_tenants);
+                    .is_some_and(|z| z.keys >= self.max_tenants);
                 if full {
                     store.get(&self.overflow_key).0
                 } else {
@@ -307,7 +276,8 @@ impl Ledger {
         Err(Contended(stats))
     }
 
-    /// Creates `key` with a zero [`Spend`] exactly once, under the zone's lock.
+    /// Creates `key` with a zero [`Spend`] exactly once, under the zone's creation lease
+    /// (`tollgate_common::shared_data::create_once`).
     fn create<S: SharedStore + ?Sized>(
         &self,
         store: &S,
@@ -316,64 +286,27 @@ impl Ledger {
         now_ms: u64,
         stats: &mut BookStats,
     ) -> Result<Created, ()> {
-        // Waiting for another worker's lock costs attempts too: allow more of them than for a
+        // Waiting for another worker's lease costs attempts too: allow more of them than for a
         // CAS update, since the holder needs three host calls to release it.
         let attempts = self.cas_retries.saturating_add(1).saturating_mul(4);
-        let mut failures = 0u32;
-        for _ in 0..attempts.saturating_add(1) {
-            let (value, zone_cas) = store.get(&self.zone_key);
-            let Some(value) = value else {
-                let _ = store.set(&self.zone_key, &ZoneRecord::default().encode(), None);
-                continue;
-            };
-            let zone = ZoneRecord::decode(&value).unwrap_or_default();
-            if counted && zone.tenants >= self.max_tenants {
-                return Ok(Created::ZoneFull);
-            }
-            let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
-            // A lease further ahead than one lease (another worker's clock, set back) is stale.
-            let held = zone.locked_until_ms > now_ms
-                && zone.locked_until_ms <= lease_end.saturating_add(CREATION_LEASE_MS);
-            let locked = ZoneRecord {
-                tenants: zone.tenants,
-                locked_until_ms: lease_end,
-            }
-            .encode();
-            if held || zone_cas.is_none() || store.set(&self.zone_key, &locked, zone_cas).is_err() {
-                stats.cas_retries = stats.cas_retries.saturating_add(1);
-                failures = failures.saturating_add(1);
-                if failures >= attempts {
-                    return Err(());
-                }
-                continue;
-            }
-            let created = store.get(key).0.is_none()
-                && store.set(key, &Spend::default().encode(), None).is_ok();
-            stats.created |= created;
-            let (now_value, release_cas) = store.get(&self.zone_key);
-            let released = ZoneRecord {
-                tenants: if created && counted {
-                    zone.tenants.saturating_add(1)
-                } else {
-                    zone.tenants
-                },
-                locked_until_ms: 0,
-            }
-            .encode();
-            if now_value.as_deref() != Some(&locked[..])
-                || store.set(&self.zone_key, &released, release_cas).is_err()
-            {
-                stats.lock_lost = true;
-            }
-            return Ok(Created::Ready);
-        }
-        Err(())
+        let zone = Zone {
+            key: &self.zone_key,
+            max_keys: self.max_tenants,
+            attempts,
+        };
+        let (result, did) = create_once(
+            store,
+            &zone,
+            key,
+            &Spend::default().encode(),
+            counted,
+            now_ms,
+        );
+        stats.cas_retries = stats.cas_retries.saturating_add(did.cas_retries);
+        stats.created |= did.created;
+        stats.lock_lost |= did.lock_lost;
+        result.ok_or(())
     }
-}
-
-enum Created {
-    Ready,
-    ZoneFull,
 }
 
 /// A tenant's budget (nano-USD per UTC period; `None`: no limit for that period).
@@ -430,7 +363,7 @@ mod tests {
         assert_eq!(Spend::decode(&s.encode()), Some(s));
         assert_eq!(Spend::decode(&s.encode()[..32]), None);
         let z = ZoneRecord {
-            tenants: 3,
+            keys: 3,
             locked_until_ms: 9,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));

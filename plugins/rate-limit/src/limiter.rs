@@ -61,13 +61,11 @@
 //! never deleted (Envoy's shared data has no delete), so the count only grows until the gateway
 //! restarts.
 
-use tollgate_common::shared_data::{cas_update, SharedStore};
+use tollgate_common::shared_data::{cas_update, create_once, Created, SharedStore, Zone};
+pub use tollgate_common::shared_data::{ensure_zone, CREATION_LEASE_MS};
 
-use crate::algorithm::{Decision, Limit, State, CLOCK_TOLERANCE_MS};
-use crate::state::{decode, encode, ZoneRecord};
-
-/// How long the key-creation lock is held at most (milliseconds).
-pub const CREATION_LEASE_MS: u64 = 2_000;
+use crate::algorithm::{Decision, Limit, State};
+use crate::state::{decode, encode};
 
 /// What a request gets when CAS retries run out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -217,17 +215,6 @@ pub fn check<S: SharedStore + ?Sized>(
     }
 }
 
-/// Creates the zone record if it is missing (the root context calls this in `on_configure`,
-/// before the worker serves requests). Returns whether this call wrote it.
-pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> bool {
-    if store.get(zone_key).0.is_some() {
-        return false;
-    }
-    store
-        .set(zone_key, &ZoneRecord::default().encode(), None)
-        .is_ok()
-}
-
 fn contention<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
@@ -292,13 +279,8 @@ fn read<S: SharedStore + ?Sized>(
     Err(Contended)
 }
 
-enum Created {
-    Ready,
-    ZoneFull,
-}
-
-/// Creates `key` with `initial` exactly once, under the zone's creation lock (see the module
-/// documentation).
+/// Creates `key` with `initial` exactly once, under the zone's creation lease
+/// (`tollgate_common::shared_data::create_once`, see the module documentation).
 fn create<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
@@ -309,62 +291,16 @@ fn create<S: SharedStore + ?Sized>(
     stats: &mut Stats,
 ) -> Result<Created, Contended> {
     let attempts = settings.cas_retries.saturating_add(1);
-    let mut failures = 0u32;
-    // One more turn for creating a missing zone record.
-    for _ in 0..attempts.saturating_add(1) {
-        let (value, zone_cas) = store.get(settings.zone_key);
-        let Some(value) = value else {
-            let _ = store.set(settings.zone_key, &ZoneRecord::default().encode(), None);
-            continue;
-        };
-        let zone = ZoneRecord::decode(&value).unwrap_or_default();
-        if counted && zone.keys >= settings.max_keys {
-            return Ok(Created::ZoneFull);
-        }
-        let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
-        // Held unless expired. Another worker's clock may be a little ahead of ours; a lock
-        // further ahead than a lease plus that tolerance is stale (the clock was set back) and is
-        // taken over too, so that a clock step cannot block creation.
-        let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
-        let held = zone.locked_until_ms > now_ms && zone.locked_until_ms <= stale_after;
-        let locked = ZoneRecord {
-            keys: zone.keys,
-            locked_until_ms: lease_end,
-        }
-        .encode();
-        if held || zone_cas.is_none() || store.set(settings.zone_key, &locked, zone_cas).is_err() {
-            stats.cas_retries = stats.cas_retries.saturating_add(1);
-            failures = failures.saturating_add(1);
-            if failures >= attempts {
-                return Err(Contended);
-            }
-            continue;
-        }
-        // Lock held: check and create.
-        let created = store.get(key).0.is_none() && store.set(key, initial, None).is_ok();
-        if created {
-            stats.keys_created = stats.keys_created.saturating_add(1);
-        }
-        let (now_value, release_cas) = store.get(settings.zone_key);
-        let released = ZoneRecord {
-            keys: if created && counted {
-                zone.keys.saturating_add(1)
-            } else {
-                zone.keys
-            },
-            locked_until_ms: 0,
-        }
-        .encode();
-        if now_value.as_deref() != Some(&locked[..])
-            || store
-                .set(settings.zone_key, &released, release_cas)
-                .is_err()
-        {
-            stats.lock_lost = stats.lock_lost.saturating_add(1);
-        }
-        return Ok(Created::Ready);
-    }
-    Err(Contended)
+    let zone = Zone {
+        key: settings.zone_key,
+        max_keys: settings.max_keys,
+        attempts,
+    };
+    let (result, did) = create_once(store, &zone, key, initial, counted, now_ms);
+    stats.cas_retries = stats.cas_retries.saturating_add(did.cas_retries);
+    stats.keys_created = stats.keys_created.saturating_add(u32::from(did.created));
+    stats.lock_lost = stats.lock_lost.saturating_add(u32::from(did.lock_lost));
+    result.ok_or(Contended)
 }
 
 /// Gives back `weight` units to each of `charged` (their decisions in `decisions`).

@@ -26,12 +26,9 @@ use crate::algorithm::{Limit, State};
 
 /// Size of an encoded limit state (bytes).
 pub const STATE_BYTES: usize = 21;
-/// Size of an encoded zone record (bytes).
-pub const ZONE_BYTES: usize = 17;
 
 const TAG_TOKEN_BUCKET: u8 = 1;
 const TAG_FIXED_WINDOW: u8 = 2;
-const TAG_ZONE: u8 = 16;
 
 /// Encodes `state` of `limit` (see the module documentation).
 pub fn encode(limit: &Limit, state: &State) -> [u8; STATE_BYTES] {
@@ -79,36 +76,8 @@ pub fn decode(limit: &Limit, bytes: &[u8]) -> Option<State> {
     }
 }
 
-/// The zone record: how many keys the zone has created, and its key-creation lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ZoneRecord {
-    /// Keys created so far (client keys only; overflow buckets are not counted).
-    pub keys: u64,
-    /// The creation lock is held until this Unix time (ms); 0 when free.
-    pub locked_until_ms: u64,
-}
-
-impl ZoneRecord {
-    /// Encodes the record (see the module documentation).
-    pub fn encode(&self) -> [u8; ZONE_BYTES] {
-        let mut out = [0u8; ZONE_BYTES];
-        write(&mut out, 0, &[TAG_ZONE]);
-        write(&mut out, 1, &self.keys.to_le_bytes());
-        write(&mut out, 9, &self.locked_until_ms.to_le_bytes());
-        out
-    }
-
-    /// Decodes a record; `None` if the bytes are not one.
-    pub fn decode(bytes: &[u8]) -> Option<ZoneRecord> {
-        if bytes.len() != ZONE_BYTES || bytes.first() != Some(&TAG_ZONE) {
-            return None;
-        }
-        Some(ZoneRecord {
-            keys: read_u64(bytes, 1)?,
-            locked_until_ms: read_u64(bytes, 9)?,
-        })
-    }
-}
+/// The zone record (key count and creation lease), shared with the cost filter.
+pub use tollgate_common::shared_data::{ZoneRecord, ZONE_BYTES};
 
 fn write(out: &mut [u8], at: usize, bytes: &[u8]) {
     if let Some(dst) = at
