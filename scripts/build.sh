@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every filter in plugins/ for wasm32-wasip1 (release) and the demo upstream.
+# Builds every filter in plugins/ (and bench/wasm-floor) for wasm32-wasip1 (release) and the
+# demo upstream.
 #   target/wasm32-wasip1/release/tollgate_<filter>.wasm, target/demo-upstream
 # With .cache/wasm-build-std present (set by setup.sh when rustup cannot add the target), or
 # TOLLGATE_WASM_FALLBACK=1, the filters are built with Debian's rustc-web and build-std instead
@@ -8,6 +9,7 @@
 cd "$ROOT"
 pkgs=()
 for c in $(plugin_crates); do pkgs+=(-p "tollgate-$c"); done
+pkgs+=(-p tollgate-wasm-floor)   # bench/wasm-floor: the empty filter the benchmarks compare with
 if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
   "$ROOT/scripts/apt.sh" rustc-web cargo-web rust-web-src lld-22 wasi-libc
   RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
