@@ -19,6 +19,16 @@ fn vectors() -> Value {
     serde_json::from_str(include_str!("../testdata/vectors.json")).unwrap()
 }
 
+/// The vector called `name`.
+fn named<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap()
+}
+
 fn static_keys(config: &Config, i: usize) -> Option<&KeySet> {
     match &config.providers.get(i)?.keys {
         tollgate_jwt_auth::config::KeySource::Static(s) => Some(s),
@@ -78,12 +88,7 @@ fn every_algorithm_is_accepted_with_claims_forwarded() {
         "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
         "ES384", "EdDSA",
     ] {
-        let t = v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == format!("valid-{alg}"))
-            .unwrap();
+        let t = named(&v, &format!("valid-{alg}"));
         let token = t["token"].as_str().unwrap();
         let ok = verify(&config, |i| static_keys(&config, i), token, now)
             .unwrap_or_else(|e| panic!("{alg}: {e:?}"));
@@ -106,12 +111,7 @@ fn time_checks_follow_the_clock_and_skew() {
     let v = vectors();
     let config = config(&v);
     let now = v["now"].as_u64().unwrap();
-    let t = v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "valid-RS256")
-        .unwrap();
+    let t = named(&v, "valid-RS256");
     let token = t["token"].as_str().unwrap();
     let at = |time| verify(&config, |i| static_keys(&config, i), token, time).map(|_| ());
     assert_eq!(at(now + 3600 + 60), Ok(()), "exp + skew still valid");
@@ -127,12 +127,7 @@ fn pem_keys_verify_like_the_jwks() {
     for alg in ["RS256", "ES256", "ES384", "EdDSA"] {
         let doc = json!({"providers": {"p": {"pem_keys": [{"alg": alg, "pem": v["pem"][alg]}]}}});
         let config = Config::parse(doc.to_string().as_bytes()).unwrap();
-        let t = v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == format!("valid-{alg}"))
-            .unwrap();
+        let t = named(&v, &format!("valid-{alg}"));
         assert!(
             verify(
                 &config,
@@ -161,12 +156,7 @@ fn providers_are_chosen_by_issuer_and_routes_restrict_them() {
         ]
     });
     let config = Config::parse(doc.to_string().as_bytes()).unwrap();
-    let t = v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "valid-ES256")
-        .unwrap();
+    let t = named(&v, "valid-ES256");
     let verified = verify(
         &config,
         |i| static_keys(&config, i),
@@ -194,12 +184,7 @@ fn providers_are_chosen_by_issuer_and_routes_restrict_them() {
         Err(Reason::Expired),
         "cached entries re-check exp"
     );
-    let wrong = v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "wrong-issuer")
-        .unwrap();
+    let wrong = named(&v, "wrong-issuer");
     assert_eq!(
         verify(
             &config,
