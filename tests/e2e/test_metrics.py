@@ -135,6 +135,11 @@ class Prometheus:
         self.process = Process([binary, f"--config.file={cfg}", f"--storage.tsdb.path={self.dir / 'data'}",
                                 f"--web.listen-address=127.0.0.1:{self.port}"], self.dir / "prometheus.log")
         wait_for_port(self.port, self.process.proc, 30, self.process.log)
+        # The port opens before the TSDB is up; until /-/ready says so, the API answers 503.
+        deadline = time.monotonic() + 30
+        while requests.get(self.url + "/-/ready", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "prometheus not ready after 30 s"
+            time.sleep(0.2)
 
     def query(self, q: str) -> list[dict]:
         r = requests.get(self.url + "/api/v1/query", params={"query": q}, timeout=10).json()
