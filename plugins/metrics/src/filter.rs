@@ -118,11 +118,7 @@ fn define(kind: Kind, name: &str) -> Option<u32> {
 fn emit(id: Option<u32>, kind: Kind, value: u64) {
     let Some(id) = id else { return };
     match kind {
-        Kind::Counter => {
-            if let Ok(v) = i64::try_from(value) {
-                let _ = hostcalls::increment_metric(id, v);
-            }
-        }
+        Kind::Counter => tollgate_common::host::count_n(Some(id), value),
         Kind::Histogram => {
             let _ = hostcalls::record_metric(id, value);
         }

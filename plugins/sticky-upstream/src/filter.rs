@@ -23,7 +23,7 @@ use std::rc::Rc;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
 use tollgate_common::host::{count, define_counter, now_unix_secs, send_json_error};
 use tollgate_common::metrics::metric_name;
 
@@ -66,10 +66,7 @@ impl Context for StickyRoot {}
 impl RootContext for StickyRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
         // Not the SDK's `get_plugin_configuration`, which unwraps host errors.
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let bytes = tollgate_common::host::plugin_configuration();
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
