@@ -13,6 +13,7 @@ each with its verified-token cache off and on (native: `jwt_cache_config`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 
@@ -30,42 +31,63 @@ def b64u(b: bytes) -> str:
     return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 
 
-def main() -> None:
-    opts = runner.options(connections="1,8", workers="1")
+@dataclasses.dataclass
+class Keys:
+    """The benchmark's signing keys and tokens (a fresh 2048-bit RSA key per run)."""
 
+    rsa_jwk: dict
+    hs256: str  # valid, HS256
+    rs256: str  # valid, RS256
+    wrong_secret: str  # HS256 signed with a wrong secret: every answer 401
+
+
+def make_keys(ttl: int = 7200) -> Keys:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     rsa_jwk.update({"kid": "rsa", "alg": "RS256"})
     now = int(time.time())
-    claims = {"iss": ISSUER, "aud": "bench", "sub": "bench-user", "iat": now, "exp": now + 7200}
-    hs = jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "hs"})
-    rs = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "rsa"})
-    wrong = jwt.encode(claims, b"wrong-secret-0123456789abcdef-0000", algorithm="HS256", headers={"kid": "hs"})
+    claims = {"iss": ISSUER, "aud": "bench", "sub": "bench-user", "iat": now, "exp": now + ttl}
+    return Keys(
+        rsa_jwk=rsa_jwk,
+        hs256=jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "hs"}),
+        rs256=jwt.encode(claims, key, algorithm="RS256", headers={"kid": "rsa"}),
+        wrong_secret=jwt.encode(claims, b"wrong-secret-0123456789abcdef-0000", algorithm="HS256", headers={"kid": "hs"}),
+    )
 
-    def native(cache: bool):
-        provider = {
+
+def native(keys: Keys, cache: bool) -> EnvoyNativeFilter:
+    """Envoy's jwt_authn with the same provider (both keys inline), `sub` copied to x-jwt-sub."""
+    provider = {
+        "issuer": ISSUER, "audiences": ["bench"],
+        "local_jwks": {"inline_string": json.dumps({"keys": [keys.rsa_jwk, {"kty": "oct", "kid": "hs", "alg": "HS256", "k": b64u(SECRET)}]})},
+        "claim_to_headers": [{"header_name": "x-jwt-sub", "claim_name": "sub"}],
+    }
+    if cache:
+        provider["jwt_cache_config"] = {"jwt_cache_size": 1024}
+    return EnvoyNativeFilter("envoy.filters.http.jwt_authn", {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+        "providers": {"bench": provider},
+        "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "bench"}}],
+    })
+
+
+def tollgate(keys: Keys, cache: bool) -> FilterSpec:
+    """The jwt-auth filter with the same provider; `cache`: its verified-token cache on."""
+    return FilterSpec("jwt-auth", {
+        "providers": {"bench": {
             "issuer": ISSUER, "audiences": ["bench"],
-            "local_jwks": {"inline_string": json.dumps({"keys": [rsa_jwk, {"kty": "oct", "kid": "hs", "alg": "HS256", "k": b64u(SECRET)}]})},
-            "claim_to_headers": [{"header_name": "x-jwt-sub", "claim_name": "sub"}],
-        }
-        if cache:
-            provider["jwt_cache_config"] = {"jwt_cache_size": 1024}
-        return EnvoyNativeFilter("envoy.filters.http.jwt_authn", {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
-            "providers": {"bench": provider},
-            "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "bench"}}],
-        })
+            "local_jwks": {"keys": [keys.rsa_jwk]},
+            "hmac_secrets": [{"alg": "HS256", "kid": "hs", "secret": SECRET.decode()}],
+            "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}],
+        }},
+        "cache": {"max_entries": 1024 if cache else 0},
+    })
 
-    def tollgate(cache: bool):
-        return FilterSpec("jwt-auth", {
-            "providers": {"bench": {
-                "issuer": ISSUER, "audiences": ["bench"],
-                "local_jwks": {"keys": [rsa_jwk]},
-                "hmac_secrets": [{"alg": "HS256", "kid": "hs", "secret": SECRET.decode()}],
-                "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}],
-            }},
-            "cache": {"max_entries": 1024 if cache else 0},
-        })
+
+def main() -> None:
+    opts = runner.options(connections="1,8", workers="1")
+    keys = make_keys()
+    hs, rs, wrong = keys.hs256, keys.rs256, keys.wrong_secret
 
     # The fixed cost of any Wasm filter in Envoy: bench/wasm-floor, a filter that does nothing.
     floor = FilterSpec("wasm-floor", {})
@@ -73,10 +95,10 @@ def main() -> None:
     valid = {"valid-hs256", "valid-rs256"}
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up), scenarios=valid),
-        runner.Variant("native-jwt_authn", lambda up: GatewaySpec([native(False)], up)),
-        runner.Variant("tollgate-jwt-auth", lambda up: GatewaySpec([tollgate(False)], up)),
-        runner.Variant("native-jwt_authn+cache", lambda up: GatewaySpec([native(True)], up), scenarios=valid),
-        runner.Variant("tollgate-jwt-auth+cache", lambda up: GatewaySpec([tollgate(True)], up), scenarios=valid),
+        runner.Variant("native-jwt_authn", lambda up: GatewaySpec([native(keys, False)], up)),
+        runner.Variant("tollgate-jwt-auth", lambda up: GatewaySpec([tollgate(keys, False)], up)),
+        runner.Variant("native-jwt_authn+cache", lambda up: GatewaySpec([native(keys, True)], up), scenarios=valid),
+        runner.Variant("tollgate-jwt-auth+cache", lambda up: GatewaySpec([tollgate(keys, True)], up), scenarios=valid),
         runner.Variant("wasm-floor", lambda up: GatewaySpec([floor], up), scenarios=valid),
     ]
     scenarios = [

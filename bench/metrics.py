@@ -35,13 +35,17 @@ METRICS = {
 }
 
 
+def tollgate() -> FilterSpec:
+    return FilterSpec("metrics", METRICS)
+
+
 def main() -> None:
     opts = runner.options(connections="8,32", workers="1,2")
 
     # The same stats_config on both, so that only the filter differs.
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up, stats_config=STATS_CONFIG)),
-        runner.Variant("tollgate-metrics", lambda up: GatewaySpec([FilterSpec("metrics", METRICS)], up, stats_config=STATS_CONFIG)),
+        runner.Variant("tollgate-metrics", lambda up: GatewaySpec([tollgate()], up, stats_config=STATS_CONFIG)),
     ]
     scenarios = [runner.Scenario("get", path="/bench", headers={"x-tenant": "bench"})]
     comparisons = [runner.Comparison("tollgate-metrics", "proxy-only", label="tollgate-metrics / proxy-only")]

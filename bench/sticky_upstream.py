@@ -42,11 +42,11 @@ def mint(upstream: str, expiry: int) -> str:
     return f"{upstream}.{expiry}.{tag}"
 
 
-def get(url: str, cookie: str | None = None) -> tuple[int, str | None, list[str]]:
+def get(url: str, cookie: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, str | None, list[str]]:
     u = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
     try:
-        conn.request("GET", "/bench", headers={"cookie": cookie} if cookie else {})
+        conn.request("GET", "/bench", headers=(headers or {}) | ({"cookie": cookie} if cookie else {}))
         r = conn.getresponse()
         r.read()
         return r.status, r.getheader("x-upstream-name"), r.headers.get_all("set-cookie") or []
@@ -54,10 +54,9 @@ def get(url: str, cookie: str | None = None) -> tuple[int, str | None, list[str]
         conn.close()
 
 
-def main() -> None:
-    opts = runner.options(connections="1,8", workers="1")
-
-    native = EnvoyNativeFilter("envoy.filters.http.stateful_session", {
+def native() -> EnvoyNativeFilter:
+    """`envoy.filters.http.stateful_session` with a cookie-based session state."""
+    return EnvoyNativeFilter("envoy.filters.http.stateful_session", {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
         "session_state": {
             "name": "envoy.http.stateful_session.cookie",
@@ -67,17 +66,61 @@ def main() -> None:
             },
         },
     })
-    tollgate = FilterSpec("sticky-upstream", {
+
+
+def tollgate() -> FilterSpec:
+    """The sticky-upstream filter over UPSTREAMS (one cluster each, routed by ROUTE_HEADER)."""
+    return FilterSpec("sticky-upstream", {
         "upstreams": [{"name": n, "weight": 1} for n in UPSTREAMS],
         "cookie": {"name": TOLLGATE_COOKIE, "path": "/", "max_age_seconds": MAX_AGE, "http_only": True},
         "secret": SECRET,
         "route_header": ROUTE_HEADER,
     })
 
+
+def native_upstreams(up: dict[str, int]) -> dict[str, list[int]]:
+    """stateful_session's cluster: one cluster with every upstream as an endpoint."""
+    return {"pool": [up[n] for n in UPSTREAMS]}
+
+
+def tollgate_upstreams(up: dict[str, int]) -> dict[str, int]:
+    """sticky-upstream's clusters: one per upstream, named like it."""
+    return {n: up[n] for n in UPSTREAMS}
+
+
+def native_cookie(url: str, headers: dict[str, str] | None = None) -> str:
+    """A stateful_session cookie value pinned to blue, minted by the gateway at `url` (its value
+    is the host's address, so it is valid on every gateway of the same upstreams)."""
+    for _ in range(30):  # the cluster's load balancer picks a host; keep the one for blue
+        status, upstream, set_cookies = get(url, headers=headers)
+        ours = [c for c in set_cookies if c.startswith(NATIVE_COOKIE + "=")]
+        if status == 200 and upstream == "blue" and ours:
+            return ours[0].split(";", 1)[0].split("=", 1)[1]
+    raise RuntimeError("stateful_session never pinned blue")
+
+
+def sticky_cookie(native_value: str | None) -> str:
+    """The Cookie header of the sticky-read requests: both filters' cookies, pinned to blue
+    (sticky-upstream's only when there is no stateful_session cookie)."""
+    ours = f"{TOLLGATE_COOKIE}={mint('blue', int(time.time()) + MAX_AGE)}"
+    return ours if native_value is None else f"{ours}; {NATIVE_COOKIE}={native_value}"
+
+
+def check_pins(url: str, cookie: str, headers: dict[str, str] | None = None) -> None:
+    """Raises unless the gateway at `url` honours `cookie`: blue, and no new cookie."""
+    for _ in range(5):
+        status, upstream, set_cookies = get(url, cookie, headers)
+        if (status, upstream, set_cookies) != (200, "blue", []):
+            raise RuntimeError(f"{url}: the cookie does not pin: {status} {upstream} {set_cookies}")
+
+
+def main() -> None:
+    opts = runner.options(connections="1,8", workers="1")
+
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], {"blue": up["blue"]}), scenarios={"sticky-read"}),
-        runner.Variant("native-stateful_session", lambda up: GatewaySpec([native], {"pool": [up[n] for n in UPSTREAMS]})),
-        runner.Variant("tollgate-sticky-upstream", lambda up: GatewaySpec([tollgate], {n: up[n] for n in UPSTREAMS}, route_header=ROUTE_HEADER)),
+        runner.Variant("native-stateful_session", lambda up: GatewaySpec([native()], native_upstreams(up))),
+        runner.Variant("tollgate-sticky-upstream", lambda up: GatewaySpec([tollgate()], tollgate_upstreams(up), route_header=ROUTE_HEADER)),
     ]
     sticky_read = runner.Scenario("sticky-read")
     scenarios = [sticky_read, runner.Scenario("new-client")]
@@ -85,22 +128,9 @@ def main() -> None:
     def prepare(gateways: dict) -> None:
         """Mints both cookies, pinned to blue, and checks that each filter honours its own."""
         native_url, tollgate_url = gateways["native-stateful_session"].url, gateways["tollgate-sticky-upstream"].url
-        native_value = None
-        for _ in range(30):  # the cluster's load balancer picks a host; keep the one for blue
-            status, upstream, set_cookies = get(native_url)
-            ours = [c for c in set_cookies if c.startswith(NATIVE_COOKIE + "=")]
-            if status == 200 and upstream == "blue" and ours:
-                native_value = ours[0].split(";", 1)[0].split("=", 1)[1]
-                break
-        if native_value is None:
-            raise RuntimeError("stateful_session never pinned blue")
-        tollgate_value = mint("blue", int(time.time()) + MAX_AGE)
-        cookie = f"{TOLLGATE_COOKIE}={tollgate_value}; {NATIVE_COOKIE}={native_value}"
+        cookie = sticky_cookie(native_cookie(native_url))
         for url in (native_url, tollgate_url):
-            for _ in range(5):
-                status, upstream, set_cookies = get(url, cookie)
-                if (status, upstream, set_cookies) != (200, "blue", []):
-                    raise RuntimeError(f"{url}: the cookie does not pin: {status} {upstream} {set_cookies}")
+            check_pins(url, cookie)
         sticky_read.headers["cookie"] = cookie
         print(f"sticky-read Cookie: {cookie}", flush=True)
 

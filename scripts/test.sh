@@ -22,6 +22,7 @@ log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
 
 "$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
+"$ROOT/scripts/k6.sh" >/dev/null   # the gateway report's smoke mode (k6 v1.8.1 from the Go module proxy; minutes when cold)
 "$ROOT/scripts/apt.sh" prometheus   # test_metrics.py: a real Prometheus and promtool
 log "end-to-end tests"
 cd "$ROOT/tests/e2e"

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness import ROOT
+from harness import ROOT, selected_hosts
 
 BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream", "cost", "metrics"]
 
@@ -20,3 +20,35 @@ def test_benchmark_smoke(name):
     bad = [row for row in results["raw"] if row.get("unexpected_status")]
     assert not bad, bad
     assert all(row["requests"] > 0 and row["cpu_us_per_request"] > 0 for row in results["raw"])
+
+
+def test_gateway_report_smoke():
+    """bench/gateway.py --smoke: every k6 scenario for a second on every selected host (1 worker,
+    1 connection), k6's checks and thresholds passed, the report, its charts and the raw k6
+    summaries written."""
+    k6 = subprocess.run([str(ROOT / "scripts" / "k6.sh")], capture_output=True, text=True, timeout=1200)  # quick when installed
+    assert k6.returncode == 0, k6.stderr[-3000:]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway.py"), "--smoke", "--hosts", ",".join(selected_hosts())],
+                       cwd=ROOT / "bench", capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results_dir = ROOT / "bench" / "results"
+    results = json.loads((results_dir / "gateway.smoke.json").read_text())
+    assert "envoy" in results["hosts"]
+    rows = results["raw"]
+    assert {row["scenario"] for row in rows if row["host"] == "envoy"} == {
+        "proxy-only", "jwt-valid-hs256", "jwt-valid-rs256", "jwt-reject-wrong-secret", "rate-limit-allow",
+        "cost-openai-nonstream-small", "cost-openai-stream", "metrics", "sticky-read", "stack-likely", "stack-full"}
+    for row in rows:
+        assert row["requests"] > 0 and row["cpu_us_per_request"] > 0, row
+        assert row["checks_passed"] > 0 and row["checks_failed"] == 0 and row["thresholds_ok"], row
+        assert not row.get("unexpected_status"), row
+        summary = json.loads((results_dir / row["k6_summary"]).read_text())
+        assert summary["rounds"][0]["summary"]["metrics"][f"checks{{scenario:{row['scenario']}}}"]["values"]["fails"] == 0
+    groups = {ratio["group"] for ratio in results["ratios"]}
+    assert {"vs proxy-only", "vs Envoy's native filters"} <= groups
+    report = (results_dir / "gateway.smoke.md").read_text()
+    charts = sorted((results_dir / "gateway.smoke" / "charts").glob("*.svg"))
+    assert len(charts) >= 2 and all(c.stat().st_size > 1000 for c in charts)
+    for c in charts:
+        assert f"gateway.smoke/charts/{c.name}" in report
+    assert "k6 v1.8.1" in report and "cores" in report

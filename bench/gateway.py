@@ -1,0 +1,129 @@
+"""The gateway's performance report (issue 8): every filter, the likely and the full stacks, beside
+proxy-only and Envoy's native equivalents, on every host (Envoy; nginx once its host and module
+exist), at 1, 8 and 32 connections, with 1 worker and with 2 (this machine's cores), k6 as the
+load generator (bench/k6/gateway.js), all in one interleaved run.
+
+Scenarios (bench/k6/gateway.js presets; the variants that run each one):
+
+| scenario | variants |
+|---|---|
+| proxy-only | proxy-only |
+| jwt-valid-hs256, jwt-valid-rs256 | proxy-only, tollgate-jwt-auth, native-jwt_authn |
+| jwt-reject-wrong-secret | tollgate-jwt-auth, native-jwt_authn (every answer 401) |
+| rate-limit-allow | proxy-only, tollgate-rate-limit, native-local_ratelimit |
+| cost-openai-nonstream-small, cost-openai-stream | proxy-only, tollgate-cost |
+| metrics | proxy-only, tollgate-metrics |
+| sticky-read | proxy-only, tollgate-sticky-upstream, native-stateful_session |
+| stack-likely | proxy-only, tollgate-likely, native-likely |
+| stack-full | proxy-only, tollgate-full, native-full |
+
+Variants reuse the per-filter benchmarks' configurations (jwt_auth.py, rate_limit.py, cost.py,
+metrics.py, sticky_upstream.py): jwt caches off on both sides (every request verified), rate
+limits that never reject and no RateLimit headers on allowed responses, a cost budget that never
+refuses, the metrics filter with a tenant label. Stacks, in chain order: tollgate-likely =
+metrics, jwt-auth, rate-limit, cost; tollgate-full = the same plus sticky-upstream;
+native-likely = jwt_authn + local_ratelimit and native-full = the same plus stateful_session
+(Envoy has no native cost or metrics filter: the native stacks do less work). Every gateway has
+the metrics benchmark's stats_config, so that only the filters differ.
+
+    scripts/bench.sh gateway             # the full report (about 1 h with Envoy, 40 min more with nginx)
+    scripts/bench.sh gateway --smoke     # a second per scenario, 1 worker, 1 connection: the test suite
+    scripts/bench.sh gateway --scenarios proxy-only,stack-likely --connections 8 --workers 2 --hosts envoy
+"""
+from __future__ import annotations
+
+import cost
+import jwt_auth
+import metrics
+import rate_limit
+import report
+import runner
+import sticky_upstream
+from harness import GatewaySpec
+
+HOSTS = "envoy,nginx"
+
+
+def main() -> None:
+    opts = runner.options(connections="1,8,32", workers="1,2", hosts=HOSTS, smoke_workers="1")
+    keys = jwt_auth.make_keys(ttl=86400)  # a full run on two hosts takes hours
+
+    def spec(filters, upstreams, **kw):
+        return GatewaySpec(filters, upstreams, stats_config=metrics.STATS_CONFIG, **kw)
+
+    blue = lambda up: {"blue": up["blue"]}
+    rl_native = lambda: rate_limit.native(rate_limit.HUGE, rate_limit.HUGE, "1s")
+    likely = lambda: [metrics.tollgate(), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False), cost.tollgate()]
+    native_likely = lambda: [jwt_auth.native(keys, False), rl_native()]
+    variants = {
+        "proxy-only": lambda up: spec([], blue(up)),
+        "tollgate-jwt-auth": lambda up: spec([jwt_auth.tollgate(keys, False)], blue(up)),
+        "native-jwt_authn": lambda up: spec([jwt_auth.native(keys, False)], blue(up)),
+        "tollgate-rate-limit": lambda up: spec([rate_limit.tollgate(False)], blue(up)),
+        "native-local_ratelimit": lambda up: spec([rl_native()], blue(up)),
+        "tollgate-cost": lambda up: spec([cost.tollgate()], blue(up)),
+        "tollgate-metrics": lambda up: spec([metrics.tollgate()], blue(up)),
+        "tollgate-sticky-upstream": lambda up: spec([sticky_upstream.tollgate()], sticky_upstream.tollgate_upstreams(up),
+                                                    route_header=sticky_upstream.ROUTE_HEADER),
+        "native-stateful_session": lambda up: spec([sticky_upstream.native()], sticky_upstream.native_upstreams(up)),
+        "tollgate-likely": lambda up: spec(likely(), blue(up)),
+        "native-likely": lambda up: spec(native_likely(), blue(up)),
+        "tollgate-full": lambda up: spec(likely() + [sticky_upstream.tollgate()], sticky_upstream.tollgate_upstreams(up),
+                                         route_header=sticky_upstream.ROUTE_HEADER),
+        "native-full": lambda up: spec(native_likely() + [sticky_upstream.native()], sticky_upstream.native_upstreams(up)),
+    }
+    hs256 = {"TOKEN_HS256": keys.hs256}
+    sticky = {"STICKY_UPSTREAM": "blue"}  # STICKY_COOKIE: set by prepare()
+    jwt_variants = ["proxy-only", "tollgate-jwt-auth", "native-jwt_authn"]
+    # scenario -> (its k6 environment, the variants that run it)
+    matrix = {
+        "proxy-only": ({}, ["proxy-only"]),
+        "jwt-valid-hs256": (hs256, jwt_variants),
+        "jwt-valid-rs256": ({"TOKEN_RS256": keys.rs256}, jwt_variants),
+        "jwt-reject-wrong-secret": ({"TOKEN_WRONG": keys.wrong_secret}, jwt_variants[1:]),
+        "rate-limit-allow": ({}, ["proxy-only", "tollgate-rate-limit", "native-local_ratelimit"]),
+        "cost-openai-nonstream-small": ({}, ["proxy-only", "tollgate-cost"]),
+        "cost-openai-stream": ({}, ["proxy-only", "tollgate-cost"]),
+        "metrics": ({}, ["proxy-only", "tollgate-metrics"]),
+        "sticky-read": (dict(sticky), ["proxy-only", "tollgate-sticky-upstream", "native-stateful_session"]),
+        "stack-likely": (dict(hs256), ["proxy-only", "tollgate-likely", "native-likely"]),
+        "stack-full": (hs256 | sticky, ["proxy-only", "tollgate-full", "native-full"]),
+    }
+    scenarios = [runner.Scenario(name, env=dict(env)) for name, (env, _) in matrix.items()]
+    runs = lambda v: {sc for sc, (_, vs) in matrix.items() if v in vs}
+    variant_list = [runner.Variant(name, build, scenarios=runs(name)) for name, build in variants.items()]
+
+    def prepare(gateways: dict) -> None:
+        """The sticky scenarios' Cookie: sticky-upstream's (minted here) and stateful_session's
+        (minted by a first response), both pinned to blue; k6 checks that every answer is blue's."""
+        native_gw = gateways.get("native-stateful_session")
+        cookie = sticky_upstream.sticky_cookie(sticky_upstream.native_cookie(native_gw.url) if native_gw is not None else None)
+        for sc in scenarios:
+            if "STICKY_UPSTREAM" in sc.env:
+                sc.env["STICKY_COOKIE"] = cookie
+
+    hosts = opts["hosts"]
+    comparisons = []
+    for v in variants:
+        both = runs(v) & runs("proxy-only")
+        if v != "proxy-only" and both:
+            comparisons.append(runner.Comparison(v, "proxy-only", both, label=f"{v} / proxy-only", group=report.VS_PROXY))
+    natives = [("tollgate-jwt-auth", "native-jwt_authn"), ("tollgate-rate-limit", "native-local_ratelimit"),
+               ("tollgate-sticky-upstream", "native-stateful_session"), ("tollgate-likely", "native-likely"),
+               ("tollgate-full", "native-full")]
+    for h in hosts:  # ours on each host against Envoy's native filters
+        for ours, native in natives:
+            comparisons.append(runner.Comparison(ours, native, runs(ours) & runs(native), label=f"{ours} / {native}",
+                                                 numerator_host=h, denominator_host="envoy", group=report.VS_NATIVE))
+    for other in [h for h in hosts if h != "envoy"]:  # the same variant on another host against Envoy
+        for v in variants:
+            if not v.startswith("native-"):
+                comparisons.append(runner.Comparison(v, v, label=f"{v}: {other} / envoy", numerator_host=other,
+                                                     denominator_host="envoy", group=report.VS_ENVOY))
+
+    runner.run("gateway", variant_list, scenarios, comparisons=comparisons, load="k6",
+               upstream_names=sticky_upstream.UPSTREAMS, prepare=prepare, report=report.markdown, **opts)
+
+
+if __name__ == "__main__":
+    main()
