@@ -1,0 +1,272 @@
+//! [`MemoryHost`]: an in-memory [`Host`] for tests (of this crate and of others): captured
+//! logs, shared data with ngx_wasm_module's CAS semantics, metrics, shared queues, recorded
+//! HTTP calls. Single-threaded (`RefCell`), like a worker.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+
+use crate::{Host, HttpCall, LogLevel, MetricKind, Status};
+
+/// A captured log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub plugin: String,
+    pub message: String,
+}
+
+/// A metric as [`MemoryHost`] keeps it: counters and gauges hold their value, histograms the
+/// last recorded value and the number of samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metric {
+    pub name: String,
+    pub kind: MetricKind,
+    pub value: i64,
+    pub samples: u64,
+}
+
+/// Shared data: key to (value, CAS token).
+pub type SharedData = HashMap<Vec<u8>, (Vec<u8>, u32)>;
+
+/// An in-memory [`Host`].
+///
+/// Shared data follows ngx_wasm_module: a new key is written whatever `cas` is and gets the
+/// token 1; an existing key is written only when `cas` equals its current token (so a write
+/// with `cas` 0 to an existing key is `CasMismatch`), and the token then increases (never 0).
+/// A missing key is `NotFound`. Metric ids are 1-based indexes; defining a name again returns
+/// its id. Queues: `register` creates (or finds) a queue by name, `resolve` finds it whatever
+/// the vm id, `dequeue` of an empty queue is `Empty`. HTTP calls are recorded in `calls`; an
+/// upstream not in `upstreams` (when that list is not empty) is `BadArgument`.
+pub struct MemoryHost {
+    pub logs: RefCell<Vec<LogLine>>,
+    pub level: Cell<LogLevel>,
+    pub shared: RefCell<SharedData>,
+    pub metrics: RefCell<Vec<Metric>>,
+    pub queues: RefCell<Vec<(String, VecDeque<Vec<u8>>)>>,
+    pub calls: RefCell<Vec<HttpCall>>,
+    /// Known upstreams; empty accepts any.
+    pub upstreams: RefCell<Vec<String>>,
+}
+
+impl Default for MemoryHost {
+    fn default() -> Self {
+        MemoryHost {
+            logs: RefCell::new(Vec::new()),
+            level: Cell::new(LogLevel::Trace),
+            shared: RefCell::new(HashMap::new()),
+            metrics: RefCell::new(Vec::new()),
+            queues: RefCell::new(Vec::new()),
+            calls: RefCell::new(Vec::new()),
+            upstreams: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl MemoryHost {
+    pub fn new() -> MemoryHost {
+        MemoryHost::default()
+    }
+
+    /// The value of the metric `name` (counters, gauges; the last sample of a histogram).
+    pub fn metric(&self, name: &str) -> Option<i64> {
+        self.metrics
+            .borrow()
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.value)
+    }
+
+    /// Names of the defined metrics, in definition order.
+    pub fn metric_names(&self) -> Vec<String> {
+        self.metrics
+            .borrow()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect()
+    }
+
+    /// True if a captured log line contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.logs
+            .borrow()
+            .iter()
+            .any(|l| l.message.contains(needle))
+    }
+
+    /// The captured log lines as text, one per line (for assertion messages).
+    pub fn log_text(&self) -> String {
+        let mut out = String::new();
+        for l in self.logs.borrow().iter() {
+            out.push_str(&format!("[{:?}] {}: {}\n", l.level, l.plugin, l.message));
+        }
+        out
+    }
+
+    fn metric_index(id: u32) -> Option<usize> {
+        usize::try_from(id.checked_sub(1)?).ok()
+    }
+}
+
+impl Host for MemoryHost {
+    fn log(&self, level: LogLevel, plugin_name: &str, message: &str) {
+        self.logs.borrow_mut().push(LogLine {
+            level,
+            plugin: plugin_name.to_owned(),
+            message: message.to_owned(),
+        });
+    }
+
+    fn log_level(&self) -> LogLevel {
+        self.level.get()
+    }
+
+    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
+        self.shared
+            .borrow()
+            .get(key)
+            .cloned()
+            .ok_or(Status::NotFound)
+    }
+
+    fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
+        let mut shared = self.shared.borrow_mut();
+        match shared.get_mut(key) {
+            None => {
+                shared.insert(key.to_vec(), (value.to_vec(), 1));
+                Ok(())
+            }
+            Some((v, token)) => {
+                if cas != *token {
+                    return Err(Status::CasMismatch);
+                }
+                *v = value.to_vec();
+                *token = token.checked_add(1).unwrap_or(1);
+                Ok(())
+            }
+        }
+    }
+
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Result<u32, Status> {
+        let mut metrics = self.metrics.borrow_mut();
+        let index = match metrics.iter().position(|m| m.name == name) {
+            Some(i) => i,
+            None => {
+                metrics.push(Metric {
+                    name: name.to_owned(),
+                    kind,
+                    value: 0,
+                    samples: 0,
+                });
+                metrics.len().saturating_sub(1)
+            }
+        };
+        u32::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_add(1))
+            .ok_or(Status::InternalFailure)
+    }
+
+    fn increment_metric(&self, id: u32, delta: i64) -> Result<(), Status> {
+        let mut metrics = self.metrics.borrow_mut();
+        let m = Self::metric_index(id)
+            .and_then(|i| metrics.get_mut(i))
+            .ok_or(Status::NotFound)?;
+        if m.kind == MetricKind::Histogram {
+            return Err(Status::BadArgument);
+        }
+        m.value = m.value.saturating_add(delta);
+        Ok(())
+    }
+
+    fn record_metric(&self, id: u32, value: u64) -> Result<(), Status> {
+        let mut metrics = self.metrics.borrow_mut();
+        let m = Self::metric_index(id)
+            .and_then(|i| metrics.get_mut(i))
+            .ok_or(Status::NotFound)?;
+        m.value = i64::try_from(value).unwrap_or(i64::MAX);
+        m.samples = m.samples.saturating_add(1);
+        Ok(())
+    }
+
+    fn get_metric(&self, id: u32) -> Result<u64, Status> {
+        let metrics = self.metrics.borrow();
+        let m = Self::metric_index(id)
+            .and_then(|i| metrics.get(i))
+            .ok_or(Status::NotFound)?;
+        if m.kind == MetricKind::Histogram {
+            return Err(Status::BadArgument);
+        }
+        Ok(u64::try_from(m.value).unwrap_or(0))
+    }
+
+    fn register_shared_queue(&self, name: &str) -> Result<u32, Status> {
+        let mut queues = self.queues.borrow_mut();
+        let index = match queues.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                queues.push((name.to_owned(), VecDeque::new()));
+                queues.len().saturating_sub(1)
+            }
+        };
+        u32::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_add(1))
+            .ok_or(Status::InternalFailure)
+    }
+
+    fn resolve_shared_queue(&self, _vm_id: &str, name: &str) -> Result<u32, Status> {
+        let queues = self.queues.borrow();
+        let index = queues
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or(Status::NotFound)?;
+        u32::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_add(1))
+            .ok_or(Status::InternalFailure)
+    }
+
+    fn enqueue_shared_queue(&self, id: u32, value: &[u8]) -> Result<(), Status> {
+        let mut queues = self.queues.borrow_mut();
+        let q = Self::metric_index(id)
+            .and_then(|i| queues.get_mut(i))
+            .ok_or(Status::NotFound)?;
+        q.1.push_back(value.to_vec());
+        Ok(())
+    }
+
+    fn dequeue_shared_queue(&self, id: u32) -> Result<Vec<u8>, Status> {
+        let mut queues = self.queues.borrow_mut();
+        let q = Self::metric_index(id)
+            .and_then(|i| queues.get_mut(i))
+            .ok_or(Status::NotFound)?;
+        q.1.pop_front().ok_or(Status::Empty)
+    }
+
+    fn dispatch_http_call(&self, call: HttpCall) -> Result<(), Status> {
+        let upstreams = self.upstreams.borrow();
+        if !upstreams.is_empty() && !upstreams.contains(&call.upstream) {
+            return Err(Status::BadArgument);
+        }
+        self.calls.borrow_mut().push(call);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cas_semantics() {
+        let h = MemoryHost::new();
+        assert_eq!(h.get_shared_data(b"k"), Err(Status::NotFound));
+        h.set_shared_data(b"k", b"v1", 0).unwrap();
+        let (v, cas) = h.get_shared_data(b"k").unwrap();
+        assert_eq!((v.as_slice(), cas), (&b"v1"[..], 1));
+        assert_eq!(h.set_shared_data(b"k", b"x", 0), Err(Status::CasMismatch));
+        assert_eq!(h.set_shared_data(b"k", b"x", 7), Err(Status::CasMismatch));
+        h.set_shared_data(b"k", b"v2", 1).unwrap();
+        assert_eq!(h.get_shared_data(b"k").unwrap(), (b"v2".to_vec(), 2));
+    }
+}
