@@ -273,7 +273,168 @@ class EnvoyGateway(Gateway):
         self.process.stop()
 
 
-HOSTS = {"envoy": EnvoyHost}
+NGINX_MODULE = TARGET / "nginx" / "ngx_http_tollgate_wasm_module.so"
+NGINX_BINARY = "/usr/sbin/nginx"
+
+
+def nginx_quote(value: str) -> str:
+    """An nginx configuration string: single-quoted, with `\\` and `'` escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
+                 log_level: str = "info") -> str:
+    """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
+    `proxy_wasm` directives, upstreams as `upstream {}` blocks (routed by `spec.route_header`
+    through `$http_<header>` when set), and an admin server (`/stats`, `/ready`)."""
+    if not NGINX_MODULE.exists():
+        raise RuntimeError(f"{NGINX_MODULE} is missing: run scripts/build-nginx-module.sh")
+    modules: dict[str, pathlib.Path] = {}
+    chain = []
+    for f in spec.filters:
+        if isinstance(f, EnvoyNativeFilter):
+            raise RuntimeError(f"Envoy's native filter {f.name} has no nginx equivalent")
+        name = f.root_id or f.plugin.replace("-", "_")
+        modules.setdefault(name, f.wasm)
+        chain.append(f"            proxy_wasm {name} {nginx_quote(json.dumps(f.config))};")
+    upstreams = []
+    for name, ports in spec.upstreams.items():
+        servers = "".join(f"        server 127.0.0.1:{p};\n" for p in (ports if isinstance(ports, list) else [ports]))
+        upstreams.append(f"    upstream {name} {{\n{servers}        keepalive 16;\n    }}")
+    default = next(iter(spec.upstreams))
+    if spec.route_header:
+        var = "$http_" + spec.route_header.lower().replace("-", "_")
+        target = "http://$tollgate_route"
+        route_map = f"    map {var} $tollgate_route {{\n        default {var};\n        '' {default};\n    }}\n"
+    else:
+        target = f"http://{default}"
+        route_map = ""
+    modules_conf = "\n".join(f"    module {n} {p};" for n, p in modules.items())
+    chain_conf = "\n".join(chain)
+    return f"""# Rendered by tests/e2e/harness.py (NginxHost)
+load_module {NGINX_MODULE};
+worker_processes {spec.workers};
+master_process on;
+env RUST_BACKTRACE=1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {error_log} {log_level};
+events {{ worker_connections 4096; }}
+wasm {{
+{modules_conf}
+}}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    large_client_header_buffers 4 128k;
+    client_max_body_size 16m;
+    client_body_buffer_size 1m;
+{chr(10).join(upstreams)}
+{route_map}    server {{
+        listen 127.0.0.1:{listen_port} reuseport;
+        location / {{
+{chain_conf}
+            proxy_pass {target};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            # Envoy answers 503 when it cannot reach the upstream (nginx: 502).
+            error_page 502 = @tollgate_unreachable;
+        }}
+        location @tollgate_unreachable {{
+            return 503 "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+        }}
+    }}
+    server {{
+        listen 127.0.0.1:{admin_port};
+        location = /ready {{ return 200 "ready\\n"; }}
+        location /stats {{ tollgate_metrics; }}
+    }}
+}}
+"""
+
+
+class NginxHost:
+    """Stock Debian nginx with Tollgate's dynamic module (nginx-compat/module)."""
+
+    name = "nginx"
+
+    def __init__(self, workdir: pathlib.Path):
+        self.workdir = workdir
+
+    def validate(self, config_path: pathlib.Path) -> subprocess.CompletedProcess:
+        prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-t-", dir=self.workdir))
+        return subprocess.run(
+            [NGINX_BINARY, "-t", "-p", str(prefix), "-c", str(config_path), "-e", str(prefix / "error.log")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+
+    def render(self, spec: GatewaySpec, log_level: str = "info") -> tuple[pathlib.Path, int, int]:
+        listen, admin = free_port(), free_port()
+        prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-", dir=self.workdir))
+        conf = prefix / "nginx.conf"
+        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level))
+        return conf, listen, admin
+
+    def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
+        level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
+        conf, listen, admin = self.render(spec, level)
+        return NginxGateway(conf, listen, admin, timeout, cpus)
+
+
+class NginxGateway(Gateway):
+    def __init__(self, config: pathlib.Path, listen: int, admin: int, timeout: float, cpus: str | None = None):
+        self.url = f"http://127.0.0.1:{listen}"
+        self.admin = f"http://127.0.0.1:{admin}"
+        prefix = config.parent
+        self.log = prefix.with_suffix(".log")
+        argv = [NGINX_BINARY, "-p", str(prefix), "-c", str(config), "-e", str(self.log)]
+        if cpus:
+            argv = ["taskset", "-c", cpus] + argv
+        self.process = Process(argv, prefix.with_suffix(".out.log"))
+        try:
+            wait_for_port(listen, self.process.proc, timeout, self.log)
+            wait_for_port(admin, self.process.proc, timeout, self.log)
+        except Exception:
+            self.process.stop()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The master and its workers."""
+        pids = [self.process.proc.pid]
+        try:
+            out = subprocess.run(["pgrep", "-P", str(self.process.proc.pid)], capture_output=True, text=True).stdout
+            pids += [int(p) for p in out.split()]
+        except OSError:
+            pass
+        return pids
+
+    def alive(self) -> bool:
+        return self.process.proc.poll() is None and requests.get(self.admin + "/ready", timeout=5).status_code == 200
+
+    def stats(self, prefix: str = "") -> dict[str, int]:
+        """Filter metrics summed over the workers, named like Envoy's /stats
+        (`wasmcustom.<name as defined>`)."""
+        text = requests.get(self.admin + "/stats", params={"format": "envoy"}, timeout=5).text
+        out = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if prefix and prefix not in name:
+                continue
+            if value.strip().lstrip("-").isdigit():
+                out[name] = int(value)
+        return out
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost}
 
 
 def selected_hosts() -> list[str]:

@@ -109,6 +109,8 @@ def test_shipped_config_has_the_same_rules_and_validates(host):
     shipped = (ROOT / "envoy/metrics.yaml").read_text()
     for r in RULES:
         assert f"tag_name: {r['tag_name']}\n    regex: '{r['regex']}'" in shipped
+    if host.name != "envoy":
+        pytest.skip("envoy/metrics.yaml is an Envoy configuration (nginx-compat/conf/ is checked by test_nginx_conf.py)")
     res = host.validate(ROOT / "envoy/metrics.yaml")
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -386,7 +386,7 @@ def test_bad_configuration_is_refused_naming_the_field(host, upstreams, workdir)
     with pytest.raises(Exception):
         g = host.start(spec(upstreams, bad, workers=1), timeout=20)
         g.stop()
-    logs = "".join(p.read_text(errors="replace") for p in workdir.glob("envoy-*.log"))
+    logs = "".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
     assert "sticky-upstream: invalid plugin configuration: field `upstreams[3].name`: duplicate upstream" in logs
 
 

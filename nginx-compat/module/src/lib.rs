@@ -1,1 +1,55 @@
-//! Placeholder: being written.
+//! `ngx_http_tollgate_wasm_module`: an nginx dynamic module that runs Tollgate's proxy-wasm
+//! filters (the same `.wasm` files Envoy runs) in stock nginx, configured with the directives of
+//! Kong's ngx_wasm_module (`wasm { module ...; shm_kv ...; }`, `proxy_wasm`,
+//! `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access`).
+//!
+//! The `.so` holds two nginx modules:
+//! - [`core::ngx_tollgate_wasm_core_module`] (`NGX_CORE_MODULE`): the top-level `wasm {}` block.
+//!   Modules are compiled there, in the master, at configuration time.
+//! - [`http::ngx_http_tollgate_wasm_module`] (`NGX_HTTP_MODULE`): `proxy_wasm` chains, the phase
+//!   handlers (rewrite or access, log), the header and body filters, and `tollgate_metrics`.
+//!
+//! The proxy-wasm ABI itself is `tollgate-host` (wasmtime); this crate only maps nginx's request
+//! to its [`tollgate_host::Stream`] and back. References: the nginx development guide
+//! (<https://nginx.org/en/docs/dev/development_guide.html>), ngx_wasm_module's
+//! `docs/DIRECTIVES.md`, and the proxy-wasm ABI spec (<https://github.com/proxy-wasm/spec>).
+#![allow(unsafe_code)] // FFI with nginx: every block carries a SAFETY comment.
+#![allow(non_upper_case_globals)] // nginx's module symbols are lower-case by convention.
+#![allow(clippy::missing_safety_doc)] // extern "C" callbacks; contracts are nginx's.
+
+pub mod body;
+pub mod calls;
+pub mod core;
+pub mod headers;
+pub mod host;
+pub mod http;
+pub mod metrics;
+pub mod props;
+pub mod request;
+pub mod upstreams;
+pub mod util;
+pub mod worker;
+
+use crate::core::ngx_tollgate_wasm_core_module;
+use crate::http::ngx_http_tollgate_wasm_module;
+
+/// The modules of this shared object, in load order (read by nginx's `load_module`).
+/// (`ngx::ngx_modules!` of ngx 0.5.1 does not expand for two modules.)
+#[no_mangle]
+pub static mut ngx_modules: [*const ngx::ffi::ngx_module_t; 3] = [
+    &raw const ngx_tollgate_wasm_core_module,
+    &raw const ngx_http_tollgate_wasm_module,
+    std::ptr::null(),
+];
+
+/// Their names, in the same order.
+#[no_mangle]
+pub static mut ngx_module_names: [*const std::ffi::c_char; 3] = [
+    c"ngx_tollgate_wasm_core_module".as_ptr(),
+    c"ngx_http_tollgate_wasm_module".as_ptr(),
+    std::ptr::null(),
+];
+
+/// No ordering constraint: appended after the static modules (the filters then run first).
+#[no_mangle]
+pub static mut ngx_module_order: [*const std::ffi::c_char; 1] = [std::ptr::null()];

@@ -1,0 +1,91 @@
+//! `proxy_dispatch_http_call` without blocking the worker: calls go to `tollgate-services`'
+//! `CallRunner` (background threads started on first use in each worker, after fork); the
+//! worker polls the completions with a short timer while calls are pending and delivers
+//! `on_http_call_response` to the `Vm` that made the call.
+
+use tollgate_host::HttpCallResponse;
+use tollgate_services::http::HttpResponse;
+
+use crate::host::CallTag;
+use crate::util::{level, log};
+use crate::worker::{ReqPtr, Worker};
+
+/// Resolves an `upstream` argument: `host:port`, or the name of an nginx `upstream {}` block
+/// (its first server). `None`: unknown.
+pub fn resolve_upstream(name: &str) -> Option<String> {
+    if let Some(addr) = crate::upstreams::first_server(name) {
+        return Some(addr);
+    }
+    if name
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+    {
+        return Some(name.to_owned());
+    }
+    None
+}
+
+/// Delivers the completed calls (`on_http_call_response`, with the dispatching request's
+/// stream when the call came from an HTTP context); returns the requests a `Vm` resumed
+/// meanwhile. Called from the worker's poll timer.
+pub fn poll(w: &mut Worker) -> Vec<ReqPtr> {
+    let done: Vec<(CallTag, Option<HttpResponse>)> = w
+        .host
+        .runner
+        .try_borrow_mut()
+        .map(|mut r| r.poll())
+        .unwrap_or_default();
+    let mut resumed = Vec::new();
+    for (tag, response) in done {
+        let m = tag.vm_slot;
+        let Some(slot) = w.vms.get_mut(m) else {
+            continue;
+        };
+        if slot.generation != tag.generation {
+            continue;
+        }
+        let Some(vm) = slot.vm.as_mut() else { continue };
+        let response = response.map(|r| HttpCallResponse {
+            headers: r.headers,
+            body: r.body,
+            trailers: r.trailers,
+        });
+        let token = tag.token;
+        let ctx = vm
+            .http_call_context(token)
+            .and_then(|h| w.live.get(&(m, h.0)).copied());
+        let res = match ctx {
+            // SAFETY: live-map entries are removed before their request is freed.
+            Some(p) => match unsafe { p.as_mut() } {
+                Some(c) => {
+                    let r = vm.on_http_call_response_with_stream(token, response, &mut c.stream);
+                    if c.stream.local_response.is_some() {
+                        resumed.push(p);
+                    }
+                    r
+                }
+                None => vm.on_http_call_response(token, response),
+            },
+            None => vm.on_http_call_response(token, response),
+        };
+        if let Err(e) = res {
+            log(
+                level::ERR,
+                w.log,
+                &format!("tollgate: on_http_call_response: {}", e.0),
+            );
+        }
+        w.check_poisoned(m);
+        resumed.extend(w.take_resumed(m));
+    }
+    resumed
+}
+
+/// Calls are in flight in this worker (the poll timer keeps running).
+pub fn inflight(w: &Worker) -> bool {
+    w.host
+        .runner
+        .try_borrow()
+        .map(|r| r.pending() > 0)
+        .unwrap_or(false)
+}

@@ -1,0 +1,490 @@
+//! The `wasm {}` block: a core module (`NGX_CORE_MODULE`), like ngx_wasm_module's.
+//!
+//! `wasm {}` is a block directive whose handler switches `cf->cmd_type` to
+//! [`TOLLGATE_WASM_CONF`] and runs `ngx_conf_parse` on the block, so only the directives below
+//! (and `include`) are accepted inside. They are `NGX_DIRECT_CONF`: their `conf` argument is this
+//! module's [`CoreConf`], created per cycle in the cycle pool (and dropped with it on reload).
+//!
+//! - `module NAME PATH [CONFIG];` compiles `PATH` right away, in the master (a bad `.wasm`
+//!   fails `nginx -t` at that line). `CONFIG` is the VM configuration (`on_vm_start`).
+//! - `shm_kv NAME|* SIZE [eviction=lru|slru|none];` declares a shared key/value zone
+//!   (`proxy_get/set_shared_data`; a key `NAME/rest` goes to the zone `NAME`, others to `*`).
+//! - Every other directive of ngx_wasm_module's `wasm{}` fails with a clear message.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use ngx::ffi::{
+    ngx_command_t, ngx_conf_full_name, ngx_conf_parse, ngx_conf_t, ngx_core_module_t, ngx_cycle_t,
+    ngx_module_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t,
+    NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE2, NGX_CONF_TAKE23,
+    NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF, NGX_MAIN_CONF,
+};
+use ngx::ngx_string;
+
+use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
+
+/// The `cmd_type` of the directives inside `wasm {}` (the value other blocks' own directives
+/// use, `NGX_HTTP_MAIN_CONF`/`NGX_EVENT_CONF`; no core module uses it for its directives).
+pub const TOLLGATE_WASM_CONF: ngx_uint_t = 0x0200_0000;
+
+/// A `module` of the `wasm {}` block, compiled.
+pub struct ModuleDef {
+    /// The name `proxy_wasm` refers to (also the plugin name and the VM id).
+    pub name: String,
+    /// Absolute path of the `.wasm` file.
+    pub path: PathBuf,
+    /// The optional third argument, passed to `proxy_on_vm_start`.
+    pub vm_config: Vec<u8>,
+    /// The compiled module (instantiated per worker).
+    pub module: tollgate_host::Module,
+}
+
+/// An `shm_kv` zone.
+pub struct KvZoneDef {
+    /// The zone name (`*` is the default zone).
+    pub name: String,
+    /// Size in bytes (of the key/value region; the nginx zone is a little larger).
+    pub size: usize,
+    /// Eviction policy (`eviction=`).
+    pub eviction: tollgate_services::kv::Eviction,
+    /// The nginx shared memory zone (mapped before the workers fork).
+    pub zone: *mut ngx_shm_zone_t,
+    /// The attached zone (set by the zone's `init`, in the master).
+    pub kv: Option<tollgate_services::kv::KvZone>,
+}
+
+/// The metrics zone (per-worker slices summed when scraped).
+pub struct MetricsDef {
+    /// Its layout (workers and capacity).
+    pub layout: tollgate_services::metrics::MetricsLayout,
+    /// The nginx shared memory zone.
+    pub zone: *mut ngx_shm_zone_t,
+    /// The attached zone (set by the zone's `init`, in the master).
+    pub metrics: Option<tollgate_services::metrics::MetricsZone>,
+}
+
+/// The `wasm {}` configuration of a cycle.
+#[derive(Default)]
+pub struct CoreConf {
+    /// Modules in declaration order.
+    pub modules: Vec<ModuleDef>,
+    /// `shm_kv` zones in declaration order (boxed: their zones point to them).
+    pub kv_zones: Vec<Box<KvZoneDef>>,
+    /// The metrics zone, added by the http module's configuration.
+    pub metrics: Option<Box<MetricsDef>>,
+}
+
+impl CoreConf {
+    /// The module named `name`.
+    pub fn module(&self, name: &str) -> Option<(usize, &ModuleDef)> {
+        self.modules
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.name == name)
+    }
+}
+
+thread_local! {
+    /// One wasmtime engine per process, created on first use in the master (no threads).
+    static ENGINE: RefCell<Option<Rc<tollgate_host::Engine>>> = const { RefCell::new(None) };
+}
+
+/// The process's engine (created on first use).
+pub fn engine() -> Result<Rc<tollgate_host::Engine>, String> {
+    ENGINE.with(|e| {
+        let mut e = e.try_borrow_mut().map_err(|_| "engine busy".to_string())?;
+        if let Some(engine) = e.as_ref() {
+            return Ok(engine.clone());
+        }
+        let engine = Rc::new(tollgate_host::Engine::new().map_err(|err| err.0)?);
+        *e = Some(engine.clone());
+        Ok(engine)
+    })
+}
+
+/// This module's configuration in `cycle` (`None` before it is created).
+///
+/// # Safety
+/// `cycle` must be a live cycle whose configuration has been created.
+pub unsafe fn core_conf<'a>(cycle: *mut ngx_cycle_t) -> Option<&'a mut CoreConf> {
+    // SAFETY: conf_ctx is indexed by module index; our slot holds a CoreConf from create_conf.
+    unsafe {
+        let idx = ngx_tollgate_wasm_core_module.index;
+        let ctx = (*cycle).conf_ctx;
+        if ctx.is_null() || idx == ngx_uint_t::MAX {
+            return None;
+        }
+        let conf = (*ctx.add(idx)).cast::<CoreConf>();
+        conf.as_mut()
+    }
+}
+
+unsafe extern "C" fn create_conf(cycle: *mut ngx_cycle_t) -> *mut c_void {
+    // SAFETY: the cycle pool lives as long as the cycle; `allocate` registers a cleanup that
+    // drops the value (and the compiled modules) when the cycle's pool is destroyed.
+    unsafe {
+        let pool = ngx::core::Pool::from_ngx_pool((*cycle).pool);
+        pool.allocate(CoreConf::default()).cast()
+    }
+}
+
+unsafe extern "C" fn init_conf(_cycle: *mut ngx_cycle_t, _conf: *mut c_void) -> *mut c_char {
+    CONF_OK
+}
+
+unsafe extern "C" fn wasm_block(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: standard nested-block parsing: save and restore the parser's types around
+    // ngx_conf_parse(cf, NULL), which parses the block's contents.
+    unsafe {
+        let saved_module_type = (*cf).module_type;
+        let saved_cmd_type = (*cf).cmd_type;
+        (*cf).module_type = NGX_CORE_MODULE as ngx_uint_t;
+        (*cf).cmd_type = TOLLGATE_WASM_CONF;
+        let rv = ngx_conf_parse(cf, std::ptr::null_mut());
+        (*cf).module_type = saved_module_type;
+        (*cf).cmd_type = saved_cmd_type;
+        rv
+    }
+}
+
+unsafe extern "C" fn module_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `conf` is our CoreConf (NGX_DIRECT_CONF); `cf` is live during the handler.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        let args = conf_args(cf);
+        let (Some(name), Some(path)) = (args.get(1), args.get(2)) else {
+            return conf_error(cf, "tollgate: module NAME PATH [CONFIG];");
+        };
+        let name_s = lossy(name);
+        if name_s.is_empty() || path.len == 0 {
+            return conf_error(cf, "tollgate: invalid module name or path");
+        }
+        if conf.module(&name_s).is_some() {
+            return conf_error(
+                cf,
+                &format!("tollgate: \"{name_s}\" module already defined"),
+            );
+        }
+        // Relative paths are relative to the prefix (-p), like ngx_wasm_module's.
+        let mut full: ngx_str_t = *path;
+        if ngx_conf_full_name((*cf).cycle, &mut full, 0) != 0 {
+            return conf_error(cf, "tollgate: cannot resolve the module path");
+        }
+        let path_buf = PathBuf::from(lossy(&full));
+        let engine = match engine() {
+            Ok(e) => e,
+            Err(e) => {
+                return conf_error(cf, &format!("tollgate: cannot create the wasm engine: {e}"))
+            }
+        };
+        let module = match engine.compile_file(&path_buf) {
+            Ok(m) => m,
+            Err(e) => {
+                return conf_error(
+                    cf,
+                    &format!(
+                        "tollgate: module \"{name_s}\": cannot load \"{}\": {}",
+                        path_buf.display(),
+                        e.0
+                    ),
+                )
+            }
+        };
+        let vm_config = args.get(3).map(|c| bytes(c).to_vec()).unwrap_or_default();
+        conf.modules.push(ModuleDef {
+            name: name_s,
+            path: path_buf,
+            vm_config,
+            module,
+        });
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn shm_kv_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: as in module_directive; ngx_shared_memory_add registers the zone in the cycle.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        let args = conf_args(cf);
+        let (Some(name), Some(size)) = (args.get(1), args.get(2)) else {
+            return conf_error(cf, "tollgate: shm_kv NAME|* SIZE [eviction=lru|slru|none];");
+        };
+        let name_s = lossy(name);
+        if name_s.is_empty() || name_s.contains('/') {
+            return conf_error(cf, &format!("tollgate: invalid shm_kv name \"{name_s}\""));
+        }
+        if conf.kv_zones.iter().any(|z| z.name == name_s) {
+            return conf_error(
+                cf,
+                &format!("tollgate: shm_kv \"{name_s}\" already defined"),
+            );
+        }
+        let mut size_str = *size;
+        let parsed = ngx_parse_size(&mut size_str);
+        let Ok(size_bytes) = usize::try_from(parsed) else {
+            return conf_error(
+                cf,
+                &format!("tollgate: invalid shm_kv size \"{}\"", lossy(size)),
+            );
+        };
+        if size_bytes < 15 * 1024 {
+            return conf_error(
+                cf,
+                &format!("tollgate: shm_kv \"{name_s}\" is too small (at least 15k)"),
+            );
+        }
+        let opt = args.get(3).map(lossy);
+        let eviction = match tollgate_services::kv::Eviction::from_directive(opt.as_deref()) {
+            Ok(e) => e,
+            Err(e) => return conf_error(cf, &format!("tollgate: shm_kv \"{name_s}\": {e}")),
+        };
+        if let Err(e) = add_kv_zone(cf, conf, &name_s, size_bytes, eviction) {
+            return conf_error(cf, &e);
+        }
+        CONF_OK
+    }
+}
+
+/// Declares an `shm_kv` zone (also used for the implicit default `*` zone).
+///
+/// # Safety
+/// `cf` must be live, during configuration parsing.
+pub unsafe fn add_kv_zone(
+    cf: *mut ngx_conf_t,
+    conf: &mut CoreConf,
+    name: &str,
+    size: usize,
+    eviction: tollgate_services::kv::Eviction,
+) -> Result<(), String> {
+    let mut def = Box::new(KvZoneDef {
+        name: name.to_owned(),
+        size,
+        eviction,
+        zone: std::ptr::null_mut(),
+        kv: None,
+    });
+    // SAFETY: the zone keeps a pointer to the boxed definition, which lives in the cycle's
+    // configuration as long as the zone is this cycle's.
+    unsafe {
+        let zone = add_zone(
+            cf,
+            &format!("tollgate_kv:{name}"),
+            slab_size(size),
+            kv_zone_init,
+        )?;
+        (*zone).data = (&raw mut *def).cast();
+        def.zone = zone;
+    }
+    conf.kv_zones.push(def);
+    Ok(())
+}
+
+/// The size of an nginx zone holding a `want`-byte region allocated from its slab pool (the
+/// pool's header and page descriptors come first; nginx initialises them in every zone).
+pub fn slab_size(want: usize) -> usize {
+    want.saturating_add(want / 32).saturating_add(64 * 1024)
+}
+
+/// Adds a shared memory zone owned by this module (mapped by nginx before forking).
+///
+/// # Safety
+/// `cf` must be live, during configuration parsing.
+pub unsafe fn add_zone(
+    cf: *mut ngx_conf_t,
+    name: &str,
+    size: usize,
+    init: unsafe extern "C" fn(*mut ngx_shm_zone_t, *mut c_void) -> ngx::ffi::ngx_int_t,
+) -> Result<*mut ngx_shm_zone_t, String> {
+    // SAFETY: the name is copied into the configuration pool (nginx keeps the pointer).
+    unsafe {
+        let Some(mut zname) = crate::util::pool_str((*cf).pool, name.as_bytes()) else {
+            return Err("tollgate: out of memory".into());
+        };
+        let tag = (&raw mut ngx_tollgate_wasm_core_module).cast::<c_void>();
+        let zone = ngx_shared_memory_add(cf, &mut zname, size, tag);
+        if zone.is_null() {
+            return Err(format!(
+                "tollgate: cannot add the shared memory zone \"{name}\""
+            ));
+        }
+        if !(*zone).data.is_null() {
+            return Err(format!(
+                "tollgate: shared memory zone \"{name}\" is declared twice"
+            ));
+        }
+        (*zone).init = Some(init);
+        Ok(zone)
+    }
+}
+
+/// The region of `want` bytes of a zone, allocated from its slab pool the first time (its
+/// address kept in the pool's `data`), or found again when nginx reuses the zone on reload
+/// (`data` non-null: the previous cycle's).
+///
+/// # Safety
+/// `zone` must be the zone nginx is initialising, in the master.
+pub unsafe fn zone_region(
+    zone: *mut ngx_shm_zone_t,
+    data: *mut c_void,
+    want: usize,
+) -> Result<(tollgate_services::SharedRegion, tollgate_services::kv::Init), String> {
+    use tollgate_services::kv::Init;
+    // SAFETY: nginx initialised an ngx_slab_pool_t at the start of every zone; the region is
+    // allocated from it once and stays mapped for the zone's lifetime (shared by the workers).
+    unsafe {
+        let sp = (*zone).shm.addr.cast::<ngx::ffi::ngx_slab_pool_t>();
+        let (ptr, init) = if !data.is_null() && !(*sp).data.is_null() {
+            ((*sp).data.cast::<u8>(), Init::Existing)
+        } else {
+            let p = ngx::ffi::ngx_slab_alloc(sp, want);
+            if p.is_null() {
+                return Err("tollgate: cannot allocate from the shared memory zone".into());
+            }
+            (*sp).data = p;
+            (p.cast::<u8>(), Init::Fresh)
+        };
+        let region = tollgate_services::SharedRegion::from_raw(ptr, want)
+            .map_err(|e| format!("tollgate: {e}"))?;
+        Ok((region, init))
+    }
+}
+
+unsafe extern "C" fn kv_zone_init(
+    zone: *mut ngx_shm_zone_t,
+    data: *mut c_void,
+) -> ngx::ffi::ngx_int_t {
+    // SAFETY: `zone->data` is our boxed KvZoneDef (set in add_kv_zone).
+    unsafe {
+        let Some(def) = (*zone).data.cast::<KvZoneDef>().as_mut() else {
+            return -1;
+        };
+        let log = crate::util::cycle_log();
+        let attached = zone_region(zone, data, def.size).and_then(|(region, init)| {
+            tollgate_services::kv::KvZone::attach(region, &def.name, init, def.eviction)
+                .map_err(|e| format!("tollgate: shm_kv \"{}\": {e}", def.name))
+        });
+        match attached {
+            Ok(kv) => {
+                def.kv = Some(kv);
+                0
+            }
+            Err(e) => {
+                crate::util::log(crate::util::level::EMERG, log, &e);
+                -1
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn unsupported(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `cf` is live during the handler.
+    unsafe {
+        let name = conf_args(cf).first().map(lossy).unwrap_or_default();
+        conf_error(
+            cf,
+            &format!("tollgate: directive \"{name}\" of ngx_wasm_module is not supported"),
+        )
+    }
+}
+
+/// A directive entry (`ngx_command_t`) in a const context.
+macro_rules! command {
+    ($name:literal, $type:expr, $set:expr) => {
+        ngx_command_t {
+            name: ngx_string!($name),
+            type_: $type as ngx_uint_t,
+            set: Some($set),
+            conf: 0,
+            offset: 0,
+            post: std::ptr::null_mut(),
+        }
+    };
+}
+pub(crate) use command;
+
+const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
+const UNSUPPORTED: u32 = IN_WASM | NGX_CONF_ANY;
+const UNSUPPORTED_BLOCK: u32 = IN_WASM | NGX_CONF_BLOCK | NGX_CONF_ANY;
+
+static mut CORE_COMMANDS: [ngx_command_t; 31] = [
+    command!(
+        "wasm",
+        NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
+        wasm_block
+    ),
+    command!("module", IN_WASM | NGX_CONF_TAKE23, module_directive),
+    command!(
+        "shm_kv",
+        IN_WASM | NGX_CONF_TAKE2 | NGX_CONF_TAKE3,
+        shm_kv_directive
+    ),
+    command!("compiler", UNSUPPORTED, unsupported),
+    command!("backtraces", UNSUPPORTED, unsupported),
+    command!("resolver", UNSUPPORTED, unsupported),
+    command!("resolver_timeout", UNSUPPORTED, unsupported),
+    command!("resolver_add", UNSUPPORTED, unsupported),
+    command!("shm_queue", UNSUPPORTED, unsupported),
+    command!("socket_buffer_reuse", UNSUPPORTED, unsupported),
+    command!("socket_buffer_size", UNSUPPORTED, unsupported),
+    command!("socket_connect_timeout", UNSUPPORTED, unsupported),
+    command!("socket_large_buffers", UNSUPPORTED, unsupported),
+    command!("socket_read_timeout", UNSUPPORTED, unsupported),
+    command!("socket_send_timeout", UNSUPPORTED, unsupported),
+    command!("tls_no_verify_warn", UNSUPPORTED, unsupported),
+    command!("tls_trusted_certificate", UNSUPPORTED, unsupported),
+    command!("tls_verify_cert", UNSUPPORTED, unsupported),
+    command!("tls_verify_host", UNSUPPORTED, unsupported),
+    command!("tls_skip_verify", UNSUPPORTED, unsupported),
+    command!("tls_skip_host_check", UNSUPPORTED, unsupported),
+    command!("metrics_slab_size", UNSUPPORTED, unsupported),
+    command!("metrics_max_metric_name_length", UNSUPPORTED, unsupported),
+    command!("proxy_wasm_lua_resolver", UNSUPPORTED, unsupported),
+    command!("flag", UNSUPPORTED, unsupported),
+    command!("cache_config", UNSUPPORTED, unsupported),
+    command!("wasmtime", UNSUPPORTED_BLOCK, unsupported),
+    command!("wasmer", UNSUPPORTED_BLOCK, unsupported),
+    command!("v8", UNSUPPORTED_BLOCK, unsupported),
+    command!("metrics", UNSUPPORTED_BLOCK, unsupported),
+    ngx_command_t::empty(),
+];
+
+// `NGX_CONF_1MORE` is referenced so the table above can switch arity without re-importing.
+const _: u32 = NGX_CONF_1MORE;
+
+static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
+    name: ngx_string!("tollgate_wasm"),
+    create_conf: Some(create_conf),
+    init_conf: Some(init_conf),
+};
+
+/// The core module (`wasm {}`).
+#[no_mangle]
+pub static mut ngx_tollgate_wasm_core_module: ngx_module_t = ngx_module_t {
+    ctx: (&raw mut CORE_CTX).cast(),
+    commands: (&raw mut CORE_COMMANDS).cast(),
+    type_: NGX_CORE_MODULE as ngx_uint_t,
+    ..ngx_module_t::default()
+};

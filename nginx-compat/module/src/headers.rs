@@ -1,0 +1,372 @@
+//! nginx's `headers_in`/`headers_out` to proxy-wasm header maps and back.
+//!
+//! Request map: Envoy's pseudo-headers `:authority` (the Host header, which is then not
+//! repeated as `host`), `:path` (the raw request target), `:method`, `:scheme`, then every
+//! request header in arrival order, names lower-case.
+//!
+//! Writing a changed map back rebuilds nginx's header list (so `$http_*` variables and the
+//! proxied request see exactly the new set) and re-links the typed pointers nginx keeps for
+//! known headers (`headers_in.host`, `.authorization`, `.cookies`, ...). Response maps carry
+//! `:status`, `content-type` and `content-length` from nginx's dedicated fields.
+
+use std::mem::{offset_of, size_of};
+
+use ngx::ffi::{
+    ngx_array_push, ngx_array_t, ngx_hash_key, ngx_http_headers_in_t, ngx_http_headers_out_t,
+    ngx_http_request_t, ngx_list_push, ngx_list_t, ngx_palloc, ngx_pool_t, ngx_table_elt_t,
+    ngx_uint_t,
+};
+use tollgate_host::HeaderMap;
+
+use crate::util::{bytes, pool_str, table_elts};
+
+/// Typed `ngx_table_elt_t *` fields of `headers_in`, by lower-case header name.
+const IN_FIELDS: &[(&[u8], usize)] = &[
+    (b"host", offset_of!(ngx_http_headers_in_t, host)),
+    (b"connection", offset_of!(ngx_http_headers_in_t, connection)),
+    (
+        b"if-modified-since",
+        offset_of!(ngx_http_headers_in_t, if_modified_since),
+    ),
+    (
+        b"if-unmodified-since",
+        offset_of!(ngx_http_headers_in_t, if_unmodified_since),
+    ),
+    (b"if-match", offset_of!(ngx_http_headers_in_t, if_match)),
+    (
+        b"if-none-match",
+        offset_of!(ngx_http_headers_in_t, if_none_match),
+    ),
+    (b"user-agent", offset_of!(ngx_http_headers_in_t, user_agent)),
+    (b"referer", offset_of!(ngx_http_headers_in_t, referer)),
+    (
+        b"content-length",
+        offset_of!(ngx_http_headers_in_t, content_length),
+    ),
+    (
+        b"content-range",
+        offset_of!(ngx_http_headers_in_t, content_range),
+    ),
+    (
+        b"content-type",
+        offset_of!(ngx_http_headers_in_t, content_type),
+    ),
+    (b"range", offset_of!(ngx_http_headers_in_t, range)),
+    (b"if-range", offset_of!(ngx_http_headers_in_t, if_range)),
+    (
+        b"transfer-encoding",
+        offset_of!(ngx_http_headers_in_t, transfer_encoding),
+    ),
+    (b"te", offset_of!(ngx_http_headers_in_t, te)),
+    (b"expect", offset_of!(ngx_http_headers_in_t, expect)),
+    (b"upgrade", offset_of!(ngx_http_headers_in_t, upgrade)),
+    (
+        b"accept-encoding",
+        offset_of!(ngx_http_headers_in_t, accept_encoding),
+    ),
+    (b"via", offset_of!(ngx_http_headers_in_t, via)),
+    (
+        b"authorization",
+        offset_of!(ngx_http_headers_in_t, authorization),
+    ),
+    (b"keep-alive", offset_of!(ngx_http_headers_in_t, keep_alive)),
+    (b"x-real-ip", offset_of!(ngx_http_headers_in_t, x_real_ip)),
+    (b"accept", offset_of!(ngx_http_headers_in_t, accept)),
+    (
+        b"accept-language",
+        offset_of!(ngx_http_headers_in_t, accept_language),
+    ),
+    (b"depth", offset_of!(ngx_http_headers_in_t, depth)),
+    (
+        b"destination",
+        offset_of!(ngx_http_headers_in_t, destination),
+    ),
+    (b"overwrite", offset_of!(ngx_http_headers_in_t, overwrite)),
+    (b"date", offset_of!(ngx_http_headers_in_t, date)),
+];
+
+/// Typed `ngx_table_elt_t *` fields of `headers_out`.
+const OUT_FIELDS: &[(&[u8], usize)] = &[
+    (b"server", offset_of!(ngx_http_headers_out_t, server)),
+    (b"date", offset_of!(ngx_http_headers_out_t, date)),
+    (
+        b"content-length",
+        offset_of!(ngx_http_headers_out_t, content_length),
+    ),
+    (
+        b"content-encoding",
+        offset_of!(ngx_http_headers_out_t, content_encoding),
+    ),
+    (b"location", offset_of!(ngx_http_headers_out_t, location)),
+    (b"refresh", offset_of!(ngx_http_headers_out_t, refresh)),
+    (
+        b"last-modified",
+        offset_of!(ngx_http_headers_out_t, last_modified),
+    ),
+    (
+        b"content-range",
+        offset_of!(ngx_http_headers_out_t, content_range),
+    ),
+    (
+        b"accept-ranges",
+        offset_of!(ngx_http_headers_out_t, accept_ranges),
+    ),
+    (
+        b"www-authenticate",
+        offset_of!(ngx_http_headers_out_t, www_authenticate),
+    ),
+    (b"expires", offset_of!(ngx_http_headers_out_t, expires)),
+    (b"etag", offset_of!(ngx_http_headers_out_t, etag)),
+];
+
+/// The request's header map (see the module documentation).
+///
+/// # Safety
+/// `r` must be a live request.
+pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
+    let mut map: HeaderMap = Vec::with_capacity(16);
+    // SAFETY: reading the live request.
+    unsafe {
+        let hin = &mut (*r).headers_in;
+        let authority = if hin.host.is_null() {
+            bytes(&hin.server).to_vec()
+        } else {
+            bytes(&(*hin.host).value).to_vec()
+        };
+        map.push((b":authority".to_vec(), authority));
+        map.push((b":path".to_vec(), bytes(&(*r).unparsed_uri).to_vec()));
+        map.push((b":method".to_vec(), bytes(&(*r).method_name).to_vec()));
+        let c = (*r).connection;
+        let scheme: &[u8] = if !c.is_null() && !(*c).ssl.is_null() {
+            b"https"
+        } else {
+            b"http"
+        };
+        map.push((b":scheme".to_vec(), scheme.to_vec()));
+        for h in table_elts(&raw mut hin.headers) {
+            if (*h).hash == 0 {
+                continue;
+            }
+            let name = bytes(&(*h).key).to_ascii_lowercase();
+            if name == b"host" {
+                continue;
+            }
+            map.push((name, bytes(&(*h).value).to_vec()));
+        }
+    }
+    map
+}
+
+/// A fresh header list element for `name: value` in `list` (name lower-case).
+unsafe fn push_elt(
+    list: *mut ngx_list_t,
+    pool: *mut ngx_pool_t,
+    name: &[u8],
+    value: &[u8],
+) -> Option<*mut ngx_table_elt_t> {
+    // SAFETY: list and pool are the request's; strings are copied into the pool.
+    unsafe {
+        let key = pool_str(pool, name)?;
+        let val = pool_str(pool, value)?;
+        let h = ngx_list_push(list).cast::<ngx_table_elt_t>();
+        if h.is_null() {
+            return None;
+        }
+        std::ptr::write_bytes(h, 0, 1);
+        (*h).key = key;
+        (*h).value = val;
+        (*h).lowcase_key = key.data;
+        (*h).hash = ngx_hash_key(key.data, key.len).max(1);
+        Some(h)
+    }
+}
+
+/// Pushes `h` into an `ngx_array_t` of `ngx_table_elt_t *` (initialising it if needed).
+unsafe fn array_push_ptr(a: *mut ngx_array_t, pool: *mut ngx_pool_t, h: *mut ngx_table_elt_t) {
+    // SAFETY: the array belongs to the request; an uninitialised one has null `elts`.
+    unsafe {
+        if (*a).elts.is_null() {
+            let n: ngx_uint_t = 2;
+            let elts = ngx_palloc(pool, n.saturating_mul(size_of::<*mut ngx_table_elt_t>()));
+            if elts.is_null() {
+                return;
+            }
+            (*a).elts = elts;
+            (*a).nelts = 0;
+            (*a).size = size_of::<*mut ngx_table_elt_t>();
+            (*a).nalloc = n;
+            (*a).pool = pool;
+        }
+        let slot = ngx_array_push(a).cast::<*mut ngx_table_elt_t>();
+        if !slot.is_null() {
+            *slot = h;
+        }
+    }
+}
+
+/// Re-initialises `list` in place as an empty header list (an `ngx_list_t` points to its own
+/// first part: it must never be moved after initialisation).
+unsafe fn reset_list(list: *mut ngx_list_t, pool: *mut ngx_pool_t, n: usize) -> Option<()> {
+    // SAFETY: ngx_list_init allocates the first part from the pool and links `last` to
+    // `(*list).part`, in place.
+    unsafe {
+        if ngx::ffi::ngx_list_init(list, pool, n.max(4), size_of::<ngx_table_elt_t>()) != 0 {
+            return None;
+        }
+        Some(())
+    }
+}
+
+/// Writes a changed request map back to `headers_in` (pseudo-headers: `:authority` becomes
+/// the Host header; `:path`, `:method`, `:scheme` changes are not applied).
+///
+/// # Safety
+/// `r` must be a live request, before its upstream request is created.
+pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> Result<(), String> {
+    // SAFETY: rebuilding the request's own header structures from its pool.
+    unsafe {
+        let pool = (*r).pool;
+        let hin: *mut ngx_http_headers_in_t = &raw mut (*r).headers_in;
+        let list: *mut ngx_list_t = &raw mut (*hin).headers;
+        reset_list(list, pool, map.len()).ok_or("out of memory")?;
+        for (_, off) in IN_FIELDS {
+            *hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();
+        }
+        (*hin).cookies.nelts = 0;
+        (*hin).x_forwarded_for.nelts = 0;
+        for (name, value) in map {
+            let name: &[u8] = if name == b":authority" { b"host" } else { name };
+            if name.first() == Some(&b':') {
+                continue;
+            }
+            let name = name.to_ascii_lowercase();
+            let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
+            if name == b"cookie" {
+                array_push_ptr(&raw mut (*hin).cookies, pool, h);
+            } else if name == b"x-forwarded-for" {
+                array_push_ptr(&raw mut (*hin).x_forwarded_for, pool, h);
+            } else if let Some((_, off)) = IN_FIELDS.iter().find(|(n, _)| *n == name.as_slice()) {
+                let field = hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
+                if (*field).is_null() {
+                    *field = h;
+                }
+            }
+        }
+        // The request line's Host (absolute URI) stays authoritative for `server` (routing).
+        Ok(())
+    }
+}
+
+/// The response's header map: `:status`, then `content-type`, `content-length`, and the list.
+///
+/// # Safety
+/// `r` must be a live request in its header filter.
+pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
+    let mut map: HeaderMap = Vec::with_capacity(16);
+    // SAFETY: reading the live request.
+    unsafe {
+        let out = &mut (*r).headers_out;
+        map.push((b":status".to_vec(), out.status.to_string().into_bytes()));
+        if out.content_type.len > 0 {
+            let mut ct = bytes(&out.content_type).to_vec();
+            if out.charset.len > 0 && !ct.windows(8).any(|w| w.eq_ignore_ascii_case(b"charset=")) {
+                ct.extend_from_slice(b"; charset=");
+                ct.extend_from_slice(bytes(&out.charset));
+            }
+            map.push((b"content-type".to_vec(), ct));
+        }
+        if out.content_length.is_null() && out.content_length_n >= 0 {
+            map.push((
+                b"content-length".to_vec(),
+                out.content_length_n.to_string().into_bytes(),
+            ));
+        }
+        for h in table_elts(&raw mut out.headers) {
+            if (*h).hash == 0 {
+                continue;
+            }
+            map.push((
+                bytes(&(*h).key).to_ascii_lowercase(),
+                bytes(&(*h).value).to_vec(),
+            ));
+        }
+    }
+    map
+}
+
+/// Writes a changed response map back to `headers_out`.
+///
+/// # Safety
+/// `r` must be a live request in its header filter (headers not sent yet).
+pub unsafe fn apply_response_map(
+    r: *mut ngx_http_request_t,
+    map: &HeaderMap,
+) -> Result<(), String> {
+    // SAFETY: rebuilding the request's own response header structures from its pool.
+    unsafe {
+        let pool = (*r).pool;
+        let out: *mut ngx_http_headers_out_t = &raw mut (*r).headers_out;
+        let list: *mut ngx_list_t = &raw mut (*out).headers;
+        reset_list(list, pool, map.len()).ok_or("out of memory")?;
+        for (_, off) in OUT_FIELDS {
+            *out.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();
+        }
+        (*out).cache_control.nelts = 0;
+        (*out).link.nelts = 0;
+        (*out).content_type.len = 0;
+        (*out).content_type_len = 0;
+        (*out).charset.len = 0;
+        (*out).content_type_lowcase = std::ptr::null_mut();
+        (*out).content_type_hash = 0;
+        (*out).content_length_n = -1;
+        (*out).last_modified_time = -1;
+        for (name, value) in map {
+            let name = name.to_ascii_lowercase();
+            match name.as_slice() {
+                b":status" => {
+                    if let Some(s) = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<ngx_uint_t>().ok())
+                    {
+                        if (100..1000).contains(&s) {
+                            (*out).status = s;
+                            (*out).status_line.len = 0;
+                            (*out).status_line.data = std::ptr::null_mut();
+                        }
+                    }
+                }
+                b"content-type" => {
+                    let v = pool_str(pool, value).ok_or("out of memory")?;
+                    (*out).content_type = v;
+                    (*out).content_type_len =
+                        value.iter().position(|b| *b == b';').unwrap_or(value.len());
+                }
+                b"content-length" => {
+                    if let Some(n) = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<i64>().ok())
+                    {
+                        (*out).content_length_n = n;
+                    }
+                }
+                _ if name.first() == Some(&b':') => {}
+                _ => {
+                    let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
+                    if name == b"cache-control" {
+                        array_push_ptr(&raw mut (*out).cache_control, pool, h);
+                    } else if name == b"link" {
+                        array_push_ptr(&raw mut (*out).link, pool, h);
+                    } else if let Some((_, off)) =
+                        OUT_FIELDS.iter().find(|(n, _)| *n == name.as_slice())
+                    {
+                        let field = out.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
+                        if (*field).is_null() {
+                            *field = h;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,850 @@
+//! The HTTP module: `proxy_wasm` chains and the request path.
+//!
+//! Directives (http, server, location):
+//! - `proxy_wasm NAME [CONFIG];` adds a filter (a root context of module `NAME` configured
+//!   with `CONFIG`) to the level's chain. Several in a row form a chain run in order. As in
+//!   ngx_wasm_module, a level that has its own `proxy_wasm` directives does not inherit the
+//!   outer level's chain; one without any inherits it whole.
+//! - `proxy_wasm_isolation none|stream|filter;` (inherited).
+//! - `proxy_wasm_request_headers_in_access on|off;` (inherited; default off: rewrite phase).
+//! - `tollgate_metrics;` (location): the Prometheus text endpoint (Tollgate's own directive).
+//! - Every other ngx_wasm_module http directive fails `nginx -t` with a clear message.
+
+use std::ffi::{c_char, c_void};
+use std::rc::Rc;
+
+use ngx::ffi::{
+    ngx_array_push, ngx_chain_t, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_http_conf_ctx_t,
+    ngx_http_core_loc_conf_t, ngx_http_core_main_conf_t, ngx_http_handler_pt, ngx_http_module_t,
+    ngx_http_output_body_filter_pt, ngx_http_output_header_filter_pt, ngx_http_request_t,
+    ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS,
+    NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_MODULE,
+    NGX_HTTP_SRV_CONF,
+};
+use ngx::ngx_string;
+
+use crate::core::{command, core_conf};
+use crate::request::{get_ctx, rc, send_local, Isolation, Outcome, Phase, RequestCtx};
+use crate::util::{bytes, conf_args, conf_error, level, log, lossy, CONF_OK};
+use crate::worker::{with_worker, FilterDef, ModuleRt, Worker};
+
+/// The http{} level configuration: every `proxy_wasm` directive of the cycle.
+#[derive(Default)]
+pub struct MainConf {
+    /// Filters by index (location chains refer to them).
+    pub filters: Vec<FilterDef>,
+}
+
+/// A server or location configuration.
+#[derive(Default, Clone)]
+pub struct LocConf {
+    /// The chain (`None`: not set at this level, inherited).
+    pub chain: Option<Vec<usize>>,
+    /// `proxy_wasm_isolation`.
+    pub isolation: Option<Isolation>,
+    /// `proxy_wasm_request_headers_in_access`.
+    pub headers_in_access: Option<bool>,
+    /// `tollgate_metrics` here.
+    pub metrics: bool,
+}
+
+static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
+static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
+
+unsafe fn main_conf_of_cf<'a>(cf: *mut ngx_conf_t) -> Option<&'a mut MainConf> {
+    // SAFETY: during http{} parsing cf->ctx is an ngx_http_conf_ctx_t.
+    unsafe {
+        let ctx = (*cf).ctx.cast::<ngx_http_conf_ctx_t>();
+        let idx = ngx_http_tollgate_wasm_module.ctx_index;
+        (*(*ctx).main_conf.add(idx)).cast::<MainConf>().as_mut()
+    }
+}
+
+unsafe fn loc_conf<'a>(r: *mut ngx_http_request_t) -> Option<&'a LocConf> {
+    // SAFETY: r->loc_conf is indexed by ctx_index.
+    unsafe {
+        let idx = ngx_http_tollgate_wasm_module.ctx_index;
+        (*(*r).loc_conf.add(idx)).cast::<LocConf>().as_ref()
+    }
+}
+
+unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: pool allocation with a drop cleanup.
+    unsafe {
+        ngx::core::Pool::from_ngx_pool((*cf).pool)
+            .allocate(MainConf::default())
+            .cast()
+    }
+}
+
+unsafe extern "C" fn create_loc_conf(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: as above.
+    unsafe {
+        ngx::core::Pool::from_ngx_pool((*cf).pool)
+            .allocate(LocConf::default())
+            .cast()
+    }
+}
+
+unsafe extern "C" fn merge_loc_conf(
+    _cf: *mut ngx_conf_t,
+    prev: *mut c_void,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: both are LocConf from create_loc_conf.
+    unsafe {
+        let (Some(prev), Some(conf)) = (
+            prev.cast::<LocConf>().as_ref(),
+            conf.cast::<LocConf>().as_mut(),
+        ) else {
+            return crate::util::CONF_ERROR;
+        };
+        if conf.chain.is_none() {
+            conf.chain = prev.chain.clone();
+        }
+        if conf.isolation.is_none() {
+            conf.isolation = prev.isolation;
+        }
+        if conf.headers_in_access.is_none() {
+            conf.headers_in_access = prev.headers_in_access;
+        }
+    }
+    CONF_OK
+}
+
+unsafe extern "C" fn proxy_wasm_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `conf` is our LocConf; cf is live.
+    unsafe {
+        let Some(lcf) = conf.cast::<LocConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no configuration");
+        };
+        let args = conf_args(cf);
+        let Some(name) = args.get(1).map(lossy) else {
+            return conf_error(cf, "tollgate: proxy_wasm NAME [CONFIG];");
+        };
+        let Some(core) = core_conf((*cf).cycle) else {
+            return conf_error(cf, "tollgate: no wasm{} block");
+        };
+        let Some((module, _)) = core.module(&name) else {
+            return conf_error(cf, &format!("tollgate: unknown module \"{name}\" (declare it with \"module\" in a wasm{{}} block before http{{}})"));
+        };
+        let Some(main) = main_conf_of_cf(cf) else {
+            return conf_error(cf, "tollgate: no http configuration");
+        };
+        let config = args.get(2).map(|c| bytes(c).to_vec()).unwrap_or_default();
+        main.filters.push(FilterDef {
+            name,
+            module,
+            config,
+        });
+        let idx = main.filters.len().saturating_sub(1);
+        lcf.chain.get_or_insert_with(Vec::new).push(idx);
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn isolation_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: as above.
+    unsafe {
+        let Some(lcf) = conf.cast::<LocConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no configuration");
+        };
+        if lcf.isolation.is_some() {
+            return conf_error(
+                cf,
+                "tollgate: \"proxy_wasm_isolation\" directive is duplicate",
+            );
+        }
+        let v = conf_args(cf)
+            .get(1)
+            .map(|s| bytes(s).to_vec())
+            .unwrap_or_default();
+        lcf.isolation = Some(match v.as_slice() {
+            b"none" => Isolation::None,
+            b"stream" => Isolation::Stream,
+            b"filter" => Isolation::Filter,
+            _ => {
+                return conf_error(
+                    cf,
+                    &format!(
+                        "tollgate: invalid isolation \"{}\" (none, stream or filter)",
+                        String::from_utf8_lossy(&v)
+                    ),
+                )
+            }
+        });
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn in_access_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: as above.
+    unsafe {
+        let Some(lcf) = conf.cast::<LocConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no configuration");
+        };
+        let v = conf_args(cf)
+            .get(1)
+            .map(|s| bytes(s).to_ascii_lowercase())
+            .unwrap_or_default();
+        lcf.headers_in_access = Some(match v.as_slice() {
+            b"on" => true,
+            b"off" => false,
+            _ => return conf_error(cf, "tollgate: proxy_wasm_request_headers_in_access on|off;"),
+        });
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn metrics_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: the core module's location configuration of the same context.
+    unsafe {
+        let Some(lcf) = conf.cast::<LocConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no configuration");
+        };
+        lcf.metrics = true;
+        let ctx = (*cf).ctx.cast::<ngx_http_conf_ctx_t>();
+        let clcf = (*(*ctx)
+            .loc_conf
+            .add(nginx_sys::ngx_http_core_module.ctx_index))
+        .cast::<ngx_http_core_loc_conf_t>();
+        if clcf.is_null() {
+            return conf_error(cf, "tollgate: no location");
+        }
+        (*clcf).handler = Some(crate::metrics::handler);
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn unsupported(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: cf is live.
+    unsafe {
+        let name = conf_args(cf).first().map(lossy).unwrap_or_default();
+        conf_error(
+            cf,
+            &format!("tollgate: directive \"{name}\" of ngx_wasm_module is not supported"),
+        )
+    }
+}
+
+const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
+const LOC_OFFSET: ngx_uint_t = nginx_sys::NGX_HTTP_LOC_CONF_OFFSET as ngx_uint_t;
+
+macro_rules! loc_command {
+    ($name:literal, $type:expr, $set:expr) => {
+        ngx_command_t {
+            conf: LOC_OFFSET,
+            ..command!($name, $type, $set)
+        }
+    };
+}
+
+static mut HTTP_COMMANDS: [ngx_command_t; 17] = [
+    loc_command!(
+        "proxy_wasm",
+        ANY_LEVEL | NGX_CONF_TAKE12,
+        proxy_wasm_directive
+    ),
+    loc_command!(
+        "proxy_wasm_isolation",
+        ANY_LEVEL | NGX_CONF_TAKE1,
+        isolation_directive
+    ),
+    loc_command!(
+        "proxy_wasm_request_headers_in_access",
+        ANY_LEVEL | NGX_CONF_FLAG,
+        in_access_directive
+    ),
+    loc_command!(
+        "tollgate_metrics",
+        NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+        metrics_directive
+    ),
+    loc_command!(
+        "proxy_wasm_lua_resolver",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!("resolver_add", ANY_LEVEL | NGX_CONF_ANY, unsupported),
+    loc_command!("wasm_call", ANY_LEVEL | NGX_CONF_ANY, unsupported),
+    loc_command!(
+        "wasm_socket_buffer_reuse",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_socket_buffer_size",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_socket_connect_timeout",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_socket_large_buffers",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_socket_read_timeout",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_socket_send_timeout",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_postpone_rewrite",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_postpone_access",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    loc_command!(
+        "wasm_response_body_buffers",
+        ANY_LEVEL | NGX_CONF_ANY,
+        unsupported
+    ),
+    ngx_command_t::empty(),
+];
+
+unsafe fn push_phase(
+    cmcf: *mut ngx_http_core_main_conf_t,
+    phase: usize,
+    h: ngx_http_handler_pt,
+) -> bool {
+    // SAFETY: cmcf->phases[phase].handlers is an ngx_array_t of handler pointers.
+    unsafe {
+        let Some(ph) = (*cmcf).phases.get_mut(phase) else {
+            return false;
+        };
+        let slot = ngx_array_push(&mut ph.handlers).cast::<ngx_http_handler_pt>();
+        if slot.is_null() {
+            return false;
+        }
+        *slot = h;
+        true
+    }
+}
+
+unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: standard module initialisation on the http configuration.
+    unsafe {
+        let ctx = (*cf).ctx.cast::<ngx_http_conf_ctx_t>();
+        let cmcf = (*(*ctx)
+            .main_conf
+            .add(nginx_sys::ngx_http_core_module.ctx_index))
+        .cast::<ngx_http_core_main_conf_t>();
+        let ok = push_phase(
+            cmcf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_REWRITE_PHASE as usize,
+            Some(rewrite_handler),
+        ) && push_phase(
+            cmcf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_ACCESS_PHASE as usize,
+            Some(access_handler),
+        ) && push_phase(
+            cmcf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_LOG_PHASE as usize,
+            Some(log_handler),
+        );
+        if !ok {
+            return rc::ERROR;
+        }
+        NEXT_HEADER_FILTER = nginx_sys::ngx_http_top_header_filter;
+        nginx_sys::ngx_http_top_header_filter = Some(header_filter);
+        NEXT_BODY_FILTER = nginx_sys::ngx_http_top_body_filter;
+        nginx_sys::ngx_http_top_body_filter = Some(body_filter);
+
+        if let Err(e) = crate::metrics::configure(cf) {
+            crate::util::conf_log(level::EMERG, cf, &e);
+            return rc::ERROR;
+        }
+        match validate(cf) {
+            Ok(()) => rc::OK,
+            Err(e) => {
+                crate::util::conf_log(level::EMERG, cf, &e);
+                rc::ERROR
+            }
+        }
+    }
+}
+
+/// Fail closed at configuration time: instantiate every module used by a filter and create
+/// the filters' root contexts (`on_vm_start`, `on_configure`) in the master; the instances are
+/// dropped right after (workers make their own).
+unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
+    // SAFETY: cf is live; configurations were created by nginx.
+    unsafe {
+        let Some(main) = main_conf_of_cf(cf) else {
+            return Ok(());
+        };
+        let Some(core) = core_conf((*cf).cycle) else {
+            return Ok(());
+        };
+        let host = Rc::new(crate::host::ConfHost::new((*cf).log));
+        for (m, def) in core.modules.iter().enumerate() {
+            if !main.filters.iter().any(|f| f.module == m) {
+                continue;
+            }
+            let mut vm =
+                tollgate_host::Vm::new(&def.module, host.clone(), &def.name, &def.vm_config)
+                    .map_err(|e| format!("tollgate: module \"{}\": {}", def.name, e.0))?;
+            for f in main.filters.iter().filter(|f| f.module == m) {
+                vm.create_root(&f.name, &f.config).map_err(|e| {
+                    format!(
+                        "tollgate: filter \"{}\" refused its configuration: {}",
+                        f.name, e.0
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    // SAFETY: the cycle's configurations are complete in a worker.
+    unsafe {
+        let Some(core) = core_conf(cycle) else {
+            return rc::OK;
+        };
+        let http_idx = nginx_sys::ngx_http_module.index;
+        let http_ctx = *(*cycle).conf_ctx.add(http_idx);
+        if http_ctx.is_null() {
+            return rc::OK;
+        }
+        let hctx = http_ctx.cast::<ngx_http_conf_ctx_t>();
+        let idx = ngx_http_tollgate_wasm_module.ctx_index;
+        let Some(main) = (*(*hctx).main_conf.add(idx)).cast::<MainConf>().as_ref() else {
+            return rc::OK;
+        };
+        if main.filters.is_empty() {
+            return rc::OK;
+        }
+        let modules: Vec<ModuleRt> = core
+            .modules
+            .iter()
+            .map(|m| ModuleRt {
+                name: m.name.clone(),
+                vm_config: m.vm_config.clone(),
+                module: m.module.clone(),
+            })
+            .collect();
+        let mut zones = tollgate_services::kv::ZoneSet::new();
+        for z in &core.kv_zones {
+            if let Some(kv) = z.kv.clone() {
+                let _ = zones.insert(kv);
+            }
+        }
+        let metrics = crate::metrics::worker_zone(cycle);
+        let mut w = Worker::new(modules, main.filters.clone(), (*cycle).log, zones, metrics);
+        w.poll.handler = Some(poll_handler);
+        w.poll.log = (*cycle).log;
+        w.poll.set_cancelable(1);
+        w.arm_ticks();
+        crate::worker::install(w);
+        rc::OK
+    }
+}
+
+unsafe extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
+    crate::worker::uninstall();
+}
+
+/// Arms the HTTP call poll timer when calls are pending.
+pub fn kick_calls() {
+    with_worker(|w| {
+        if !crate::calls::inflight(w) {
+            return;
+        }
+        let delay = 2;
+        // SAFETY: the worker's own timer event.
+        unsafe {
+            if w.poll.timer_set() == 0 {
+                nginx_sys::ngx_add_timer(&mut *w.poll, delay);
+            }
+        }
+    });
+}
+
+unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
+    let resumed = with_worker(crate::calls::poll).unwrap_or_default();
+    crate::request::resume_all(resumed);
+    kick_calls();
+}
+
+use ngx::ffi::ngx_event_t;
+
+fn has_body(r: *mut ngx_http_request_t) -> bool {
+    // SAFETY: reading a live request.
+    unsafe { (*r).headers_in.content_length_n > 0 || (*r).headers_in.chunked() != 0 }
+}
+
+unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls phase handlers with a live request.
+    unsafe { request_phase(r, false) }
+}
+
+unsafe extern "C" fn access_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: as above.
+    unsafe { request_phase(r, true) }
+}
+
+unsafe fn finalize(r: *mut ngx_http_request_t, code: ngx_int_t) -> ngx_int_t {
+    // SAFETY: the phase handler finalizes itself and tells the checker it is done (the same in
+    // the rewrite and access phases, whose checkers treat NGX_OK differently).
+    unsafe { nginx_sys::ngx_http_finalize_request(r, code) };
+    rc::DONE
+}
+
+unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
+    // SAFETY: a live request; nginx is never called while the worker state is borrowed.
+    unsafe {
+        if r != (*r).main {
+            return rc::DECLINED;
+        }
+        let Some(lcf) = loc_conf(r) else {
+            return rc::DECLINED;
+        };
+        let Some(chain) = lcf.chain.as_ref().filter(|c| !c.is_empty()) else {
+            return rc::DECLINED;
+        };
+        if lcf.headers_in_access.unwrap_or(false) != access {
+            return rc::DECLINED;
+        }
+        let ctx: &mut RequestCtx = match get_ctx(r) {
+            Some(c) => c,
+            None => {
+                let Some(c) = RequestCtx::create(r, chain) else {
+                    return rc::HTTP_INTERNAL_SERVER_ERROR;
+                };
+                let isolation = lcf.isolation.unwrap_or_default();
+                if with_worker(|w| c.create_contexts(w, isolation)).is_none() {
+                    return rc::DECLINED;
+                }
+                c.phase = Phase::Headers(0);
+                c
+            }
+        };
+        loop {
+            match ctx.phase {
+                Phase::Fresh => ctx.phase = Phase::Headers(0),
+                Phase::Headers(from) => {
+                    if from == 0 && ctx.started == 0 {
+                        ctx.stream.request_headers = crate::headers::request_map(r);
+                    }
+                    if let Some(lr) = ctx.stream.local_response.take() {
+                        let code = send_local(r, ctx, lr);
+                        return finalize(r, code);
+                    }
+                    let eos = !has_body(r);
+                    let out = with_worker(|w| ctx.request_headers(w, from, eos))
+                        .unwrap_or(Outcome::Failed);
+                    kick_calls();
+                    match out {
+                        Outcome::Continue => {
+                            if std::mem::take(&mut ctx.stream.request_headers_changed) {
+                                if let Err(e) = crate::headers::apply_request_map(
+                                    r,
+                                    &ctx.stream.request_headers,
+                                ) {
+                                    log(
+                                        level::ERR,
+                                        (*(*r).connection).log,
+                                        &format!("tollgate: request headers: {e}"),
+                                    );
+                                    ctx.phase = Phase::Forward;
+                                    return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                                }
+                                flush_header_variables(r);
+                            }
+                            if has_body(r) {
+                                return start_body(r, ctx);
+                            }
+                            ctx.phase = Phase::Forward;
+                        }
+                        Outcome::Paused(next) => {
+                            ctx.phase = Phase::Paused(next);
+                            return rc::DONE;
+                        }
+                        Outcome::Local(lr) => {
+                            let code = send_local(r, ctx, lr);
+                            return finalize(r, code);
+                        }
+                        Outcome::Failed => {
+                            ctx.phase = Phase::Forward;
+                            return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                        }
+                        Outcome::Closed => {
+                            ctx.phase = Phase::Forward;
+                            return finalize(r, rc::HTTP_CLOSE);
+                        }
+                    }
+                }
+                Phase::Paused(_) | Phase::ReadingBody => return rc::DONE,
+                Phase::BodyRead => {
+                    ctx.stream.request_body = crate::body::read_request_body(r);
+                    let out = with_worker(|w| ctx.request_body(w)).unwrap_or(Outcome::Failed);
+                    kick_calls();
+                    match out {
+                        Outcome::Local(lr) => {
+                            let code = send_local(r, ctx, lr);
+                            return finalize(r, code);
+                        }
+                        Outcome::Failed => {
+                            ctx.phase = Phase::Forward;
+                            return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                        }
+                        Outcome::Closed => {
+                            ctx.phase = Phase::Forward;
+                            return finalize(r, rc::HTTP_CLOSE);
+                        }
+                        Outcome::Continue | Outcome::Paused(_) => {}
+                    }
+                    if std::mem::take(&mut ctx.stream.request_body_changed) {
+                        let body = std::mem::take(&mut ctx.stream.request_body);
+                        if crate::body::replace_request_body(r, &body).is_none() {
+                            ctx.phase = Phase::Forward;
+                            return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                        }
+                    }
+                    ctx.stream.request_body.clear();
+                    ctx.phase = Phase::Forward;
+                }
+                Phase::Forward => return rc::DECLINED,
+            }
+        }
+    }
+}
+
+unsafe fn start_body(r: *mut ngx_http_request_t, ctx: &mut RequestCtx) -> ngx_int_t {
+    ctx.phase = Phase::ReadingBody;
+    // SAFETY: the standard pattern of reading the body from a phase handler (as
+    // ngx_http_mirror_module does): the post handler re-runs the phases.
+    unsafe {
+        (*r).set_request_body_in_single_buf(1);
+        (*r).set_request_body_in_clean_file(1);
+        let code = nginx_sys::ngx_http_read_client_request_body(r, Some(body_read));
+        if code >= 300 {
+            return code;
+        }
+        nginx_sys::ngx_http_finalize_request(r, rc::DONE);
+        rc::DONE
+    }
+}
+
+unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
+    // SAFETY: nginx calls the post handler with the live request.
+    unsafe {
+        if let Some(ctx) = get_ctx(r) {
+            ctx.phase = Phase::BodyRead;
+        }
+        (*r).write_event_handler = Some(nginx_sys::ngx_http_core_run_phases);
+        nginx_sys::ngx_http_core_run_phases(r);
+    }
+}
+
+/// Invalidates cached `$http_*` and `$cookie_*` variables after the headers changed.
+unsafe fn flush_header_variables(r: *mut ngx_http_request_t) {
+    // SAFETY: r->variables has one entry per indexed variable of the core main conf.
+    unsafe {
+        let cmcf = (*(*r)
+            .main_conf
+            .add(nginx_sys::ngx_http_core_module.ctx_index))
+        .cast::<ngx_http_core_main_conf_t>();
+        if cmcf.is_null() || (*r).variables.is_null() {
+            return;
+        }
+        let vars = &(*cmcf).variables;
+        let defs = std::slice::from_raw_parts(
+            vars.elts.cast::<ngx::ffi::ngx_http_variable_t>(),
+            vars.nelts,
+        );
+        for (i, v) in defs.iter().enumerate() {
+            let name = bytes(&v.name);
+            if name.starts_with(b"http_") || name.starts_with(b"cookie_") {
+                let val = (*r).variables.add(i);
+                (*val).set_valid(0);
+                (*val).set_not_found(0);
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: a live request.
+    unsafe {
+        if r != (*r).main {
+            return rc::DECLINED;
+        }
+        crate::metrics::count_request();
+        if let Some(ctx) = get_ctx(r) {
+            with_worker(|w| ctx.finish(w));
+            kick_calls();
+        }
+        rc::DECLINED
+    }
+}
+
+unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: a live request in the header filter chain.
+    unsafe {
+        let next = NEXT_HEADER_FILTER;
+        let call_next = |r| match next {
+            Some(f) => f(r),
+            None => rc::ERROR,
+        };
+        if r != (*r).main {
+            return call_next(r);
+        }
+        let Some(ctx) = get_ctx(r) else {
+            return call_next(r);
+        };
+        if ctx.started == 0 || ctx.finished {
+            return call_next(r);
+        }
+        ctx.stream.response_headers = crate::headers::response_map(r);
+        let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
+        if eos {
+            ctx.resp_eos = true;
+        }
+        let out = with_worker(|w| ctx.response_headers(w, eos)).unwrap_or(Outcome::Failed);
+        kick_calls();
+        match out {
+            Outcome::Local(_) => log(
+                level::WARN,
+                (*(*r).connection).log,
+                "tollgate: a local response after the response headers is not supported; ignored",
+            ),
+            Outcome::Failed => log(
+                level::ERR,
+                (*(*r).connection).log,
+                "tollgate: on_response_headers failed",
+            ),
+            _ => {}
+        }
+        if std::mem::take(&mut ctx.stream.response_headers_changed) {
+            if let Err(e) = crate::headers::apply_response_map(r, &ctx.stream.response_headers) {
+                log(
+                    level::ERR,
+                    (*(*r).connection).log,
+                    &format!("tollgate: response headers: {e}"),
+                );
+            }
+        }
+        call_next(r)
+    }
+}
+
+unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: a live request in the body filter chain.
+    unsafe {
+        let next = NEXT_BODY_FILTER;
+        let call_next = |r, c| match next {
+            Some(f) => f(r, c),
+            None => rc::ERROR,
+        };
+        if r != (*r).main || chain.is_null() {
+            return call_next(r, chain);
+        }
+        let Some(ctx) = get_ctx(r) else {
+            return call_next(r, chain);
+        };
+        if ctx.started == 0 || ctx.finished || ctx.resp_eos && !ctx.resp_buffering {
+            return call_next(r, chain);
+        }
+        let (data, eos, flush) = crate::body::chain_bytes(chain);
+        if data.is_empty() && !eos {
+            if ctx.resp_buffering {
+                crate::body::consume(chain);
+                return rc::OK;
+            }
+            return call_next(r, chain);
+        }
+        if ctx.resp_buffering {
+            ctx.stream.response_body.extend_from_slice(&data);
+        } else {
+            ctx.stream.response_body = data;
+        }
+        if eos {
+            ctx.resp_eos = true;
+        }
+        let was_buffering = ctx.resp_buffering;
+        ctx.resp_buffering = false;
+        let out = with_worker(|w| ctx.response_body(w, eos)).unwrap_or(Outcome::Failed);
+        kick_calls();
+        if let Outcome::Failed = out {
+            log(
+                level::ERR,
+                (*(*r).connection).log,
+                "tollgate: on_response_body failed",
+            );
+        }
+        if ctx.resp_buffering && !eos {
+            // Keep the bytes; nothing goes out until the end of the stream.
+            crate::body::consume(chain);
+            return rc::OK;
+        }
+        let changed = std::mem::take(&mut ctx.stream.response_body_changed);
+        if !changed && !was_buffering {
+            ctx.stream.response_body.clear();
+            return call_next(r, chain);
+        }
+        let body = std::mem::take(&mut ctx.stream.response_body);
+        crate::body::consume(chain);
+        let Some(out_chain) = crate::body::memory_chain(r, &body, eos, flush) else {
+            return rc::ERROR;
+        };
+        call_next(r, out_chain)
+    }
+}
+
+static mut HTTP_CTX: ngx_http_module_t = ngx_http_module_t {
+    preconfiguration: None,
+    postconfiguration: Some(postconfiguration),
+    create_main_conf: Some(create_main_conf),
+    init_main_conf: None,
+    create_srv_conf: None,
+    merge_srv_conf: None,
+    create_loc_conf: Some(create_loc_conf),
+    merge_loc_conf: Some(merge_loc_conf),
+};
+
+/// The HTTP module.
+#[no_mangle]
+pub static mut ngx_http_tollgate_wasm_module: ngx_module_t = ngx_module_t {
+    ctx: (&raw mut HTTP_CTX).cast(),
+    commands: (&raw mut HTTP_COMMANDS).cast(),
+    type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_process: Some(init_process),
+    exit_process: Some(exit_process),
+    ..ngx_module_t::default()
+};

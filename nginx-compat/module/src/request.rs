@@ -1,0 +1,652 @@
+//! One request through a `proxy_wasm` chain.
+//!
+//! - rewrite (or access) phase: `on_request_headers` for each filter in order; a local response
+//!   ends the chain and is sent by nginx; `Pause` parks the request until a `Vm` resumes it
+//!   (`take_resumed`, a posted event); then the client body (if any) is read in memory and
+//!   `on_request_body(end_of_stream)` runs; header and body changes are written back.
+//! - header filter: `on_response_headers`; body filter: `on_response_body` per chunk (a filter
+//!   returning `Pause` on a chunk makes the body buffered until the end of the stream).
+//! - log phase: `on_log`, `on_done`, `on_delete` (or at pool cleanup when the log phase did not
+//!   run).
+//!
+//! Response callbacks run for the filters whose `on_request_headers` ran (as in Envoy, where a
+//! local reply goes back through the filters it passed).
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::rc::Rc;
+
+use ngx::ffi::{
+    ngx_buf_t, ngx_chain_t, ngx_event_t, ngx_http_request_t, ngx_int_t, ngx_pool_cleanup_add,
+    ngx_pool_cleanup_t,
+};
+use tollgate_host::{Action, Error, HttpId, LocalResponse, Stream, Vm};
+
+use crate::props::NgxProps;
+use crate::util::{level, log};
+use crate::worker::Worker;
+
+/// Where a filter's HTTP context lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmRef {
+    /// The worker's `Vm` of `module` (isolation `none`), as of `generation`.
+    Shared {
+        /// Module index.
+        module: usize,
+        /// Generation when the context was created.
+        generation: u32,
+    },
+    /// A `Vm` owned by this request (isolation `stream` or `filter`).
+    Owned(usize),
+}
+
+/// One filter of the chain for this request.
+#[derive(Debug)]
+pub struct Slot {
+    /// Filter index (worker's `filters`).
+    pub filter: usize,
+    /// Its `Vm`.
+    pub vm: VmRef,
+    /// Its HTTP context (`None`: could not be created, or gone).
+    pub http: Option<HttpId>,
+}
+
+/// Progress of the request side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Contexts not created yet.
+    Fresh,
+    /// Run `on_request_headers` from this filter on.
+    Headers(usize),
+    /// Paused before this filter; waiting for a resume.
+    Paused(usize),
+    /// Reading the client body.
+    ReadingBody,
+    /// Body read: run `on_request_body`.
+    BodyRead,
+    /// Request side done.
+    Forward,
+}
+
+/// The isolation mode (`proxy_wasm_isolation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// One instance per module per worker.
+    #[default]
+    None,
+    /// One instance per module per request.
+    Stream,
+    /// One instance per filter per request.
+    Filter,
+}
+
+/// Per-request state (in `r->ctx`, freed by a pool cleanup).
+pub struct RequestCtx {
+    /// The request.
+    pub r: *mut ngx_http_request_t,
+    /// The chain.
+    pub slots: Vec<Slot>,
+    /// Instances owned by the request (isolation `stream`/`filter`).
+    pub own_vms: Vec<Vm>,
+    /// The stream shared by the filters.
+    pub stream: Stream,
+    /// Request-side progress.
+    pub phase: Phase,
+    /// Filters whose `on_request_headers` ran.
+    pub started: usize,
+    /// `on_log` ran.
+    pub finished: bool,
+    /// The response body is being buffered (a filter paused on a chunk).
+    pub resp_buffering: bool,
+    /// The response's end of stream was seen.
+    pub resp_eos: bool,
+    /// Event posted to resume a paused request.
+    pub resume_ev: ngx_event_t,
+    /// `response.code_details` of a local response.
+    pub local_details: Rc<RefCell<Option<Vec<u8>>>>,
+}
+
+/// How a run of callbacks ended.
+pub enum Outcome {
+    /// All filters continued.
+    Continue,
+    /// Paused before filter `n` (0-based index of the next one).
+    Paused(usize),
+    /// A filter asked for a local response.
+    Local(LocalResponse),
+    /// A filter trapped or failed.
+    Failed,
+    /// A filter closed the stream.
+    Closed,
+}
+
+#[derive(Clone, Copy)]
+enum Cb {
+    RequestHeaders,
+    RequestBody,
+    ResponseHeaders,
+    ResponseBody,
+}
+
+/// `NGX_OK`, `NGX_DONE`, `NGX_DECLINED`, `NGX_ERROR`, `NGX_AGAIN`.
+pub mod rc {
+    use ngx::ffi::ngx_int_t;
+    pub const OK: ngx_int_t = 0;
+    pub const ERROR: ngx_int_t = -1;
+    pub const AGAIN: ngx_int_t = -2;
+    pub const DONE: ngx_int_t = -4;
+    pub const DECLINED: ngx_int_t = -5;
+    pub const HTTP_INTERNAL_SERVER_ERROR: ngx_int_t = 500;
+    pub const HTTP_CLOSE: ngx_int_t = 444;
+}
+
+thread_local! {
+    /// Addresses of the live request contexts (to recognise ours among a pool's cleanups).
+    static CTXS: RefCell<std::collections::HashSet<usize>> = RefCell::new(std::collections::HashSet::new());
+}
+
+fn is_ctx(p: *mut c_void) -> bool {
+    !p.is_null() && CTXS.with(|s| s.try_borrow().is_ok_and(|s| s.contains(&(p as usize))))
+}
+
+unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
+    let p = data.cast::<RequestCtx>();
+    if p.is_null() {
+        return;
+    }
+    CTXS.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.remove(&(p as usize));
+        }
+    });
+    // SAFETY: `data` is the Box created in `RequestCtx::create`, released exactly once here.
+    unsafe {
+        let mut ctx = Box::from_raw(p);
+        if !ctx.finished {
+            crate::worker::with_worker(|w| ctx.finish(w));
+        } else {
+            crate::worker::with_worker(|w| ctx.unregister(w));
+        }
+        if ctx.resume_ev.posted() != 0 {
+            nginx_sys::ngx_delete_posted_event(&mut ctx.resume_ev);
+        }
+        ctx.stream.property_source = None;
+        drop(ctx);
+    }
+}
+
+/// The request's context, also after an internal redirect cleared `r->ctx` (found through
+/// the pool cleanup that owns it).
+///
+/// # Safety
+/// `r` must be a live request.
+pub unsafe fn get_ctx<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
+    // SAFETY: r->ctx is indexed by ctx_index; the cleanup list is the pool's.
+    unsafe {
+        let idx = crate::http::ngx_http_tollgate_wasm_module.ctx_index;
+        let slot = (*r).ctx.add(idx);
+        if !(*slot).is_null() {
+            return (*slot).cast::<RequestCtx>().as_mut();
+        }
+        let mut c: *mut ngx_pool_cleanup_t = (*(*r).pool).cleanup;
+        while !c.is_null() {
+            if is_ctx((*c).data) {
+                *slot = (*c).data;
+                return (*c).data.cast::<RequestCtx>().as_mut();
+            }
+            c = (*c).next;
+        }
+        None
+    }
+}
+
+impl RequestCtx {
+    /// Creates the context of `r` (owned by a pool cleanup) and stores it in `r->ctx`.
+    ///
+    /// # Safety
+    /// `r` must be a live main request.
+    pub unsafe fn create<'a>(
+        r: *mut ngx_http_request_t,
+        chain: &[usize],
+    ) -> Option<&'a mut RequestCtx> {
+        let local_details = Rc::new(RefCell::new(None));
+        let stream = Stream {
+            property_source: Some(Box::new(NgxProps {
+                r,
+                local_details: local_details.clone(),
+            })),
+            ..Stream::default()
+        };
+        let ctx = Box::new(RequestCtx {
+            r,
+            slots: chain
+                .iter()
+                .map(|f| Slot {
+                    filter: *f,
+                    vm: VmRef::Owned(usize::MAX),
+                    http: None,
+                })
+                .collect(),
+            own_vms: Vec::new(),
+            stream,
+            phase: Phase::Fresh,
+            started: 0,
+            finished: false,
+            resp_buffering: false,
+            resp_eos: false,
+            // SAFETY: a zeroed event is nginx's initial state.
+            resume_ev: unsafe { std::mem::zeroed() },
+            local_details,
+        });
+        // SAFETY: the cleanup owns the Box; it runs when the request pool is destroyed.
+        unsafe {
+            let cln = ngx_pool_cleanup_add((*r).pool, 0);
+            if cln.is_null() {
+                return None;
+            }
+            let p = Box::into_raw(ctx);
+            CTXS.with(|s| {
+                if let Ok(mut s) = s.try_borrow_mut() {
+                    s.insert(p as usize);
+                }
+            });
+            (*cln).handler = Some(ctx_cleanup);
+            (*cln).data = p.cast();
+            (*p).resume_ev.handler = Some(resume_handler);
+            (*p).resume_ev.data = p.cast();
+            (*p).resume_ev.log = (*(*r).connection).log;
+            let idx = crate::http::ngx_http_tollgate_wasm_module.ctx_index;
+            *(*r).ctx.add(idx) = p.cast();
+            p.as_mut()
+        }
+    }
+
+    /// Creates the HTTP contexts (and the request's own instances for `stream`/`filter`).
+    pub fn create_contexts(&mut self, w: &mut Worker, isolation: Isolation) {
+        let me: *mut RequestCtx = self;
+        for i in 0..self.slots.len() {
+            let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
+                continue;
+            };
+            let Some(def) = w.filters.get(filter).cloned() else {
+                continue;
+            };
+            let (vm_ref, http) = match isolation {
+                Isolation::None => {
+                    let root = w.roots.get(filter).copied().flatten();
+                    let Some(slot) = w.vms.get_mut(def.module) else {
+                        continue;
+                    };
+                    let generation = slot.generation;
+                    let http = match (slot.vm.as_mut(), root) {
+                        (Some(vm), Some(root)) => vm
+                            .create_http(root)
+                            .map_err(|e| {
+                                log(
+                                    level::ERR,
+                                    w.log,
+                                    &format!("tollgate: filter \"{}\": {}", def.name, e.0),
+                                )
+                            })
+                            .ok(),
+                        _ => None,
+                    };
+                    if let Some(h) = http {
+                        w.live.insert((def.module, h.0), me);
+                    }
+                    (
+                        VmRef::Shared {
+                            module: def.module,
+                            generation,
+                        },
+                        http,
+                    )
+                }
+                Isolation::Stream | Isolation::Filter => {
+                    // Reuse this request's instance of the module (stream), or make one.
+                    let reuse = if isolation == Isolation::Stream {
+                        self.slots.iter().take(i).find_map(|s| match s.vm {
+                            VmRef::Owned(k)
+                                if w.filters
+                                    .get(s.filter)
+                                    .is_some_and(|f| f.module == def.module) =>
+                            {
+                                Some(k)
+                            }
+                            _ => None,
+                        })
+                    } else {
+                        None
+                    };
+                    let k = match reuse {
+                        Some(k) => k,
+                        None => {
+                            let Some(m) = w.modules.get(def.module) else {
+                                continue;
+                            };
+                            let host = Rc::new(crate::host::VmHost {
+                                worker: w.host.clone(),
+                                vm_slot: usize::MAX,
+                                generation: 0,
+                            });
+                            match Vm::new(&m.module, host, &m.name, &m.vm_config) {
+                                Ok(vm) => {
+                                    self.own_vms.push(vm);
+                                    self.own_vms.len().saturating_sub(1)
+                                }
+                                Err(e) => {
+                                    log(
+                                        level::ERR,
+                                        w.log,
+                                        &format!("tollgate: module \"{}\": {}", m.name, e.0),
+                                    );
+                                    continue;
+                                }
+                            }
+                        }
+                    };
+                    let http = self.own_vms.get_mut(k).and_then(|vm| {
+                        let root = vm
+                            .create_root(&def.name, &def.config)
+                            .map_err(|e| {
+                                log(
+                                    level::ERR,
+                                    w.log,
+                                    &format!("tollgate: filter \"{}\": {}", def.name, e.0),
+                                )
+                            })
+                            .ok()?;
+                        vm.create_http(root).ok()
+                    });
+                    (VmRef::Owned(k), http)
+                }
+            };
+            if let Some(s) = self.slots.get_mut(i) {
+                s.vm = vm_ref;
+                s.http = http;
+            }
+        }
+    }
+
+    /// The request's connection log (with its client and request in every line), or the
+    /// worker's.
+    fn log(&self, w: &Worker) -> *mut ngx::ffi::ngx_log_t {
+        // SAFETY: the request (and its connection) outlive its context.
+        unsafe {
+            let c = (*self.r).connection;
+            if c.is_null() || (*c).log.is_null() {
+                w.log
+            } else {
+                (*c).log
+            }
+        }
+    }
+
+    /// Removes this request from the worker's live map.
+    pub fn unregister(&mut self, w: &mut Worker) {
+        for s in &self.slots {
+            if let (VmRef::Shared { module, .. }, Some(h)) = (s.vm, s.http) {
+                w.live.remove(&(module, h.0));
+            }
+        }
+    }
+
+    fn call(&mut self, w: &mut Worker, i: usize, cb: Cb, eos: bool) -> Result<Action, ()> {
+        let Some(slot) = self.slots.get(i) else {
+            return Ok(Action::Continue);
+        };
+        let Some(id) = slot.http else {
+            return Ok(Action::Continue);
+        };
+        let filter = slot.filter;
+        let (vm, module): (&mut Vm, Option<usize>) = match slot.vm {
+            VmRef::Shared { module, generation } => {
+                let Some(s) = w.vms.get_mut(module) else {
+                    return Err(());
+                };
+                if s.generation != generation {
+                    return Err(());
+                }
+                let Some(vm) = s.vm.as_mut() else {
+                    return Err(());
+                };
+                (vm, Some(module))
+            }
+            VmRef::Owned(k) => {
+                let Some(vm) = self.own_vms.get_mut(k) else {
+                    return Err(());
+                };
+                (vm, None)
+            }
+        };
+        let stream = &mut self.stream;
+        let res: Result<Action, Error> = match cb {
+            Cb::RequestHeaders => vm.on_request_headers(id, stream, eos),
+            Cb::RequestBody => vm.on_request_body(id, stream, eos),
+            Cb::ResponseHeaders => vm.on_response_headers(id, stream, eos),
+            Cb::ResponseBody => vm.on_response_body(id, stream, eos),
+        };
+        match res {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                let name = w
+                    .filters
+                    .get(filter)
+                    .map_or("?", |f| f.name.as_str())
+                    .to_owned();
+                log(
+                    level::ERR,
+                    self.log(w),
+                    &format!("tollgate: filter \"{name}\" failed: {}", e.0),
+                );
+                if let Some(s) = self.slots.get_mut(i) {
+                    s.http = None;
+                }
+                if let Some(m) = module {
+                    w.check_poisoned(m);
+                }
+                Err(())
+            }
+        }
+    }
+
+    fn run(&mut self, w: &mut Worker, cb: Cb, from: usize, upto: usize, eos: bool) -> Outcome {
+        for i in from..upto {
+            if matches!(cb, Cb::RequestHeaders) {
+                self.started = self.started.max(i.saturating_add(1));
+            }
+            let step = self.call(w, i, cb, eos);
+            if let Some(lr) = self.stream.local_response.take() {
+                return Outcome::Local(lr);
+            }
+            if self.stream.closed {
+                return Outcome::Closed;
+            }
+            match step {
+                Err(()) => return Outcome::Failed,
+                Ok(Action::Pause) if matches!(cb, Cb::RequestHeaders) => {
+                    if std::mem::take(&mut self.stream.resumed) {
+                        continue;
+                    }
+                    return Outcome::Paused(i.saturating_add(1));
+                }
+                Ok(Action::Pause) if matches!(cb, Cb::ResponseBody) && !eos => {
+                    self.resp_buffering = true;
+                    return Outcome::Paused(i.saturating_add(1));
+                }
+                Ok(_) => {}
+            }
+        }
+        Outcome::Continue
+    }
+
+    /// `on_request_headers` from filter `from`.
+    pub fn request_headers(&mut self, w: &mut Worker, from: usize, eos: bool) -> Outcome {
+        let n = self.slots.len();
+        self.run(w, Cb::RequestHeaders, from, n, eos)
+    }
+
+    /// `on_request_body` (whole body, end of stream) for the started filters.
+    pub fn request_body(&mut self, w: &mut Worker) -> Outcome {
+        let n = self.started;
+        self.run(w, Cb::RequestBody, 0, n, true)
+    }
+
+    /// `on_response_headers` for the started filters.
+    pub fn response_headers(&mut self, w: &mut Worker, eos: bool) -> Outcome {
+        let n = self.started;
+        self.run(w, Cb::ResponseHeaders, 0, n, eos)
+    }
+
+    /// `on_response_body` for the started filters; `Paused` means: buffer until the end.
+    pub fn response_body(&mut self, w: &mut Worker, eos: bool) -> Outcome {
+        let n = self.started;
+        self.run(w, Cb::ResponseBody, 0, n, eos)
+    }
+
+    /// `on_log`, `on_done`, `on_delete` for every filter with a context.
+    pub fn finish(&mut self, w: &mut Worker) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.unregister(w);
+        let req_log = self.log(w);
+        for i in 0..self.slots.len() {
+            let Some(slot) = self.slots.get_mut(i) else {
+                continue;
+            };
+            let Some(id) = slot.http.take() else { continue };
+            let filter = slot.filter;
+            let vm = match slot.vm {
+                VmRef::Shared { module, generation } => w
+                    .vms
+                    .get_mut(module)
+                    .filter(|s| s.generation == generation)
+                    .and_then(|s| s.vm.as_mut()),
+                VmRef::Owned(k) => self.own_vms.get_mut(k),
+            };
+            let Some(vm) = vm else { continue };
+            if let Err(e) = vm.on_log_and_delete(id, &mut self.stream) {
+                let name = w
+                    .filters
+                    .get(filter)
+                    .map_or("?", |f| f.name.as_str())
+                    .to_owned();
+                log(
+                    level::ERR,
+                    req_log,
+                    &format!("tollgate: filter \"{name}\": on_log: {}", e.0),
+                );
+                if let VmRef::Shared { module, .. } = slot.vm {
+                    w.check_poisoned(module);
+                }
+            }
+        }
+        self.own_vms.clear();
+    }
+}
+
+/// Posts the resume events of `reqs` (requests resumed by a `Vm`).
+pub fn resume_all(reqs: Vec<crate::worker::ReqPtr>) {
+    for p in reqs {
+        // SAFETY: pointers come from the worker's live map, whose entries are removed before
+        // their request is freed; no nginx code ran since they were looked up.
+        unsafe {
+            let Some(ctx) = p.as_mut() else { continue };
+            if let Phase::Paused(next) = ctx.phase {
+                ctx.phase = Phase::Headers(next);
+                if ctx.resume_ev.posted() == 0 {
+                    nginx_sys::ngx_post_event(
+                        &mut ctx.resume_ev,
+                        &raw mut nginx_sys::ngx_posted_events,
+                    );
+                }
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn resume_handler(ev: *mut ngx_event_t) {
+    // SAFETY: `data` is the RequestCtx owning this event; its request is live (the cleanup
+    // deletes the posted event before freeing it).
+    unsafe {
+        let ctx = (*ev).data.cast::<RequestCtx>();
+        let Some(ctx) = ctx.as_mut() else { return };
+        let r = ctx.r;
+        let c = (*r).connection;
+        nginx_sys::ngx_http_core_run_phases(r);
+        nginx_sys::ngx_http_run_posted_requests(c);
+    }
+}
+
+/// Sends a filter's local response and finalizes the request (the phase handler then returns
+/// `NGX_DONE`).
+///
+/// # Safety
+/// `r` must be a live main request whose header was not sent.
+pub unsafe fn send_local(
+    r: *mut ngx_http_request_t,
+    ctx: &mut RequestCtx,
+    lr: LocalResponse,
+) -> ngx_int_t {
+    ctx.phase = Phase::Forward;
+    if let Ok(mut d) = ctx.local_details.try_borrow_mut() {
+        *d = Some(if lr.details.is_empty() {
+            b"wasm_local_reply".to_vec()
+        } else {
+            lr.details.clone()
+        });
+    }
+    // SAFETY: standard response sending on a live request.
+    unsafe {
+        if (*r).header_sent() != 0 {
+            return rc::ERROR;
+        }
+        let _ = nginx_sys::ngx_http_discard_request_body(r);
+        let mut map: tollgate_host::HeaderMap =
+            Vec::with_capacity(lr.headers.len().saturating_add(2));
+        map.push((b":status".to_vec(), lr.status.to_string().into_bytes()));
+        for (k, v) in &lr.headers {
+            if !k.eq_ignore_ascii_case(b"content-length") {
+                map.push((k.clone(), v.clone()));
+            }
+        }
+        map.push((
+            b"content-length".to_vec(),
+            lr.body.len().to_string().into_bytes(),
+        ));
+        (*r).headers_out.status = 0;
+        if let Err(e) = crate::headers::apply_response_map(r, &map) {
+            log(
+                level::ERR,
+                (*(*r).connection).log,
+                &format!("tollgate: local response: {e}"),
+            );
+            return rc::HTTP_INTERNAL_SERVER_ERROR;
+        }
+        if (*r).headers_out.status == 0 {
+            (*r).headers_out.status = 500;
+        }
+        let rcode = nginx_sys::ngx_http_send_header(r);
+        if rcode == rc::ERROR || rcode > rc::OK || (*r).header_only() != 0 {
+            return rcode;
+        }
+        if lr.body.is_empty() {
+            return nginx_sys::ngx_http_send_special(r, 1 /* NGX_HTTP_LAST */);
+        }
+        let b: *mut ngx_buf_t = nginx_sys::ngx_create_temp_buf((*r).pool, lr.body.len());
+        if b.is_null() {
+            return rc::ERROR;
+        }
+        std::ptr::copy_nonoverlapping(lr.body.as_ptr(), (*b).last, lr.body.len());
+        (*b).last = (*b).last.add(lr.body.len());
+        (*b).set_last_buf(1);
+        (*b).set_last_in_chain(1);
+        let mut out = ngx_chain_t {
+            buf: b,
+            next: std::ptr::null_mut(),
+        };
+        nginx_sys::ngx_http_output_filter(r, &mut out)
+    }
+}

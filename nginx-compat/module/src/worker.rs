@@ -1,0 +1,336 @@
+//! Per-worker state: one `Vm` per module (isolation `none`), the root context of every
+//! `proxy_wasm` filter in it, their `on_tick` timers, and the poll timer of HTTP calls.
+//!
+//! nginx workers are single-threaded: the state is a thread-local `RefCell`. nginx is never
+//! called while it is borrowed (a re-entrant borrow is refused, logged, and fails the request
+//! rather than aliasing).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ngx::ffi::{ngx_event_t, ngx_log_t, ngx_msec_t};
+use tollgate_host::{HttpId, RootId, Vm};
+
+use crate::host::{VmHost, WorkerHost};
+use crate::util::{level, log};
+
+/// A `proxy_wasm` directive: one root context per worker.
+#[derive(Clone, Debug)]
+pub struct FilterDef {
+    /// The module's name (also the plugin name).
+    pub name: String,
+    /// Index of the module in the `wasm {}` block.
+    pub module: usize,
+    /// The plugin configuration (`on_configure`).
+    pub config: Vec<u8>,
+}
+
+/// A compiled module, as the worker needs it.
+#[derive(Clone)]
+pub struct ModuleRt {
+    /// Name (VM id).
+    pub name: String,
+    /// VM configuration (`on_vm_start`).
+    pub vm_config: Vec<u8>,
+    /// The compiled module.
+    pub module: tollgate_host::Module,
+}
+
+/// The shared `Vm` of a module in this worker.
+pub struct VmSlot {
+    /// `None` while being replaced, or when it could not be instantiated.
+    pub vm: Option<Vm>,
+    /// Bumped when the `Vm` is replaced after a trap; HTTP contexts of an older generation
+    /// are gone.
+    pub generation: u32,
+}
+
+/// A request waiting in the worker (its HTTP contexts can be resumed by `take_resumed`).
+pub type ReqPtr = *mut crate::request::RequestCtx;
+
+/// The worker's state.
+pub struct Worker {
+    /// The worker's services.
+    pub host: Rc<WorkerHost>,
+    /// Modules by index.
+    pub modules: Vec<ModuleRt>,
+    /// Filters by index (the `proxy_wasm` directives).
+    pub filters: Vec<FilterDef>,
+    /// One slot per module.
+    pub vms: Vec<VmSlot>,
+    /// Root context of each filter in its module's shared `Vm` (`None`: not available).
+    pub roots: Vec<Option<RootId>>,
+    /// Live requests by (module, http context), to route `take_resumed` and call answers.
+    pub live: HashMap<(usize, u32), ReqPtr>,
+    /// Tick timers, one per filter that asked for one (boxed: nginx keeps the address).
+    pub ticks: Vec<Box<TickTimer>>,
+    /// The HTTP call poll timer.
+    pub poll: Box<ngx_event_t>,
+    /// The worker's log.
+    pub log: *mut ngx_log_t,
+}
+
+/// A filter's `on_tick` timer.
+pub struct TickTimer {
+    /// The nginx event (its `data` points back to this struct).
+    pub ev: ngx_event_t,
+    /// The filter.
+    pub filter: usize,
+}
+
+thread_local! {
+    static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with the worker state; `None` if there is none (master) or it is already borrowed.
+pub fn with_worker<R>(f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
+    WORKER.with(|w| {
+        let mut guard = match w.try_borrow_mut() {
+            Ok(g) => g,
+            Err(_) => {
+                log(
+                    level::ALERT,
+                    crate::util::cycle_log(),
+                    "tollgate: re-entrant use of the worker state refused",
+                );
+                return None;
+            }
+        };
+        guard.as_mut().map(f)
+    })
+}
+
+/// Installs the worker state (init_process).
+pub fn install(worker: Worker) {
+    WORKER.with(|w| {
+        if let Ok(mut g) = w.try_borrow_mut() {
+            *g = Some(worker);
+        }
+    });
+}
+
+/// Drops the worker state (exit_process).
+pub fn uninstall() {
+    let old = WORKER.with(|w| w.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    if let Some(mut w) = old {
+        // SAFETY: timers of this worker; removed before their memory is freed.
+        unsafe {
+            for t in &mut w.ticks {
+                if t.ev.timer_set() != 0 {
+                    nginx_sys::ngx_del_timer(&mut t.ev);
+                }
+            }
+            if w.poll.timer_set() != 0 {
+                nginx_sys::ngx_del_timer(&mut *w.poll);
+            }
+        }
+        drop(w);
+    }
+}
+
+impl Worker {
+    /// Instantiates every module used by a filter and creates the filters' root contexts.
+    pub fn new(
+        modules: Vec<ModuleRt>,
+        filters: Vec<FilterDef>,
+        log_ptr: *mut ngx_log_t,
+        zones: tollgate_services::kv::ZoneSet,
+        metrics: Option<tollgate_services::metrics::MetricsZone>,
+    ) -> Worker {
+        let host = Rc::new(WorkerHost::new(log_ptr, Some(zones), metrics));
+        // SAFETY: a zeroed ngx_event_t is nginx's own initial state (ngx_pcalloc).
+        let poll: Box<ngx_event_t> = Box::new(unsafe { std::mem::zeroed() });
+        let mut w = Worker {
+            host,
+            vms: modules
+                .iter()
+                .map(|_| VmSlot {
+                    vm: None,
+                    generation: 0,
+                })
+                .collect(),
+            roots: vec![None; filters.len()],
+            modules,
+            filters,
+            live: HashMap::new(),
+            ticks: Vec::new(),
+            poll,
+            log: log_ptr,
+        };
+        for m in 0..w.modules.len() {
+            if w.filters.iter().any(|f| f.module == m) {
+                w.instantiate(m);
+            }
+        }
+        w
+    }
+
+    /// A fresh `Vm` of module `m` with the root contexts of its filters (after a trap too).
+    pub fn instantiate(&mut self, m: usize) {
+        let Some(module) = self.modules.get(m).cloned() else {
+            return;
+        };
+        let generation = self.vms.get(m).map_or(0, |s| s.generation.wrapping_add(1));
+        let host = Rc::new(VmHost {
+            worker: self.host.clone(),
+            vm_slot: m,
+            generation,
+        });
+        let vm = match Vm::new(&module.module, host, &module.name, &module.vm_config) {
+            Ok(mut vm) => {
+                for (i, f) in self.filters.iter().enumerate() {
+                    if f.module != m {
+                        continue;
+                    }
+                    match vm.create_root(&f.name, &f.config) {
+                        Ok(root) => {
+                            if let Some(r) = self.roots.get_mut(i) {
+                                *r = Some(root);
+                            }
+                        }
+                        Err(e) => log(
+                            level::ERR,
+                            self.log,
+                            &format!("tollgate: filter \"{}\": {}", f.name, e.0),
+                        ),
+                    }
+                }
+                Some(vm)
+            }
+            Err(e) => {
+                log(
+                    level::ERR,
+                    self.log,
+                    &format!("tollgate: module \"{}\": {}", module.name, e.0),
+                );
+                None
+            }
+        };
+        if let Some(slot) = self.vms.get_mut(m) {
+            slot.vm = vm;
+            slot.generation = generation;
+        }
+        // Requests of the old generation lose their contexts.
+        self.live.retain(|(module, _), _| *module != m);
+    }
+
+    /// Arms the tick timers asked for by the root contexts (`proxy_set_tick_period_milliseconds`).
+    pub fn arm_ticks(&mut self) {
+        for i in 0..self.filters.len() {
+            let Some(f) = self.filters.get(i) else {
+                continue;
+            };
+            let period = match (
+                self.vms.get(f.module).and_then(|s| s.vm.as_ref()),
+                self.roots.get(i).copied().flatten(),
+            ) {
+                (Some(vm), Some(root)) => vm.tick_period_ms(root),
+                _ => 0,
+            };
+            if period == 0 || self.ticks.iter().any(|t| t.filter == i) {
+                continue;
+            }
+            // SAFETY: zeroed event initialised like nginx's ngx_pcalloc'ed ones.
+            let mut t = Box::new(TickTimer {
+                ev: unsafe { std::mem::zeroed() },
+                filter: i,
+            });
+            let tp: *mut TickTimer = &mut *t;
+            t.ev.handler = Some(tick_handler);
+            t.ev.data = tp.cast();
+            t.ev.log = self.log;
+            t.ev.set_cancelable(1);
+            // SAFETY: the event lives in a Box owned by the worker until uninstall().
+            unsafe {
+                nginx_sys::ngx_add_timer(
+                    &mut t.ev,
+                    ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
+                )
+            };
+            self.ticks.push(t);
+        }
+    }
+
+    /// Requests resumed by a `Vm` since the last call (`take_resumed`).
+    pub fn take_resumed(&mut self, m: usize) -> Vec<ReqPtr> {
+        let ids: Vec<HttpId> = self
+            .vms
+            .get_mut(m)
+            .and_then(|s| s.vm.as_mut())
+            .map(|vm| vm.take_resumed())
+            .unwrap_or_default();
+        ids.into_iter()
+            .filter_map(|id| self.live.get(&(m, id.0)).copied())
+            .collect()
+    }
+
+    /// Replaces a poisoned `Vm` (after a trap).
+    pub fn check_poisoned(&mut self, m: usize) {
+        let poisoned = self
+            .vms
+            .get(m)
+            .and_then(|s| s.vm.as_ref())
+            .is_some_and(|vm| vm.is_poisoned());
+        if poisoned {
+            log(
+                level::ERR,
+                self.log,
+                &format!(
+                    "tollgate: module \"{}\" trapped: replacing its instance",
+                    self.modules.get(m).map_or("?", |x| x.name.as_str())
+                ),
+            );
+            self.instantiate(m);
+        }
+    }
+}
+
+unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
+    // SAFETY: `data` is the TickTimer that owns `ev` (see arm_ticks).
+    let (filter, tp) = unsafe {
+        let t = (*ev).data.cast::<TickTimer>();
+        ((*t).filter, t)
+    };
+    let resumed = with_worker(|w| {
+        let Some(f) = w.filters.get(filter).cloned() else {
+            return (Vec::new(), 0);
+        };
+        let root = w.roots.get(filter).copied().flatten();
+        let mut period = 0;
+        if let (Some(root), Some(vm)) = (root, w.vms.get_mut(f.module).and_then(|s| s.vm.as_mut()))
+        {
+            if let Err(e) = vm.on_tick(root) {
+                log(
+                    level::ERR,
+                    w.log,
+                    &format!("tollgate: filter \"{}\": on_tick: {}", f.name, e.0),
+                );
+            }
+            period = vm.tick_period_ms(root);
+        }
+        w.check_poisoned(f.module);
+        if let (Some(root), Some(vm)) = (
+            w.roots.get(filter).copied().flatten(),
+            w.vms.get(f.module).and_then(|s| s.vm.as_ref()),
+        ) {
+            period = vm.tick_period_ms(root);
+        }
+        let resumed = w.take_resumed(f.module);
+        (resumed, period)
+    });
+    let Some((resumed, period)) = resumed else {
+        return;
+    };
+    // SAFETY: re-arming our own timer; exiting workers skip it (cancelable).
+    unsafe {
+        if period > 0 && nginx_sys::ngx_exiting == 0 && nginx_sys::ngx_quit == 0 {
+            nginx_sys::ngx_add_timer(
+                &mut (*tp).ev,
+                ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
+            );
+        }
+    }
+    crate::request::resume_all(resumed);
+    crate::http::kick_calls();
+}

@@ -1,0 +1,173 @@
+"""The nginx module's own behaviour (nginx only): a trapping filter fails the request with 500
+and the worker keeps serving; `nginx -s reload` repeatedly keeps serving without the master
+growing; `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access` and the inheritance
+of `proxy_wasm` chains between levels."""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import requests
+
+import tokens
+from harness import NGINX_BINARY, NGINX_MODULE, WASM_DIR, Process, free_port, selected_hosts, wait_for_port
+
+pytestmark = pytest.mark.skipif("nginx" not in selected_hosts(), reason="nginx module tests (TOLLGATE_HOSTS has no nginx)")
+
+SECRET = "module-e2e-secret-0123456789abcdef0123"
+JWT = '{"providers": {"p": {"issuer": "%s", "hmac_secrets": [{"alg": "HS256", "secret": "%s"}], "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}]}}}' % (tokens.ISSUER, SECRET)
+
+
+def token() -> str:
+    import jwt as pyjwt
+    now = int(time.time())
+    return pyjwt.encode({"iss": tokens.ISSUER, "sub": "alice", "iat": now, "exp": now + 600}, SECRET, algorithm="HS256")
+
+
+class Nginx:
+    def __init__(self, tmp: pathlib.Path, wasm: str, http: str, workers: int = 1):
+        self.port = free_port()
+        self.prefix = tmp
+        self.log = tmp / "error.log"
+        conf = tmp / "nginx.conf"
+        conf.write_text(f"""load_module {NGINX_MODULE};
+worker_processes {workers};
+master_process on;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {self.log} info;
+events {{ worker_connections 256; }}
+wasm {{
+{wasm}
+}}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
+    server {{
+        listen 127.0.0.1:{self.port};
+{http}
+    }}
+}}
+""")
+        self.process = Process([NGINX_BINARY, "-p", str(tmp), "-c", str(conf), "-e", str(self.log)], tmp / "out.log")
+        wait_for_port(self.port, self.process.proc, 30, self.log)
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{self.port}{path}", timeout=10, **kw)
+
+    def workers(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.process.proc.pid)], capture_output=True, text=True).stdout
+        return sorted(int(p) for p in out.split())
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@pytest.fixture
+def nginx(tmp_path):
+    started = []
+
+    def start(wasm: str, http: str, workers: int = 1) -> Nginx:
+        n = Nginx(tmp_path, wasm, http, workers)
+        started.append(n)
+        return n
+
+    yield start
+    for n in started:
+        n.stop()
+
+
+JWT_MODULE = f"    module jwt_auth {WASM_DIR / 'tollgate_jwt_auth.wasm'};"
+
+
+def test_a_trap_fails_the_request_with_500_and_the_worker_keeps_serving(nginx, tmp_path):
+    wasm = compile_wat("trap.wat", tmp_path / "trap.wasm")
+    n = nginx(f"    module trap {wasm};", "        location / { proxy_wasm trap; return 200 ok; }")
+    workers = n.workers()
+    assert n.get("/ok").status_code == 200
+    assert n.get("/trap").status_code == 500
+    assert n.get("/ok").status_code == 200, "the instance was replaced"
+    assert n.get("/trap").status_code == 500
+    assert n.workers() == workers, "the worker stayed up"
+    log = n.log.read_text()
+    assert 'tollgate: filter "trap" failed: ' in log and "unreachable" in log
+    assert 'module "trap" trapped: replacing its instance' in log
+
+
+def compile_wat(name: str, out: pathlib.Path) -> pathlib.Path:
+    wat2wasm = shutil.which("wat2wasm")
+    if not wat2wasm:
+        pytest.fail("wat2wasm missing: apt-get install wabt")
+    subprocess.run([wat2wasm, str(pathlib.Path(__file__).parent / "testdata" / name), "-o", str(out)], check=True)
+    return out
+
+
+def test_a_paused_request_waits_until_the_filter_resumes_it(nginx, tmp_path):
+    wasm = compile_wat("pause.wat", tmp_path / "pause.wasm")
+    n = nginx(f"    module pause {wasm};", "        location / { proxy_wasm pause; return 200 ok; }")
+    assert n.get("/ok").status_code == 200
+    start = time.monotonic()
+    r = n.get("/paused")
+    waited = time.monotonic() - start
+    assert r.status_code == 200 and r.text == "ok"
+    assert 0.03 <= waited < 2, waited
+
+
+def test_reloads_keep_serving_and_the_master_does_not_grow(nginx):
+    n = nginx(JWT_MODULE, f"        location / {{ proxy_wasm jwt_auth '{JWT}'; return 200 ok; }}", workers=2)
+    auth = {"authorization": "Bearer " + token()}
+
+    def rss() -> int:
+        return int(next(l for l in open(f"/proc/{n.process.proc.pid}/status") if l.startswith("VmRSS")).split()[1])
+
+    sizes = []
+    for i in range(16):
+        assert n.get("/", headers=auth).status_code == 200
+        assert n.get("/").status_code == 401
+        os.kill(n.process.proc.pid, signal.SIGHUP)
+        time.sleep(0.6)
+        sizes.append(rss())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and n.get("/", headers=auth).status_code != 200:
+        time.sleep(0.2)
+    assert n.get("/", headers=auth).status_code == 200
+    # The compiled modules of each old cycle are dropped with it: no growth after warm-up.
+    assert max(sizes[8:]) <= max(sizes[:8]) + 8 * 1024, sizes
+    assert "[alert]" not in n.log.read_text()
+
+
+@pytest.mark.parametrize("isolation", ["none", "stream", "filter"])
+def test_isolation_modes_run_the_chain(nginx, isolation):
+    n = nginx(JWT_MODULE, f"""        proxy_wasm_isolation {isolation};
+        location / {{ proxy_wasm jwt_auth '{JWT}'; return 200 ok; }}""")
+    assert n.get("/", headers={"authorization": "Bearer " + token()}).status_code == 200
+    assert n.get("/").status_code == 401
+
+
+def test_request_headers_in_access_phase(nginx):
+    """`return` is a rewrite-phase directive. By default on_request_headers runs in the rewrite
+    phase, before it (the module's handler runs first): no token, 401. With
+    `proxy_wasm_request_headers_in_access on` the filter would run in the access phase, which
+    `return` never reaches: 200."""
+    n = nginx(JWT_MODULE, f"""        location /access {{ proxy_wasm_request_headers_in_access on; proxy_wasm jwt_auth '{JWT}'; return 200 ok; }}
+        location /rewrite {{ proxy_wasm jwt_auth '{JWT}'; return 200 ok; }}""")
+    assert n.get("/rewrite").status_code == 401
+    assert n.get("/access").status_code == 200
+
+
+BYPASS = JWT[:-1] + ', "rules": [{"match": {"prefix": "/"}, "bypass": true}]}'
+
+
+def test_chains_are_inherited_whole_or_replaced(nginx):
+    n = nginx(JWT_MODULE, f"""        proxy_wasm jwt_auth '{JWT}';
+        location /inherit {{ proxy_pass http://127.0.0.1:{{port}}/; }}
+        location /own {{ proxy_wasm jwt_auth '{BYPASS}'; return 200 own; }}
+        location /none {{ return 200 none; }}""".replace("{port}", "1"))
+    assert n.get("/inherit").status_code == 401, "the server's chain applies"
+    assert n.get("/own").status_code == 200, "the location's own chain replaces the server's"
+    assert n.get("/none").status_code == 401, "a location without proxy_wasm inherits the server's chain"
