@@ -155,47 +155,22 @@ impl WorkerHost {
         m.get(key).cloned().ok_or(Status::NotFound)
     }
 
-    /// CAS semantics: Envoy's (proxy-wasm-cpp-host `SharedData::set`), which the filters are
-    /// tested with, built on the zone's atomic compare-and-set (ngx_wasm_module's rules):
-    /// `cas == 0` writes unconditionally (last writer wins), a missing key is inserted whatever
-    /// `cas` is, and otherwise `cas` must be the key's current token.
+    /// CAS semantics: ngx_wasm_module's, as this host speaks its directives: the write succeeds
+    /// only when `cas` equals the key's current token, 0 standing for "no such key" (so `cas` 0
+    /// on an existing key is a mismatch, where Envoy's proxy-wasm-cpp-host overwrites). The
+    /// filters in plugins/ are correct under both (their e2e suites run on both hosts).
     fn set_shared(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
         if let Some(z) = &self.zones {
-            let err = |e| kv_status(e, true);
-            if cas != 0 {
-                return match z.set(key, value, cas) {
-                    Err(KvError::CasMismatch) if matches!(z.get(key), Err(KvError::NotFound)) => {
-                        z.set(key, value, 0).map_err(err)
-                    }
-                    other => other.map_err(err),
-                };
-            }
-            // Unconditional: create, or overwrite at the current token (retried when another
-            // worker wrote in between).
-            for _ in 0..64 {
-                match z.set(key, value, 0) {
-                    Err(KvError::CasMismatch) => {}
-                    other => return other.map_err(err),
-                }
-                let token = match z.get(key) {
-                    Ok((_, t)) => t,
-                    Err(KvError::NotFound) => continue,
-                    Err(e) => return Err(err(e)),
-                };
-                match z.set(key, value, token) {
-                    Err(KvError::CasMismatch) => {}
-                    other => return other.map_err(err),
-                }
-            }
-            return Err(Status::CasMismatch);
+            return z.set(key, value, cas).map_err(|e| kv_status(e, true));
         }
         let mut m = self
             .local
             .try_borrow_mut()
             .map_err(|_| Status::InternalFailure)?;
         let next = match m.get(key) {
-            Some((_, token)) if cas != 0 && cas != *token => return Err(Status::CasMismatch),
+            Some((_, token)) if cas != *token => return Err(Status::CasMismatch),
             Some((_, token)) => token.wrapping_add(1).max(1),
+            None if cas != 0 => return Err(Status::CasMismatch),
             None => 1,
         };
         m.insert(key.to_vec(), (value.to_vec(), next));

@@ -14,7 +14,7 @@ use tollgate_common::host::{
 };
 use tollgate_common::http::split_path_query;
 use tollgate_common::metrics::metric_name;
-use tollgate_common::shared_data::{HostSharedData, SharedStore};
+use tollgate_common::shared_data::{cas_update, HostSharedData, SharedStore};
 use tollgate_common::signals;
 
 use crate::cache::VerifiedCache;
@@ -125,15 +125,29 @@ impl JwtAuthRoot {
             remote.cluster,
             remote.path
         );
-        let key = remote.shared_data_key();
-        let (previous, _) = HostSharedData.get(&key);
-        let record = after_fetch(
-            now_unix_secs(),
-            previous.as_deref(),
-            None,
-            remote.retry_seconds,
+        let now = now_unix_secs();
+        store_record(remote, |previous| {
+            after_fetch(now, previous, None, remote.retry_seconds)
+        });
+    }
+}
+
+/// Writes a remote JWKS's shared-data record with CAS (read, then write with the token read), so
+/// it is correct under both hosts' rules: Envoy's, where a write without a token overwrites, and
+/// ngx_wasm_module's, where it is a mismatch on an existing key. The key exists by then: the VM
+/// that fetches first took the lease in it. Gives up after a few mismatches (another VM wrote
+/// meanwhile; its record is as fresh) with a log line.
+fn store_record(remote: &RemoteJwks, record: impl Fn(Option<&[u8]>) -> crate::jwks::Record) {
+    const ATTEMPTS: u32 = 4;
+    let key = remote.shared_data_key();
+    let result = cas_update(&HostSharedData, &key, ATTEMPTS, |previous| {
+        Some(record(previous).encode())
+    });
+    if let Err(e) = result {
+        log::warn!(
+            "jwt-auth: could not store the JWKS record {key} in shared data ({} CAS mismatches)",
+            e.retries
         );
-        let _ = HostSharedData.set(&key, &record.encode(), None);
     }
 }
 
@@ -171,10 +185,9 @@ impl Context for JwtAuthRoot {
             return self.fetch_failed(&remote, &e);
         }
         let now = now_unix_secs();
-        let record = after_fetch(now, None, Some(&body), remote.retry_seconds);
-        if let Err(e) = HostSharedData.set(&remote.shared_data_key(), &record.encode(), None) {
-            log::warn!("jwt-auth: could not store the JWKS in shared data: {e:?}");
-        }
+        store_record(&remote, |_| {
+            after_fetch(now, None, Some(&body), remote.retry_seconds)
+        });
         self.install(idx, now, &body);
     }
 }
