@@ -3,7 +3,7 @@
 # upstream's tests, the end-to-end suites against real gateways, and the benchmarks' smoke mode.
 # Installs what it needs first (scripts/setup.sh, idempotent).
 # Usage: scripts/test.sh            (everything)
-#        TOLLGATE_HOSTS=envoy scripts/test.sh
+#        TOLLGATE_HOSTS=envoy scripts/test.sh   (default: envoy,nginx,nginx-musl)
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/scripts/setup.sh"
@@ -18,12 +18,23 @@ cargo clippy -q --target wasm32-wasip1 "${pkgs[@]}" -- -D warnings
 log "unit tests (native)"
 cargo test -q --workspace
 
+log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; fmt, clippy, unit tests"
+"$ROOT/scripts/build-nginx-module.sh"
+"$ROOT/scripts/build-nginx-musl.sh"
+(cd nginx-compat && cargo fmt --all --check && cargo clippy -q --workspace --all-targets -- -D warnings)
+# Release: the tests compile the filters with cranelift, which is slow unoptimised, and the
+# release build of wasmtime is already there for the module.
+(cd nginx-compat && cargo test -q --release -p tollgate-host -p tollgate-services)
+
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
 
 "$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
 "$ROOT/scripts/k6.sh" >/dev/null   # the gateway report's smoke mode (k6 v1.8.1 from the Go module proxy; minutes when cold)
 "$ROOT/scripts/apt.sh" prometheus   # test_metrics.py: a real Prometheus and promtool
+"$ROOT/scripts/apt.sh" wabt   # test_nginx_module.py: wat2wasm for the trap and pause test modules
+# Every suite runs against each host: Envoy, Debian's nginx with the module, nginx on musl.
+export TOLLGATE_HOSTS="${TOLLGATE_HOSTS:-envoy,nginx,nginx-musl}"
 log "end-to-end tests"
 cd "$ROOT/tests/e2e"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -283,12 +283,13 @@ def nginx_quote(value: str) -> str:
 
 
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
-                 log_level: str = "info") -> str:
+                 log_level: str = "info", module: pathlib.Path | None = None) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
     `proxy_wasm` directives, upstreams as `upstream {}` blocks (routed by `spec.route_header`
     through `$http_<header>` when set), and an admin server (`/stats`, `/ready`)."""
-    if not NGINX_MODULE.exists():
-        raise RuntimeError(f"{NGINX_MODULE} is missing: run scripts/build-nginx-module.sh")
+    module = module or NGINX_MODULE
+    if not module.exists():
+        raise RuntimeError(f"{module} is missing: run scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)")
     modules: dict[str, pathlib.Path] = {}
     chain = []
     for f in spec.filters:
@@ -312,7 +313,7 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     modules_conf = "\n".join(f"    module {n} {p};" for n, p in modules.items())
     chain_conf = "\n".join(chain)
     return f"""# Rendered by tests/e2e/harness.py (NginxHost)
-load_module {NGINX_MODULE};
+load_module {module};
 worker_processes {spec.workers};
 master_process on;
 env RUST_BACKTRACE=1;
@@ -363,13 +364,15 @@ class NginxHost:
 
     name = "nginx"
 
-    def __init__(self, workdir: pathlib.Path):
+    def __init__(self, workdir: pathlib.Path, nginx_binary: str | None = None, module: pathlib.Path | None = None):
         self.workdir = workdir
+        self.binary = nginx_binary or NGINX_BINARY
+        self.module = module or NGINX_MODULE
 
     def validate(self, config_path: pathlib.Path) -> subprocess.CompletedProcess:
         prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-t-", dir=self.workdir))
         return subprocess.run(
-            [NGINX_BINARY, "-t", "-p", str(prefix), "-c", str(config_path), "-e", str(prefix / "error.log")],
+            [self.binary, "-t", "-p", str(prefix), "-c", str(config_path), "-e", str(prefix / "error.log")],
             cwd=ROOT, capture_output=True, text=True, timeout=120,
         )
 
@@ -377,22 +380,23 @@ class NginxHost:
         listen, admin = free_port(), free_port()
         prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-", dir=self.workdir))
         conf = prefix / "nginx.conf"
-        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level))
+        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module))
         return conf, listen, admin
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
         level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
         conf, listen, admin = self.render(spec, level)
-        return NginxGateway(conf, listen, admin, timeout, cpus)
+        return NginxGateway(conf, listen, admin, timeout, cpus, self.binary)
 
 
 class NginxGateway(Gateway):
-    def __init__(self, config: pathlib.Path, listen: int, admin: int, timeout: float, cpus: str | None = None):
+    def __init__(self, config: pathlib.Path, listen: int, admin: int, timeout: float, cpus: str | None = None,
+                 binary: str | None = None):
         self.url = f"http://127.0.0.1:{listen}"
         self.admin = f"http://127.0.0.1:{admin}"
         prefix = config.parent
         self.log = prefix.with_suffix(".log")
-        argv = [NGINX_BINARY, "-p", str(prefix), "-c", str(config), "-e", str(self.log)]
+        argv = [binary or NGINX_BINARY, "-p", str(prefix), "-c", str(config), "-e", str(self.log)]
         if cpus:
             argv = ["taskset", "-c", cpus] + argv
         self.process = Process(argv, prefix.with_suffix(".out.log"))
@@ -434,7 +438,21 @@ class NginxGateway(Gateway):
         self.process.stop()
 
 
-HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost}
+NGINX_MUSL_BINARY = TARGET / "nginx-musl" / "install" / "sbin" / "nginx"
+NGINX_MUSL_MODULE = TARGET / "nginx-musl" / "ngx_http_tollgate_wasm_module.so"
+
+
+class NginxMuslHost(NginxHost):
+    """nginx 1.22.1 built from Debian's source with musl-gcc, loading the module built for
+    x86_64-unknown-linux-musl (scripts/build-nginx-musl.sh): the libc of the Alpine image."""
+
+    name = "nginx-musl"
+
+    def __init__(self, workdir: pathlib.Path):
+        super().__init__(workdir, nginx_binary=str(NGINX_MUSL_BINARY), module=NGINX_MUSL_MODULE)
+
+
+HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost, "nginx-musl": NginxMuslHost}
 
 
 def selected_hosts() -> list[str]:

@@ -7,7 +7,12 @@ import pytest
 
 from harness import ROOT, selected_hosts
 
-BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream", "cost", "metrics"]
+BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream", "cost", "metrics", "libc"]
+
+
+def report_hosts() -> list[str]:
+    """The gateway report compares Envoy and glibc nginx (the musl nginx has bench/libc.py)."""
+    return [h for h in selected_hosts() if h in ("envoy", "nginx")]
 
 
 @pytest.mark.parametrize("name", BENCHES)
@@ -28,12 +33,12 @@ def test_gateway_report_smoke():
     summaries written."""
     k6 = subprocess.run([str(ROOT / "scripts" / "k6.sh")], capture_output=True, text=True, timeout=1200)  # quick when installed
     assert k6.returncode == 0, k6.stderr[-3000:]
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway.py"), "--smoke", "--hosts", ",".join(selected_hosts())],
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway.py"), "--smoke", "--hosts", ",".join(report_hosts())],
                        cwd=ROOT / "bench", capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     results_dir = ROOT / "bench" / "results"
     results = json.loads((results_dir / "gateway.smoke.json").read_text())
-    assert "envoy" in results["hosts"]
+    assert set(report_hosts()) <= set(results["hosts"])
     rows = results["raw"]
     assert {row["scenario"] for row in rows if row["host"] == "envoy"} == {
         "proxy-only", "jwt-valid-hs256", "jwt-valid-rs256", "jwt-reject-wrong-secret", "rate-limit-allow",
@@ -46,6 +51,9 @@ def test_gateway_report_smoke():
         assert summary["rounds"][0]["summary"]["metrics"][f"checks{{scenario:{row['scenario']}}}"]["values"]["fails"] == 0
     groups = {ratio["group"] for ratio in results["ratios"]}
     assert {"vs proxy-only", "vs Envoy's native filters"} <= groups
+    if "nginx" in report_hosts():  # the same variants in nginx, compared with Envoy
+        assert {row["scenario"] for row in rows if row["host"] == "nginx"} >= {"proxy-only", "stack-likely", "stack-full"}
+        assert any(ratio["group"] == "nginx vs Envoy" for ratio in results["ratios"]), groups
     report = (results_dir / "gateway.smoke.md").read_text()
     charts = sorted((results_dir / "gateway.smoke" / "charts").glob("*.svg"))
     assert len(charts) >= 2 and all(c.stat().st_size > 1000 for c in charts)
