@@ -34,25 +34,14 @@ pub enum LabelPolicy {
 }
 
 impl LabelPolicy {
-    /// The label names of Tollgate's `stats_tags` rules (`plugins/metrics/stats_tags.json`,
-    /// `plugins/metrics/src/series.rs` `LABELS`), so nginx gives exactly Envoy's labels.
+    /// The label names of Tollgate's `stats_tags` rules (`tollgate_common::metrics::LABELS`),
+    /// so nginx gives exactly Envoy's labels.
     pub fn tollgate() -> LabelPolicy {
         LabelPolicy::Only(
-            [
-                "method",
-                "status_class",
-                "route",
-                "tenant",
-                "result",
-                "rule",
-                "decision",
-                "model",
-                "type",
-                "status",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+            tollgate_common::metrics::LABELS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         )
     }
 

@@ -5,6 +5,22 @@
 //! the host (Envoy: `stats_config.stats_tags` in `envoy/`). Values are reduced to
 //! `[a-z0-9_-]` so that they cannot break that encoding.
 
+/// Every label name Tollgate's metric families use. Envoy restores them from the metric names
+/// with one `stats_tags` rule each (`plugins/metrics/stats_tags.json`); the nginx host's
+/// exposition (`nginx-compat/services`) restores exactly these, so both show the same labels.
+pub const LABELS: [&str; 10] = [
+    "method",
+    "status_class",
+    "route",
+    "tenant",
+    "result",
+    "rule",
+    "decision",
+    "model",
+    "type",
+    "status",
+];
+
 /// `family` followed by `.label.value` for each label, values sanitised.
 pub fn metric_name(family: &str, labels: &[(&str, &str)]) -> String {
     let mut name = String::new();

@@ -36,19 +36,9 @@ pub const LLM_COST: &str = "tollgate_llm_cost_nano_usd_total";
 /// Counter: requests the cost filter saw, by `status` (`priced`, `unpriced`, `budget_exceeded`).
 pub const LLM_REQUESTS: &str = "tollgate_llm_requests_total";
 
-/// Every label name the families use (the `stats_tags` rules need one per name).
-pub const LABELS: [&str; 10] = [
-    "method",
-    "status_class",
-    "route",
-    "tenant",
-    "result",
-    "rule",
-    "decision",
-    "model",
-    "type",
-    "status",
-];
+/// Every label name the families use (the `stats_tags` rules need one per name); kept in
+/// tollgate-common so that the nginx host's exposition restores exactly these labels.
+pub use tollgate_common::metrics::LABELS;
 
 /// Every family.
 pub const FAMILIES: [&str; 9] = [
