@@ -395,7 +395,9 @@ unsafe extern "C" fn kv_zone_init(
     }
 }
 
-unsafe extern "C" fn unsupported(
+/// The handler of every ngx_wasm_module directive this host does not support (in `wasm{}` and
+/// in `http{}`): `nginx -t` fails naming it, so none is silently ignored.
+pub(crate) unsafe extern "C" fn unsupported(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     _conf: *mut c_void,

@@ -23,7 +23,7 @@ use ngx::ffi::{
 };
 use ngx::ngx_string;
 
-use crate::core::{command, core_conf};
+use crate::core::{command, core_conf, unsupported};
 use crate::request::{get_ctx, rc, send_local, Isolation, Outcome, Phase, RequestCtx};
 use crate::util::{bytes, conf_args, conf_error, level, log, lossy, CONF_OK};
 use crate::worker::{with_worker, FilterDef, ModuleRt, Worker};
@@ -229,21 +229,6 @@ unsafe extern "C" fn metrics_directive(
         }
         (*clcf).handler = Some(crate::metrics::handler);
         CONF_OK
-    }
-}
-
-unsafe extern "C" fn unsupported(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    _conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: cf is live.
-    unsafe {
-        let name = conf_args(cf).first().map(lossy).unwrap_or_default();
-        conf_error(
-            cf,
-            &format!("tollgate: directive \"{name}\" of ngx_wasm_module is not supported"),
-        )
     }
 }
 
