@@ -5,6 +5,8 @@
 //!   directive and CAS semantics), and [`kv::ZoneSet`] for its `NAME/key` routing.
 //! - [`metrics`]: proxy-wasm metrics in shared memory, one slice of counters per worker, and
 //!   their Prometheus text exposition ([`exposition`]: the same names and labels Envoy gives).
+//! - [`queue`]: `shm_queue` zones, proxy-wasm shared queues in nginx shared memory (a FIFO of
+//!   messages shared by every worker, dropping the oldest when full).
 //! - [`http`]: `proxy_dispatch_http_call` on background threads of the worker, with a
 //!   completion queue the worker polls.
 //!
@@ -53,5 +55,6 @@ pub mod exposition;
 pub mod http;
 pub mod kv;
 pub mod metrics;
+pub mod queue;
 
 pub use shm::{RegionError, SharedRegion};
