@@ -223,23 +223,48 @@ impl State {
         }
     }
 
-    fn map_mut(&mut self, t: u32) -> Option<&mut HeaderMap> {
+    /// Map `t` for writing, marked changed. `Err(NOT_FOUND)` for a map type the host has no
+    /// map for; `Err(BAD_ARGUMENT)` for a map the stream does not have (Envoy's status when a
+    /// trailer map does not exist at that point).
+    fn map_mut(&mut self, t: u32) -> Result<&mut HeaderMap, u32> {
+        if self.map_unavailable(t) {
+            return Err(BAD_ARGUMENT);
+        }
         let s = &mut self.stream;
         match t {
             0 => {
                 s.request_headers_changed = true;
-                Some(&mut s.request_headers)
+                Ok(&mut s.request_headers)
             }
-            1 => Some(&mut s.request_trailers),
+            1 => {
+                s.request_trailers_changed = true;
+                Ok(&mut s.request_trailers)
+            }
             2 => {
                 s.response_headers_changed = true;
-                Some(&mut s.response_headers)
+                Ok(&mut s.response_headers)
             }
-            3 => Some(&mut s.response_trailers),
-            6 => self.call_response.as_mut().map(|r| &mut r.headers),
-            7 => self.call_response.as_mut().map(|r| &mut r.trailers),
-            _ => None,
+            3 => {
+                s.response_trailers_changed = true;
+                Ok(&mut s.response_trailers)
+            }
+            6 => self
+                .call_response
+                .as_mut()
+                .map(|r| &mut r.headers)
+                .ok_or(NOT_FOUND),
+            7 => self
+                .call_response
+                .as_mut()
+                .map(|r| &mut r.trailers)
+                .ok_or(NOT_FOUND),
+            _ => Err(NOT_FOUND),
         }
+    }
+
+    /// True for a map the embedding said the stream never has (reads see it empty).
+    fn map_unavailable(&self, t: u32) -> bool {
+        t == 1 && self.stream.request_trailers_unavailable
     }
 
     fn buffer(&self, t: u32) -> Option<&[u8]> {
@@ -637,11 +662,11 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
                 return BAD_ARGUMENT;
             };
             match state.map_mut(t) {
-                Some(map) => {
+                Ok(map) => {
                     *map = new;
                     OK
                 }
-                None => NOT_FOUND,
+                Err(code) => code,
             }
         },
     )?;
@@ -678,11 +703,11 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
                 return INVALID_MEMORY_ACCESS;
             };
             match state.map_mut(t) {
-                Some(map) => {
+                Ok(map) => {
                     map.push((key.to_ascii_lowercase(), value.to_vec()));
                     OK
                 }
-                None => NOT_FOUND,
+                Err(code) => code,
             }
         },
     )?;
@@ -696,8 +721,9 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             else {
                 return INVALID_MEMORY_ACCESS;
             };
-            let Some(map) = state.map_mut(t) else {
-                return NOT_FOUND;
+            let map = match state.map_mut(t) {
+                Ok(map) => map,
+                Err(code) => return code,
             };
             // Envoy's setCopy: the first entry takes the value, later duplicates go.
             let mut found = false;
@@ -728,13 +754,16 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(key) = mem::slice(mem, kp, kl) else {
                 return INVALID_MEMORY_ACCESS;
             };
+            if state.map_unavailable(t) {
+                return BAD_ARGUMENT;
+            }
             // Only a real change marks the map changed.
             let present = state.map(t).map(|m| m.iter().any(|(k, _)| eq_name(k, key)));
             match present {
                 None => NOT_FOUND,
                 Some(false) => OK,
                 Some(true) => {
-                    if let Some(map) = state.map_mut(t) {
+                    if let Ok(map) = state.map_mut(t) {
                         map.retain(|(k, _)| !eq_name(k, key));
                     }
                     OK

@@ -141,7 +141,9 @@ pub struct Stream {
     pub response_body: Vec<u8>,
     /// Set when a filter changed the corresponding map or buffer, so the embedding copies back.
     pub request_headers_changed: bool,
+    pub request_trailers_changed: bool,
     pub response_headers_changed: bool,
+    pub response_trailers_changed: bool,
     pub request_body_changed: bool,
     pub response_body_changed: bool,
     /// Properties set by filters (`proxy_set_property`), keyed by `\0`-joined path; read first.
@@ -155,6 +157,10 @@ pub struct Stream {
     /// Set by `proxy_close_stream` (Envoy resets the stream): the embedding closes the
     /// connection (nginx: 444) or fails the request. (Added to the contract.)
     pub closed: bool,
+    /// Set by an embedding that never has request trailers (nginx discards them): the map
+    /// reads as empty and writes to it return `BadArgument`, Envoy's status for a trailer map
+    /// the stream does not have. (Added.)
+    pub request_trailers_unavailable: bool,
 }
 
 /// A request dispatched with `proxy_http_call`; the embedding performs it without
