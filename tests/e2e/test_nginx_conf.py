@@ -69,7 +69,6 @@ GOOD_JWT = '{"providers": {"p": {"issuer": "i", "hmac_secrets": [{"alg": "HS256"
     ("resolver 1.1.1.1;", "", "resolver"),
     ("socket_connect_timeout 1s;", "", "socket_connect_timeout"),
     ("tls_verify_cert on;", "", "tls_verify_cert"),
-    ("shm_queue q 64k;", "", "shm_queue"),
     ("metrics_slab_size 1m;", "", "metrics_slab_size"),
     ("wasmtime { flag static_memory_maximum_size 1m; }", "", "wasmtime"),
     ("v8 { flag x y; }", "", "v8"),
@@ -87,8 +86,22 @@ def test_unsupported_ngx_wasm_module_directives_fail_clearly(tmp_path, wasm, loc
 
 def test_supported_directives_pass(tmp_path):
     location = f"proxy_wasm_isolation stream; proxy_wasm_request_headers_in_access on; proxy_wasm jwt_auth '{GOOD_JWT}';"
-    r = nginx_t(MINIMAL % {"wasm": "shm_kv * 1m; shm_kv tenants 64k eviction=lru;", "location": location}, tmp_path)
+    r = nginx_t(MINIMAL % {"wasm": "shm_kv * 1m; shm_kv tenants 64k eviction=lru; shm_queue jobs 64k;",
+                           "location": location}, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("wasm,message", [
+    ("shm_queue jobs 64k; shm_queue jobs 64k;", 'shm_queue "jobs" already defined'),
+    ("shm_queue jobs 1k;", 'shm_queue "jobs" is too small'),
+    ("shm_queue jobs lots;", 'invalid shm_queue size "lots"'),
+    ("shm_queue a/b 64k;", 'invalid shm_queue name "a/b"'),
+    ("shm_queue jobs;", "invalid number of arguments"),
+])
+def test_bad_shm_queue_directives_fail(tmp_path, wasm, message):
+    r = nginx_t(MINIMAL % {"wasm": wasm, "location": ""}, tmp_path)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr[-2000:]
 
 
 def test_a_bad_filter_configuration_fails_nginx_t_with_the_filters_message(tmp_path):

@@ -521,6 +521,11 @@ impl Vm {
         }
     }
 
+    /// Whether a root context of this `Vm` registered the shared queue `queue_id`. (Added.)
+    pub fn has_queue(&self, queue_id: u32) -> bool {
+        self.store.data().queues.contains_key(&queue_id)
+    }
+
     /// `proxy_on_queue_ready(root, queue_id)` for the root context that registered `queue_id`
     /// (with an empty stream). A queue this `Vm` did not register is ignored. (Added.)
     pub fn on_queue_ready(&mut self, queue_id: u32) -> Result<(), Error> {

@@ -9,6 +9,10 @@
 //!   fails `nginx -t` at that line). `CONFIG` is the VM configuration (`on_vm_start`).
 //! - `shm_kv NAME|* SIZE [eviction=lru|slru|none];` declares a shared key/value zone
 //!   (`proxy_get/set_shared_data`; a key `NAME/rest` goes to the zone `NAME`, others to `*`).
+//! - `shm_queue NAME SIZE;` declares a shared queue zone: the queue `NAME` of
+//!   `proxy_register_shared_queue` / `proxy_resolve_shared_queue` (a filter cannot register a
+//!   queue that was not declared, as in ngx_wasm_module). Its id is its position among the
+//!   `shm_queue` directives, from 1, the same in every worker.
 //! - Every other directive of ngx_wasm_module's `wasm{}` fails with a clear message.
 
 use std::cell::RefCell;
@@ -56,6 +60,18 @@ pub struct KvZoneDef {
     pub kv: Option<tollgate_services::kv::KvZone>,
 }
 
+/// An `shm_queue` zone.
+pub struct QueueZoneDef {
+    /// The queue name.
+    pub name: String,
+    /// Size in bytes (of the queue's region: header and data ring).
+    pub size: usize,
+    /// The nginx shared memory zone (mapped before the workers fork).
+    pub zone: *mut ngx_shm_zone_t,
+    /// The attached queue (set by the zone's `init`, in the master).
+    pub queue: Option<tollgate_services::queue::QueueZone>,
+}
+
 /// The metrics zone (per-worker slices summed when scraped).
 pub struct MetricsDef {
     /// Its layout (workers and capacity).
@@ -73,6 +89,9 @@ pub struct CoreConf {
     pub modules: Vec<ModuleDef>,
     /// `shm_kv` zones in declaration order (boxed: their zones point to them).
     pub kv_zones: Vec<Box<KvZoneDef>>,
+    /// `shm_queue` zones in declaration order (boxed: their zones point to them); queue id
+    /// `i + 1` is `queue_zones[i]`.
+    pub queue_zones: Vec<Box<QueueZoneDef>>,
     /// The metrics zone, added by the http module's configuration.
     pub metrics: Option<Box<MetricsDef>>,
 }
@@ -264,6 +283,102 @@ unsafe extern "C" fn shm_kv_directive(
     }
 }
 
+unsafe extern "C" fn shm_queue_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: as in shm_kv_directive.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        let args = conf_args(cf);
+        let (Some(name), Some(size)) = (args.get(1), args.get(2)) else {
+            return conf_error(cf, "tollgate: shm_queue NAME SIZE;");
+        };
+        let name_s = lossy(name);
+        if name_s.is_empty() || name_s.contains('/') {
+            return conf_error(
+                cf,
+                &format!("tollgate: invalid shm_queue name \"{name_s}\""),
+            );
+        }
+        if conf.queue_zones.iter().any(|z| z.name == name_s) {
+            return conf_error(
+                cf,
+                &format!("tollgate: shm_queue \"{name_s}\" already defined"),
+            );
+        }
+        let mut size_str = *size;
+        let parsed = ngx_parse_size(&mut size_str);
+        let Ok(size_bytes) = usize::try_from(parsed) else {
+            return conf_error(
+                cf,
+                &format!("tollgate: invalid shm_queue size \"{}\"", lossy(size)),
+            );
+        };
+        if size_bytes < tollgate_services::queue::MIN_QUEUE_BYTES {
+            return conf_error(
+                cf,
+                &format!(
+                    "tollgate: shm_queue \"{name_s}\" is too small (at least {} bytes)",
+                    tollgate_services::queue::MIN_QUEUE_BYTES
+                ),
+            );
+        }
+        let mut def = Box::new(QueueZoneDef {
+            name: name_s.clone(),
+            size: size_bytes,
+            zone: std::ptr::null_mut(),
+            queue: None,
+        });
+        // SAFETY: the zone keeps a pointer to the boxed definition, which lives in the cycle's
+        // configuration as long as the zone is this cycle's.
+        match add_zone(
+            cf,
+            &format!("tollgate_queue:{name_s}"),
+            slab_size(size_bytes),
+            queue_zone_init,
+        ) {
+            Ok(zone) => {
+                (*zone).data = (&raw mut *def).cast();
+                def.zone = zone;
+            }
+            Err(e) => return conf_error(cf, &e),
+        }
+        conf.queue_zones.push(def);
+        CONF_OK
+    }
+}
+
+unsafe extern "C" fn queue_zone_init(
+    zone: *mut ngx_shm_zone_t,
+    data: *mut c_void,
+) -> ngx::ffi::ngx_int_t {
+    // SAFETY: `zone->data` is our boxed QueueZoneDef (set in shm_queue_directive).
+    unsafe {
+        let Some(def) = (*zone).data.cast::<QueueZoneDef>().as_mut() else {
+            return -1;
+        };
+        let log = crate::util::cycle_log();
+        let attached = zone_region(zone, data, def.size).and_then(|(region, init)| {
+            tollgate_services::queue::QueueZone::attach(region, &def.name, init)
+                .map_err(|e| format!("tollgate: shm_queue \"{}\": {e}", def.name))
+        });
+        match attached {
+            Ok(q) => {
+                def.queue = Some(q);
+                0
+            }
+            Err(e) => {
+                crate::util::log(crate::util::level::EMERG, log, &e);
+                -1
+            }
+        }
+    }
+}
+
 /// Declares an `shm_kv` zone (also used for the implicit default `*` zone).
 ///
 /// # Safety
@@ -443,12 +558,12 @@ static mut CORE_COMMANDS: [ngx_command_t; 31] = [
         IN_WASM | NGX_CONF_TAKE2 | NGX_CONF_TAKE3,
         shm_kv_directive
     ),
+    command!("shm_queue", IN_WASM | NGX_CONF_TAKE2, shm_queue_directive),
     command!("compiler", UNSUPPORTED, unsupported),
     command!("backtraces", UNSUPPORTED, unsupported),
     command!("resolver", UNSUPPORTED, unsupported),
     command!("resolver_timeout", UNSUPPORTED, unsupported),
     command!("resolver_add", UNSUPPORTED, unsupported),
-    command!("shm_queue", UNSUPPORTED, unsupported),
     command!("socket_buffer_reuse", UNSUPPORTED, unsupported),
     command!("socket_buffer_size", UNSUPPORTED, unsupported),
     command!("socket_connect_timeout", UNSUPPORTED, unsupported),

@@ -8,7 +8,22 @@
 //!   the configuration's log so a filter's refusal appears in `nginx -t`; no shared state.
 //!
 //! Shared data and metrics are `tollgate-services`' shared-memory zones (CAS, per-worker
-//! metric slices); HTTP calls its `CallRunner`.
+//! metric slices); shared queues its `shm_queue` zones; HTTP calls its `CallRunner`.
+//!
+//! # Shared queues
+//! - A queue is an `shm_queue NAME SIZE;` zone; its id is its position among those directives
+//!   (from 1), the same in every worker. `proxy_register_shared_queue(NAME)` of an undeclared
+//!   name is `NotFound` (logged, naming the directive to add), as in ngx_wasm_module.
+//! - `proxy_resolve_shared_queue(vm_id, NAME)` finds a queue some worker registered from the
+//!   module named `vm_id` (a `module` of `wasm {}` is this host's VM; the last registration wins,
+//!   as in Envoy); otherwise `NotFound`.
+//! - `proxy_enqueue_shared_queue`: a full queue drops its oldest messages to make room (logged
+//!   with the count); a message larger than the queue is `BadArgument`.
+//! - `proxy_on_queue_ready`: every worker in which a root context registered a queue polls the
+//!   queue's sequence number from its poll timer (every [`QUEUE_POLL_MS`]) and, when messages
+//!   arrived, calls `on_queue_ready` of the registering root once per new message, stopping as
+//!   soon as the queue is empty. Envoy notifies only the last registrant; here every registering
+//!   worker is woken and the messages go to whichever dequeues first (each exactly once).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -19,6 +34,7 @@ use tollgate_host::{HttpCall, LogLevel, MetricKind, Status};
 use tollgate_services::http::{CallRunner, DispatchError, HttpRequest, RunnerConfig};
 use tollgate_services::kv::{KvError, ZoneSet};
 use tollgate_services::metrics::{MetricsError, MetricsZone};
+use tollgate_services::queue::{QueueError, QueueZone};
 
 use crate::util::{level, log};
 
@@ -98,6 +114,34 @@ fn services_kind(k: MetricKind) -> tollgate_services::metrics::MetricKind {
     }
 }
 
+/// How often a worker with registered shared queues checks them for new messages
+/// (milliseconds): the longest delay before `proxy_on_queue_ready` in another worker.
+pub const QUEUE_POLL_MS: usize = 10;
+
+/// Most `on_queue_ready` calls for one queue in one poll (the rest wait for the next poll).
+pub const QUEUE_READY_BURST: u64 = 1024;
+
+/// A shared queue registered in this worker: its id and the sequence number already seen.
+#[derive(Debug, Clone, Copy)]
+pub struct Registered {
+    /// The queue id (1-based index into the worker's queues).
+    pub id: u32,
+    /// `QueueZone::sequence` when this worker last looked.
+    pub seen: u64,
+}
+
+fn queue_index(id: u32) -> Option<usize> {
+    usize::try_from(id).ok()?.checked_sub(1)
+}
+
+/// The id of the queue `name` among `names` (declaration order, from 1).
+fn queue_id<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Option<u32> {
+    names
+        .enumerate()
+        .find(|(_, n)| *n == name)
+        .and_then(|(i, _)| u32::try_from(i.checked_add(1)?).ok())
+}
+
 /// Shared data of the configuration-time instances: value and CAS token by key.
 type LocalStore = HashMap<Vec<u8>, (Vec<u8>, u32)>;
 
@@ -108,6 +152,10 @@ pub struct WorkerHost {
     pub log: Cell<usize>,
     zones: Option<ZoneSet>,
     metrics: Option<MetricsZone>,
+    /// `shm_queue` zones: queue id `i + 1` is `queues[i]`.
+    queues: Vec<QueueZone>,
+    /// Queues a root context of this worker registered (polled for `on_queue_ready`).
+    pub registered: RefCell<Vec<Registered>>,
     /// HTTP calls in flight.
     pub runner: RefCell<CallRunner<CallTag>>,
     // Configuration-time stores (validation instances in the master have no zones).
@@ -121,15 +169,97 @@ impl WorkerHost {
         log: *mut ngx_log_t,
         zones: Option<ZoneSet>,
         metrics: Option<MetricsZone>,
+        queues: Vec<QueueZone>,
     ) -> WorkerHost {
         WorkerHost {
             log: Cell::new(log as usize),
             zones,
             metrics,
+            queues,
+            registered: RefCell::new(Vec::new()),
             runner: RefCell::new(CallRunner::new(RunnerConfig::default())),
             local: RefCell::new(HashMap::new()),
             local_metrics: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The queue with id `id`.
+    pub fn queue(&self, id: u32) -> Option<&QueueZone> {
+        self.queues.get(queue_index(id)?)
+    }
+
+    fn register_queue(&self, vm_id: &str, plugin: &str, name: &str) -> Result<u32, Status> {
+        let id = queue_id(name, self.queues.iter().map(QueueZone::name))
+            .ok_or_else(|| self.no_queue(plugin, name))?;
+        let q = self.queue(id).ok_or(Status::NotFound)?;
+        q.register(vm_id).map_err(|_| Status::BadArgument)?;
+        let mut reg = self
+            .registered
+            .try_borrow_mut()
+            .map_err(|_| Status::InternalFailure)?;
+        if !reg.iter().any(|r| r.id == id) {
+            reg.push(Registered {
+                id,
+                seen: q.sequence(),
+            });
+        }
+        Ok(id)
+    }
+
+    fn no_queue(&self, plugin: &str, name: &str) -> Status {
+        self.log_line(
+            LogLevel::Error,
+            plugin,
+            &format!(
+                "shared queue \"{name}\" is not declared: add `shm_queue {name} SIZE;` to wasm {{}}"
+            ),
+        );
+        Status::NotFound
+    }
+
+    fn resolve_queue(&self, vm_id: &str, name: &str) -> Result<u32, Status> {
+        let id = queue_id(name, self.queues.iter().map(QueueZone::name)).ok_or(Status::NotFound)?;
+        match self.queue(id).and_then(QueueZone::registered_by) {
+            Some(owner) if owner == vm_id => Ok(id),
+            _ => Err(Status::NotFound),
+        }
+    }
+
+    fn enqueue(&self, plugin: &str, id: u32, value: &[u8]) -> Result<(), Status> {
+        let q = self.queue(id).ok_or(Status::NotFound)?;
+        match q.enqueue(value) {
+            Ok(0) => Ok(()),
+            Ok(dropped) => {
+                self.log_line(
+                    LogLevel::Warn,
+                    plugin,
+                    &format!(
+                        "shared queue \"{}\" is full: dropped its {dropped} oldest message(s)",
+                        q.name()
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.log_line(
+                    LogLevel::Error,
+                    plugin,
+                    &format!("shared queue \"{}\": enqueue: {e}", q.name()),
+                );
+                Err(match e {
+                    QueueError::TooLarge { .. } => Status::BadArgument,
+                    QueueError::Empty | QueueError::Corrupt => Status::InternalFailure,
+                })
+            }
+        }
+    }
+
+    fn dequeue(&self, id: u32) -> Result<Vec<u8>, Status> {
+        let q = self.queue(id).ok_or(Status::NotFound)?;
+        q.dequeue().map_err(|e| match e {
+            QueueError::Empty => Status::Empty,
+            QueueError::TooLarge { .. } | QueueError::Corrupt => Status::InternalFailure,
+        })
     }
 
     fn log_ptr(&self) -> *mut ngx_log_t {
@@ -244,6 +374,8 @@ pub struct VmHost {
     pub vm_slot: usize,
     /// Its generation.
     pub generation: u32,
+    /// The VM id: the name of the module in `wasm {}` (for shared queues).
+    pub vm_id: String,
 }
 
 impl tollgate_host::Host for VmHost {
@@ -271,6 +403,18 @@ impl tollgate_host::Host for VmHost {
     fn get_metric(&self, id: u32) -> Result<u64, Status> {
         self.worker.get(id)
     }
+    fn register_shared_queue(&self, name: &str) -> Result<u32, Status> {
+        self.worker.register_queue(&self.vm_id, &self.vm_id, name)
+    }
+    fn resolve_shared_queue(&self, vm_id: &str, name: &str) -> Result<u32, Status> {
+        self.worker.resolve_queue(vm_id, name)
+    }
+    fn enqueue_shared_queue(&self, id: u32, value: &[u8]) -> Result<(), Status> {
+        self.worker.enqueue(&self.vm_id, id, value)
+    }
+    fn dequeue_shared_queue(&self, id: u32) -> Result<Vec<u8>, Status> {
+        self.worker.dequeue(id)
+    }
     fn dispatch_http_call(&self, call: HttpCall) -> Result<(), Status> {
         if self.vm_slot == usize::MAX {
             // Per-request instances (isolation stream/filter) cannot receive answers.
@@ -290,15 +434,26 @@ pub struct ConfHost {
     /// The configuration's log (`cf->log`): messages show in `nginx -t`.
     pub log: *mut ngx_log_t,
     inner: WorkerHost,
+    /// The declared `shm_queue` names (their zones do not exist yet).
+    queues: Vec<String>,
 }
 
 impl ConfHost {
-    /// A host logging to `log`.
-    pub fn new(log: *mut ngx_log_t) -> ConfHost {
+    /// A host logging to `log`; `queues`: the names of the declared `shm_queue` zones (a
+    /// filter registering another queue fails its configuration, as it would in a worker).
+    pub fn new(log: *mut ngx_log_t, queues: Vec<String>) -> ConfHost {
         ConfHost {
             log,
-            inner: WorkerHost::new(log, None, None),
+            inner: WorkerHost::new(log, None, None, Vec::new()),
+            queues,
         }
+    }
+
+    fn declared(&self, id: u32) -> Result<(), Status> {
+        queue_index(id)
+            .filter(|i| *i < self.queues.len())
+            .map(|_| ())
+            .ok_or(Status::NotFound)
     }
 }
 
@@ -336,6 +491,29 @@ impl tollgate_host::Host for ConfHost {
     }
     fn get_metric(&self, id: u32) -> Result<u64, Status> {
         self.inner.get(id)
+    }
+    fn register_shared_queue(&self, name: &str) -> Result<u32, Status> {
+        queue_id(name, self.queues.iter().map(String::as_str)).ok_or_else(|| {
+                log(
+                    crate::util::level::EMERG,
+                    self.log,
+                    &format!(
+                        "[tollgate] shared queue \"{name}\" is not declared: add `shm_queue {name} SIZE;` to wasm {{}}"
+                    ),
+                );
+                Status::NotFound
+            })
+    }
+    /// At configuration time nothing is registered yet: any declared queue resolves.
+    fn resolve_shared_queue(&self, _vm_id: &str, name: &str) -> Result<u32, Status> {
+        queue_id(name, self.queues.iter().map(String::as_str)).ok_or(Status::NotFound)
+    }
+    /// Accepted and discarded (validation instances are dropped right after `on_configure`).
+    fn enqueue_shared_queue(&self, id: u32, _value: &[u8]) -> Result<(), Status> {
+        self.declared(id)
+    }
+    fn dequeue_shared_queue(&self, id: u32) -> Result<Vec<u8>, Status> {
+        self.declared(id).and(Err(Status::Empty))
     }
     fn dispatch_http_call(&self, _call: HttpCall) -> Result<(), Status> {
         // No calls from validation instances (they are dropped right away).

@@ -394,7 +394,8 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
         let Some(core) = core_conf((*cf).cycle) else {
             return Ok(());
         };
-        let host = Rc::new(crate::host::ConfHost::new((*cf).log));
+        let queues = core.queue_zones.iter().map(|z| z.name.clone()).collect();
+        let host = Rc::new(crate::host::ConfHost::new((*cf).log, queues));
         for (m, def) in core.modules.iter().enumerate() {
             if !main.filters.iter().any(|f| f.module == m) {
                 continue;
@@ -450,12 +451,25 @@ unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             }
         }
         let metrics = crate::metrics::worker_zone(cycle);
-        let mut w = Worker::new(modules, main.filters.clone(), (*cycle).log, zones, metrics);
+        let queues = core
+            .queue_zones
+            .iter()
+            .filter_map(|z| z.queue.clone())
+            .collect();
+        let mut w = Worker::new(
+            modules,
+            main.filters.clone(),
+            (*cycle).log,
+            zones,
+            metrics,
+            queues,
+        );
         w.poll.handler = Some(poll_handler);
         w.poll.log = (*cycle).log;
         w.poll.set_cancelable(1);
         w.arm_ticks();
         crate::worker::install(w);
+        kick_calls();
         rc::OK
     }
 }
@@ -464,13 +478,21 @@ unsafe extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
     crate::worker::uninstall();
 }
 
-/// Arms the HTTP call poll timer when calls are pending.
+/// Arms the worker's poll timer: every 2 ms while HTTP calls are pending, every
+/// [`crate::host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
+/// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
 pub fn kick_calls() {
     with_worker(|w| {
-        if !crate::calls::inflight(w) {
+        // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
+        let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
+        let delay: ngx::ffi::ngx_msec_t = if crate::calls::inflight(w) {
+            // Requests may be waiting for these answers, exiting or not.
+            2
+        } else if w.has_queues() && !exiting {
+            crate::host::QUEUE_POLL_MS
+        } else {
             return;
-        }
-        let delay = 2;
+        };
         // SAFETY: the worker's own timer event.
         unsafe {
             if w.poll.timer_set() == 0 {
@@ -481,7 +503,12 @@ pub fn kick_calls() {
 }
 
 unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
-    let resumed = with_worker(crate::calls::poll).unwrap_or_default();
+    let resumed = with_worker(|w| {
+        let mut resumed = crate::calls::poll(w);
+        resumed.extend(w.poll_queues());
+        resumed
+    })
+    .unwrap_or_default();
     crate::request::resume_all(resumed);
     kick_calls();
 }

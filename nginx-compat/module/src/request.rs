@@ -328,6 +328,7 @@ impl RequestCtx {
                                 worker: w.host.clone(),
                                 vm_slot: usize::MAX,
                                 generation: 0,
+                                vm_id: m.name.clone(),
                             });
                             match Vm::new(&m.module, host, &m.name, &m.vm_config) {
                                 Ok(vm) => {

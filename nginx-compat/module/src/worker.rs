@@ -137,8 +137,9 @@ impl Worker {
         log_ptr: *mut ngx_log_t,
         zones: tollgate_services::kv::ZoneSet,
         metrics: Option<tollgate_services::metrics::MetricsZone>,
+        queues: Vec<tollgate_services::queue::QueueZone>,
     ) -> Worker {
-        let host = Rc::new(WorkerHost::new(log_ptr, Some(zones), metrics));
+        let host = Rc::new(WorkerHost::new(log_ptr, Some(zones), metrics, queues));
         // SAFETY: a zeroed ngx_event_t is nginx's own initial state (ngx_pcalloc).
         let poll: Box<ngx_event_t> = Box::new(unsafe { std::mem::zeroed() });
         let mut w = Worker {
@@ -176,6 +177,7 @@ impl Worker {
             worker: self.host.clone(),
             vm_slot: m,
             generation,
+            vm_id: module.name.clone(),
         });
         let vm = match Vm::new(&module.module, host, &module.name, &module.vm_config) {
             Ok(mut vm) => {
@@ -263,6 +265,66 @@ impl Worker {
         ids.into_iter()
             .filter_map(|id| self.live.get(&(m, id.0)).copied())
             .collect()
+    }
+
+    /// Delivers `proxy_on_queue_ready` for the shared queues registered in this worker whose
+    /// sequence number moved since the last look: once per new message (at most
+    /// [`crate::host::QUEUE_READY_BURST`] a poll), to every `Vm` (a `Vm` that did not register
+    /// the queue ignores it), stopping when the queue is empty. Returns the requests resumed
+    /// meanwhile. Called from the poll timer.
+    pub fn poll_queues(&mut self) -> Vec<ReqPtr> {
+        let mut due: Vec<(u32, u64)> = Vec::new();
+        if let Ok(mut reg) = self.host.registered.try_borrow_mut() {
+            for r in reg.iter_mut() {
+                let Some(q) = self.host.queue(r.id) else {
+                    continue;
+                };
+                let seq = q.sequence();
+                if seq != r.seen {
+                    due.push((r.id, seq.wrapping_sub(r.seen)));
+                    r.seen = seq;
+                }
+            }
+        }
+        let mut resumed = Vec::new();
+        for (id, new) in due {
+            let burst = new.min(crate::host::QUEUE_READY_BURST);
+            for m in 0..self.vms.len() {
+                for _ in 0..burst {
+                    if self.host.queue(id).is_none_or(|q| q.is_empty()) {
+                        break;
+                    }
+                    let Some(vm) = self
+                        .vms
+                        .get_mut(m)
+                        .and_then(|s| s.vm.as_mut())
+                        .filter(|vm| vm.has_queue(id))
+                    else {
+                        break;
+                    };
+                    if let Err(e) = vm.on_queue_ready(id) {
+                        log(
+                            level::ERR,
+                            self.log,
+                            &format!("tollgate: on_queue_ready: {}", e.0),
+                        );
+                        break;
+                    }
+                }
+                self.check_poisoned(m);
+                resumed.extend(self.take_resumed(m));
+            }
+        }
+        resumed
+    }
+
+    /// Whether a root context of this worker registered a shared queue (the poll timer keeps
+    /// running to deliver `on_queue_ready`).
+    pub fn has_queues(&self) -> bool {
+        self.host
+            .registered
+            .try_borrow()
+            .is_ok_and(|r| !r.is_empty())
     }
 
     /// Replaces a poisoned `Vm` (after a trap).
