@@ -1,14 +1,17 @@
 """The nginx module's own behaviour (nginx only): a trapping filter fails the request with 500
 and the worker keeps serving; `nginx -s reload` repeatedly keeps serving without the master
-growing; `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access` and the inheritance
-of `proxy_wasm` chains between levels."""
+growing; `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access`, the inheritance
+of `proxy_wasm` chains between levels, and HTTP trailers."""
 from __future__ import annotations
 
+import http.server
 import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -171,3 +174,106 @@ def test_chains_are_inherited_whole_or_replaced(nginx):
     assert n.get("/inherit").status_code == 401, "the server's chain applies"
     assert n.get("/own").status_code == 200, "the location's own chain replaces the server's"
     assert n.get("/none").status_code == 401, "a location without proxy_wasm inherits the server's chain"
+
+
+class _Http10Handler(http.server.BaseHTTPRequestHandler):
+    """Answers HTTP/1.0 without a Content-Length (the body ends with the connection)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"from upstream\n")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def lengthless_upstream():
+    """An upstream whose responses nginx can only relay chunked to HTTP/1.1 clients."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Http10Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def raw_get(port: int, path: str) -> tuple[str, bytes]:
+    """An HTTP/1.1 GET on a raw socket: the response head (lower-case) and the raw body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.decode().lower(), body
+
+
+def dechunk(body: bytes) -> tuple[bytes, dict[str, str]]:
+    """A chunked body's data and its trailer section (which must be complete)."""
+    data = b""
+    while True:
+        line, _, body = body.partition(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        if size == 0:
+            break
+        data += body[:size]
+        assert body[size:size + 2] == b"\r\n"
+        body = body[size + 2:]
+    assert body.endswith(b"\r\n"), body
+    trailers = {}
+    for line in body.split(b"\r\n")[:-1]:
+        if line:
+            name, _, value = line.partition(b":")
+            trailers[name.decode().lower()] = value.strip().decode()
+    return data, trailers
+
+
+def test_response_trailers_of_a_filter_reach_http11_clients_when_nginx_can_send_them(nginx, tmp_path, lengthless_upstream):
+    """nginx sends `headers_out.trailers` after the last chunk of a chunked HTTP/1.1 response.
+    Trailers set at the end of the body reach the client when the response is chunked anyway
+    (an upstream response without Content-Length); trailers set with the response headers make
+    nginx chunk it (as `add_trailer` does), and on_response_trailers then runs with them at the
+    end. A Content-Length response keeps its length and carries no trailers."""
+    wasm = compile_wat("trailers.wat", tmp_path / "trailers.wasm")
+    n = nginx(f"    module trailers {wasm};", f"""        location /up {{ proxy_wasm trailers; proxy_pass http://127.0.0.1:{lengthless_upstream}; }}
+        location /headers {{ proxy_wasm trailers h; return 200 ok; }}
+        location /length {{ proxy_wasm trailers; return 200 ok; }}""")
+
+    head, body = raw_get(n.port, "/up")
+    assert head.startswith("http/1.1 200") and "\r\ntransfer-encoding: chunked" in head, head
+    data, trailers = dechunk(body)
+    assert data == b"from upstream\n"
+    assert trailers == {"x-trailer": "yes"}, "nginx had no trailers by the last buffer: no on_response_trailers"
+
+    head, body = raw_get(n.port, "/headers")
+    assert "\r\ntransfer-encoding: chunked" in head and "content-length" not in head, head
+    data, trailers = dechunk(body)
+    assert data == b"ok"
+    assert trailers == {"x-trailer": "yes", "x-trailers-seen": "1"}
+
+    head, body = raw_get(n.port, "/length")
+    assert "\r\ncontent-length: 2" in head and "transfer-encoding" not in head, head
+    assert body == b"ok"
+    assert "[alert]" not in n.log.read_text() and "tollgate: response trailers" not in n.log.read_text()
+
+
+def test_writes_to_request_trailers_are_refused_with_bad_argument(nginx, tmp_path):
+    """nginx 1.22 discards request trailers (chunked bodies' trailer section, HTTP/2): the map
+    stays empty, on_request_trailers never runs, and a write returns BadArgument (2), as Envoy
+    answers for a trailer map the stream does not have."""
+    wasm = compile_wat("trailers.wat", tmp_path / "trailers.wasm")
+    n = nginx(f"    module trailers {wasm};", "        location / { proxy_wasm trailers; return 200 ok; }")
+    r = n.get("/")
+    assert r.status_code == 200 and r.headers["x-request-trailer-write"] == "2"
+    # A chunked request body with a trailer section: nginx drops the trailers, same answer.
+    with socket.create_connection(("127.0.0.1", n.port), timeout=10) as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"2\r\nhi\r\n0\r\nx-req: 1\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head = data.partition(b"\r\n\r\n")[0].decode().lower()
+    assert head.startswith("http/1.1 200") and "\r\nx-request-trailer-write: 2" in head, head

@@ -370,3 +370,48 @@ pub unsafe fn apply_response_map(
         Ok(())
     }
 }
+
+/// The response trailers nginx has for the request (`headers_out.trailers`: an upstream's, as
+/// `grpc_pass` passes them, or a filter's earlier writes), names lower-case.
+///
+/// # Safety
+/// `r` must be a live main request.
+pub unsafe fn trailers_map(r: *mut ngx_http_request_t) -> HeaderMap {
+    let mut map: HeaderMap = Vec::new();
+    // SAFETY: headers_out.trailers is initialised with the request (ngx_http_alloc_request).
+    unsafe {
+        for h in table_elts(&raw mut (*r).headers_out.trailers) {
+            if (*h).hash == 0 {
+                continue;
+            }
+            map.push((
+                bytes(&(*h).key).to_ascii_lowercase(),
+                bytes(&(*h).value).to_vec(),
+            ));
+        }
+    }
+    map
+}
+
+/// Replaces `headers_out.trailers` with `map` (pseudo-headers are dropped). nginx sends them
+/// after the last buffer: as the chunked trailer section (HTTP/1.1, chunked responses only) or
+/// a trailing HEADERS frame (HTTP/2).
+///
+/// # Safety
+/// `r` must be a live main request whose last body buffer has not passed the chunked / HTTP/2
+/// filters yet.
+pub unsafe fn apply_trailers(r: *mut ngx_http_request_t, map: &HeaderMap) -> Result<(), String> {
+    // SAFETY: rebuilding the request's own trailer list from its pool.
+    unsafe {
+        let pool = (*r).pool;
+        let list: *mut ngx_list_t = &raw mut (*r).headers_out.trailers;
+        reset_list(list, pool, map.len()).ok_or("out of memory")?;
+        for (name, value) in map {
+            if name.first() == Some(&b':') {
+                continue;
+            }
+            push_elt(list, pool, &name.to_ascii_lowercase(), value).ok_or("out of memory")?;
+        }
+        Ok(())
+    }
+}

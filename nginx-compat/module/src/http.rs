@@ -744,6 +744,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             return call_next(r);
         }
         ctx.stream.response_headers = crate::headers::response_map(r);
+        ctx.stream.response_trailers = crate::headers::trailers_map(r);
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {
             ctx.resp_eos = true;
@@ -772,7 +773,33 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
                 );
             }
         }
+        // A filter that sets trailers with the headers announces them, as `add_trailer` does:
+        // nginx then chunks an HTTP/1.1 response (dropping its Content-Length) to carry them.
+        // Trailers first set later reach HTTP/1.1 clients only if the response is chunked anyway.
+        let announced =
+            ctx.stream.response_trailers_changed && !ctx.stream.response_trailers.is_empty();
+        apply_trailers_if_changed(r, ctx);
+        if announced {
+            (*r).set_expect_trailers(1);
+        }
         call_next(r)
+    }
+}
+
+/// Writes the response trailers back to `headers_out.trailers` when a filter changed them.
+unsafe fn apply_trailers_if_changed(r: *mut ngx_http_request_t, ctx: &mut RequestCtx) {
+    if !std::mem::take(&mut ctx.stream.response_trailers_changed) {
+        return;
+    }
+    // SAFETY: a live main request in a response filter, before its last buffer went on.
+    unsafe {
+        if let Err(e) = crate::headers::apply_trailers(r, &ctx.stream.response_trailers) {
+            log(
+                level::ERR,
+                (*(*r).connection).log,
+                &format!("tollgate: response trailers: {e}"),
+            );
+        }
     }
 }
 
@@ -808,7 +835,11 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         }
         if eos {
             ctx.resp_eos = true;
+            // The trailers nginx has by the last buffer: an upstream's (grpc_pass) or a filter's
+            // earlier writes (`add_trailer`'s are added after this filter).
+            ctx.stream.response_trailers = crate::headers::trailers_map(r);
         }
+        let trailers_follow = eos && !ctx.stream.response_trailers.is_empty();
         let was_buffering = ctx.resp_buffering;
         ctx.resp_buffering = false;
         let out = with_worker(|w| ctx.response_body(w, eos)).unwrap_or(Outcome::Failed);
@@ -820,6 +851,18 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
                 "tollgate: on_response_body failed",
             );
         }
+        if trailers_follow {
+            let out = with_worker(|w| ctx.response_trailers(w)).unwrap_or(Outcome::Failed);
+            kick_calls();
+            if let Outcome::Failed = out {
+                log(
+                    level::ERR,
+                    (*(*r).connection).log,
+                    "tollgate: on_response_trailers failed",
+                );
+            }
+        }
+        apply_trailers_if_changed(r, ctx);
         if ctx.resp_buffering && !eos {
             // Keep the bytes; nothing goes out until the end of the stream.
             crate::body::consume(chain);

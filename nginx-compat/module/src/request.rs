@@ -5,7 +5,10 @@
 //!   (`take_resumed`, a posted event); then the client body (if any) is read in memory and
 //!   `on_request_body(end_of_stream)` runs; header and body changes are written back.
 //! - header filter: `on_response_headers`; body filter: `on_response_body` per chunk (a filter
-//!   returning `Pause` on a chunk makes the body buffered until the end of the stream).
+//!   returning `Pause` on a chunk makes the body buffered until the end of the stream), then,
+//!   with the last chunk, `on_response_trailers` when nginx has response trailers by then.
+//!   Trailer changes go to `headers_out.trailers`. There are never request trailers (nginx
+//!   discards them): writes to that map return `BadArgument`.
 //! - log phase: `on_log`, `on_done`, `on_delete` (or at pool cleanup when the log phase did not
 //!   run).
 //!
@@ -126,6 +129,7 @@ enum Cb {
     RequestBody,
     ResponseHeaders,
     ResponseBody,
+    ResponseTrailers,
 }
 
 /// `NGX_OK`, `NGX_DONE`, `NGX_DECLINED`, `NGX_ERROR`, `NGX_AGAIN`.
@@ -215,6 +219,9 @@ impl RequestCtx {
                 r,
                 local_details: local_details.clone(),
             })),
+            // nginx 1.22 discards the trailer section of chunked request bodies and HTTP/2
+            // request trailers.
+            request_trailers_unavailable: true,
             ..Stream::default()
         };
         let ctx = Box::new(RequestCtx {
@@ -426,6 +433,7 @@ impl RequestCtx {
             Cb::RequestBody => vm.on_request_body(id, stream, eos),
             Cb::ResponseHeaders => vm.on_response_headers(id, stream, eos),
             Cb::ResponseBody => vm.on_response_body(id, stream, eos),
+            Cb::ResponseTrailers => vm.on_response_trailers(id, stream),
         };
         match res {
             Ok(a) => Ok(a),
@@ -503,6 +511,12 @@ impl RequestCtx {
     pub fn response_body(&mut self, w: &mut Worker, eos: bool) -> Outcome {
         let n = self.started;
         self.run(w, Cb::ResponseBody, 0, n, eos)
+    }
+
+    /// `on_response_trailers` for the started filters (the map is `stream.response_trailers`).
+    pub fn response_trailers(&mut self, w: &mut Worker) -> Outcome {
+        let n = self.started;
+        self.run(w, Cb::ResponseTrailers, 0, n, true)
     }
 
     /// `on_log`, `on_done`, `on_delete` for every filter with a context.
