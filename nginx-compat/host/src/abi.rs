@@ -4,8 +4,10 @@
 //! `hostcalls.rs`. Every guest pointer is bounds-checked (`InvalidMemoryAccess`); data returned
 //! to the guest is allocated with its `proxy_on_memory_allocate` (or `malloc`) export.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
 
 use wasmtime::{Caller, Engine, Linker, Memory, TypedFunc, Val, ValType};
 
@@ -42,12 +44,12 @@ pub(crate) struct State {
     /// True while `stream` is a real stream (an HTTP callback).
     pub(crate) stream_loaded: bool,
     pub(crate) memory: Option<Memory>,
-    pub(crate) malloc: Option<TypedFunc<u32, u32>>,
+    pub(crate) malloc: Option<Rc<TypedFunc<u32, u32>>>,
     pub(crate) vm_id: String,
     pub(crate) vm_config: Vec<u8>,
     pub(crate) roots: Vec<RootInfo>,
     /// Context id to the index of its root in `roots` (roots map to themselves).
-    pub(crate) contexts: HashMap<u32, usize>,
+    pub(crate) contexts: FxHashMap<u32, usize>,
     /// The context of the running callback (0: none).
     pub(crate) current: u32,
     /// The effective context (`proxy_set_effective_context`), initially `current`.
@@ -58,9 +60,9 @@ pub(crate) struct State {
     pub(crate) call_response: Option<HttpCallResponse>,
     pub(crate) next_token: u32,
     /// Pending HTTP calls: token to the context that dispatched it.
-    pub(crate) calls: HashMap<u32, u32>,
+    pub(crate) calls: FxHashMap<u32, u32>,
     /// Registered shared queues: id to the root context that registered it.
-    pub(crate) queues: HashMap<u32, u32>,
+    pub(crate) queues: FxHashMap<u32, u32>,
     pub(crate) resumed: Vec<HttpId>,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stderr: Vec<u8>,
@@ -79,14 +81,14 @@ impl State {
             vm_id: vm_id.to_owned(),
             vm_config: vm_config.to_vec(),
             roots: Vec::new(),
-            contexts: HashMap::new(),
+            contexts: FxHashMap::default(),
             current: 0,
             effective: 0,
             root_index: usize::MAX,
             call_response: None,
             next_token: 1,
-            calls: HashMap::new(),
-            queues: HashMap::new(),
+            calls: FxHashMap::default(),
+            queues: FxHashMap::default(),
             resumed: Vec::new(),
             stdout: Vec::new(),
             stderr: Vec::new(),

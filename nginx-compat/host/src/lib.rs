@@ -15,7 +15,6 @@
 //!
 //! [`testing::MemoryHost`] is an in-memory [`Host`] for tests.
 
-use std::collections::HashMap;
 use std::rc::Rc;
 
 mod abi;
@@ -147,7 +146,7 @@ pub struct Stream {
     pub request_body_changed: bool,
     pub response_body_changed: bool,
     /// Properties set by filters (`proxy_set_property`), keyed by `\0`-joined path; read first.
-    pub properties: HashMap<Vec<u8>, Vec<u8>>,
+    pub properties: rustc_hash::FxHashMap<Vec<u8>, Vec<u8>>,
     /// Fallback for properties the filters did not set.
     pub property_source: Option<Box<dyn PropertySource>>,
     /// Set by `proxy_send_local_response`; the embedding sends it and stops the chain.
@@ -409,7 +408,7 @@ impl Vm {
         {
             let data = store.data_mut();
             data.memory = Some(memory);
-            data.malloc = malloc;
+            data.malloc = malloc.map(std::rc::Rc::new);
         }
         let exports = Exports {
             on_context_create: typed(&mut store, &instance, "proxy_on_context_create")?,
@@ -893,10 +892,12 @@ fn enter<R>(
     data.stream_loaded = has_stream;
     match stream {
         Some(stream) => {
-            data.stream = std::mem::take(stream);
+            // Swapped with the store's empty scratch stream, and back: no stream is built or
+            // dropped per callback.
+            std::mem::swap(&mut data.stream, stream);
             let result = call(&mut *store);
             let data = store.data_mut();
-            *stream = std::mem::take(&mut data.stream);
+            std::mem::swap(&mut data.stream, stream);
             data.stream_loaded = false;
             finish(data, poisoned, result)
         }

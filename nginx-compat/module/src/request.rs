@@ -146,7 +146,7 @@ pub mod rc {
 
 thread_local! {
     /// Addresses of the live request contexts (to recognise ours among a pool's cleanups).
-    static CTXS: RefCell<std::collections::HashSet<usize>> = RefCell::new(std::collections::HashSet::new());
+    static CTXS: RefCell<rustc_hash::FxHashSet<usize>> = RefCell::new(rustc_hash::FxHashSet::default());
 }
 
 fn is_ctx(p: *mut c_void) -> bool {
@@ -275,7 +275,7 @@ impl RequestCtx {
             let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
                 continue;
             };
-            let Some(def) = w.filters.get(filter).cloned() else {
+            let Some(def) = w.filters.get(filter) else {
                 continue;
             };
             let (vm_ref, http) = match isolation {

@@ -6,7 +6,6 @@
 //! rather than aliasing).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use ngx::ffi::{ngx_event_t, ngx_log_t, ngx_msec_t};
@@ -62,7 +61,7 @@ pub struct Worker {
     /// Root context of each filter in its module's shared `Vm` (`None`: not available).
     pub roots: Vec<Option<RootId>>,
     /// Live requests by (module, http context), to route `take_resumed` and call answers.
-    pub live: HashMap<(usize, u32), ReqPtr>,
+    pub live: rustc_hash::FxHashMap<(usize, u32), ReqPtr>,
     /// Tick timers, one per filter that asked for one (boxed: nginx keeps the address).
     pub ticks: Vec<Box<TickTimer>>,
     /// The HTTP call poll timer.
@@ -154,7 +153,7 @@ impl Worker {
             roots: vec![None; filters.len()],
             modules,
             filters,
-            live: HashMap::new(),
+            live: rustc_hash::FxHashMap::default(),
             ticks: Vec::new(),
             poll,
             log: log_ptr,
