@@ -60,3 +60,22 @@ def test_gateway_report_smoke():
     for c in charts:
         assert f"gateway.smoke/charts/{c.name}" in report
     assert "k6 v1.8.1" in report and "cores" in report
+
+
+def test_instructions_smoke():
+    """bench/instructions.py --smoke: nginx under callgrind (3 warm-up and 5 measured requests,
+    proxy-only and floor-1; ~20 s): the dumps parse, callgrind saw every request, the wasm floor
+    costs more than proxy-only and its layers include wasm code."""
+    apt = subprocess.run([str(ROOT / "scripts" / "apt.sh"), "valgrind"], capture_output=True, text=True, timeout=600)
+    assert apt.returncode == 0, apt.stderr[-3000:]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "instructions.py"), "--smoke"], cwd=ROOT / "bench",
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads((ROOT / "bench" / "results" / "instructions.smoke.json").read_text())
+    assert not results["problems"], results["problems"]
+    cells = {c["variant"]: c for c in results["cells"]}
+    assert set(cells) == {"proxy-only", "floor-1"}
+    assert 0 < cells["proxy-only"]["per_request"] < cells["floor-1"]["per_request"]
+    assert cells["floor-1"]["calls_per_request"]["guest entries"] > 0 and cells["floor-1"]["layers_per_request"]["wasm JIT"] > 0
+    assert [m["label"] for m in results["modules"]] == ["built"]
+    assert "valgrind" in (ROOT / "bench" / "results" / "instructions.smoke.md").read_text()
