@@ -430,7 +430,7 @@ impl KvZone {
         self.eviction
     }
 
-    fn header_values(&self) -> [(&'static str, usize, u64, bool); 9] {
+    fn header_values(&self) -> [crate::header::Field; 9] {
         // (field, offset, expected value, is u64)
         [
             ("layout version", H_VERSION, u64::from(VERSION), false),
@@ -479,46 +479,14 @@ impl KvZone {
         self.f64(H_SEED0)?.store(seeds.0, Ordering::Relaxed);
         self.f64(H_SEED1)?.store(seeds.1, Ordering::Relaxed);
         self.seeds = seeds;
-        for (_, off, value, wide) in self.header_values() {
-            if wide {
-                self.f64(off)?.store(value, Ordering::Relaxed);
-            } else {
-                self.f32(off)?.store(
-                    u32::try_from(value).map_err(|_| KvError::Corrupt)?,
-                    Ordering::Relaxed,
-                );
-            }
+        if !crate::header::publish(&self.region, H_MAGIC, MAGIC, &self.header_values()) {
+            return Err(KvError::Corrupt);
         }
-        self.f64(H_MAGIC)?.store(MAGIC, Ordering::Release);
         Ok(())
     }
 
     fn verify(&mut self) -> Result<(), AttachError> {
-        let magic = self
-            .region
-            .u64_at(H_MAGIC)
-            .map(|m| m.load(Ordering::Acquire))
-            .ok_or(AttachError::NotInitialized)?;
-        if magic != MAGIC {
-            return Err(AttachError::NotInitialized);
-        }
-        for (field, off, expected, wide) in self.header_values() {
-            let found = if wide {
-                self.region.u64_at(off).map(|a| a.load(Ordering::Relaxed))
-            } else {
-                self.region
-                    .u32_at(off)
-                    .map(|a| u64::from(a.load(Ordering::Relaxed)))
-            }
-            .ok_or(AttachError::NotInitialized)?;
-            if found != expected {
-                return Err(AttachError::Mismatch {
-                    field,
-                    expected,
-                    found,
-                });
-            }
-        }
+        crate::header::verify(&self.region, H_MAGIC, MAGIC, &self.header_values())?;
         let s0 = self
             .region
             .u64_at(H_SEED0)

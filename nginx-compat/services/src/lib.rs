@@ -49,6 +49,7 @@
 #[allow(unsafe_code)]
 mod shm;
 
+mod header;
 mod lock;
 
 pub mod exposition;

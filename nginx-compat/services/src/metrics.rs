@@ -428,7 +428,7 @@ impl MetricsZone {
         Ok(z)
     }
 
-    fn header_values(&self, bytes: usize) -> [(&'static str, usize, u64, bool); 11] {
+    fn header_values(&self, bytes: usize) -> [crate::header::Field; 11] {
         [
             ("layout version", H_VERSION, u64::from(VERSION), false),
             ("line size", H_LINE, LINE as u64, false),
@@ -459,46 +459,14 @@ impl MetricsZone {
         if !self.region.zero(0, bytes) {
             return Err(MetricsError::Corrupt);
         }
-        for (_, off, value, wide) in self.header_values(bytes) {
-            if wide {
-                self.f64(off)?.store(value, Ordering::Relaxed);
-            } else {
-                self.f32(off)?.store(
-                    u32::try_from(value).map_err(|_| MetricsError::Corrupt)?,
-                    Ordering::Relaxed,
-                );
-            }
+        if !crate::header::publish(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes)) {
+            return Err(MetricsError::Corrupt);
         }
-        self.f64(H_MAGIC)?.store(MAGIC, Ordering::Release);
         Ok(())
     }
 
     fn verify(&self, bytes: usize) -> Result<(), AttachError> {
-        let magic = self
-            .region
-            .u64_at(H_MAGIC)
-            .map(|a| a.load(Ordering::Acquire));
-        if magic != Some(MAGIC) {
-            return Err(AttachError::NotInitialized);
-        }
-        for (field, off, expected, wide) in self.header_values(bytes) {
-            let found = if wide {
-                self.region.u64_at(off).map(|a| a.load(Ordering::Relaxed))
-            } else {
-                self.region
-                    .u32_at(off)
-                    .map(|a| u64::from(a.load(Ordering::Relaxed)))
-            }
-            .ok_or(AttachError::NotInitialized)?;
-            if found != expected {
-                return Err(AttachError::Mismatch {
-                    field,
-                    expected,
-                    found,
-                });
-            }
-        }
-        Ok(())
+        crate::header::verify(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes))
     }
 
     fn f32(&self, off: usize) -> Result<&AtomicU32, MetricsError> {

@@ -229,7 +229,7 @@ impl QueueZone {
         self.max_message
     }
 
-    fn header_values(&self) -> [(&'static str, usize, u64, bool); 7] {
+    fn header_values(&self) -> [crate::header::Field; 7] {
         // (field, offset, expected value, is u64)
         [
             ("layout version", H_VERSION, u64::from(VERSION), false),
@@ -252,47 +252,14 @@ impl QueueZone {
         if !self.region.zero(0, RING_OFF) {
             return Err(QueueError::Corrupt);
         }
-        for (_, off, value, wide) in self.header_values() {
-            if wide {
-                self.f64(off)?.store(value, Ordering::Relaxed);
-            } else {
-                self.f32(off)?.store(
-                    u32::try_from(value).map_err(|_| QueueError::Corrupt)?,
-                    Ordering::Relaxed,
-                );
-            }
+        if !crate::header::publish(&self.region, H_MAGIC, MAGIC, &self.header_values()) {
+            return Err(QueueError::Corrupt);
         }
-        self.f64(H_MAGIC)?.store(MAGIC, Ordering::Release);
         Ok(())
     }
 
     fn verify(&self) -> Result<(), AttachError> {
-        let magic = self
-            .region
-            .u64_at(H_MAGIC)
-            .map(|m| m.load(Ordering::Acquire))
-            .ok_or(AttachError::NotInitialized)?;
-        if magic != MAGIC {
-            return Err(AttachError::NotInitialized);
-        }
-        for (field, off, expected, wide) in self.header_values() {
-            let found = if wide {
-                self.region.u64_at(off).map(|a| a.load(Ordering::Relaxed))
-            } else {
-                self.region
-                    .u32_at(off)
-                    .map(|a| u64::from(a.load(Ordering::Relaxed)))
-            }
-            .ok_or(AttachError::NotInitialized)?;
-            if found != expected {
-                return Err(AttachError::Mismatch {
-                    field,
-                    expected,
-                    found,
-                });
-            }
-        }
-        Ok(())
+        crate::header::verify(&self.region, H_MAGIC, MAGIC, &self.header_values())
     }
 
     // ---- raw field access --------------------------------------------------------------
