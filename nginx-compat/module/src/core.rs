@@ -247,30 +247,12 @@ unsafe extern "C" fn shm_kv_directive(
         let (Some(name), Some(size)) = (args.get(1), args.get(2)) else {
             return conf_error(cf, "tollgate: shm_kv NAME|* SIZE [eviction=lru|slru|none];");
         };
-        let name_s = lossy(name);
-        if name_s.is_empty() || name_s.contains('/') {
-            return conf_error(cf, &format!("tollgate: invalid shm_kv name \"{name_s}\""));
-        }
-        if conf.kv_zones.iter().any(|z| z.name == name_s) {
-            return conf_error(
-                cf,
-                &format!("tollgate: shm_kv \"{name_s}\" already defined"),
-            );
-        }
-        let mut size_str = *size;
-        let parsed = ngx_parse_size(&mut size_str);
-        let Ok(size_bytes) = usize::try_from(parsed) else {
-            return conf_error(
-                cf,
-                &format!("tollgate: invalid shm_kv size \"{}\"", lossy(size)),
-            );
-        };
-        if size_bytes < 15 * 1024 {
-            return conf_error(
-                cf,
-                &format!("tollgate: shm_kv \"{name_s}\" is too small (at least 15k)"),
-            );
-        }
+        let declared = |n: &str| conf.kv_zones.iter().any(|z| z.name == n);
+        let (name_s, size_bytes) =
+            match zone_name_size("shm_kv", name, size, declared, 15 * 1024, "15k") {
+                Ok(v) => v,
+                Err(e) => return conf_error(cf, &e),
+            };
         let opt = args.get(3).map(lossy);
         let eviction = match tollgate_services::kv::Eviction::from_directive(opt.as_deref()) {
             Ok(e) => e,
@@ -281,6 +263,44 @@ unsafe extern "C" fn shm_kv_directive(
         }
         CONF_OK
     }
+}
+
+/// `NAME SIZE` of a `directive` (`shm_kv`, `shm_queue`): a name that is not empty, has no
+/// `/` and is not `declared` yet, and a size in bytes (nginx's size syntax: `64k`, `1m`) of at
+/// least `min` (`min_text` in the message). The error names the directive and the argument.
+///
+/// # Safety
+/// `size` must be an argument of the directive being parsed (nginx's parser memory).
+unsafe fn zone_name_size(
+    directive: &str,
+    name: &ngx_str_t,
+    size: &ngx_str_t,
+    declared: impl Fn(&str) -> bool,
+    min: usize,
+    min_text: &str,
+) -> Result<(String, usize), String> {
+    let name = lossy(name);
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("tollgate: invalid {directive} name \"{name}\""));
+    }
+    if declared(&name) {
+        return Err(format!("tollgate: {directive} \"{name}\" already defined"));
+    }
+    let mut size_str = *size;
+    // SAFETY: ngx_parse_size only reads the string (a copy of the argument's descriptor).
+    let parsed = unsafe { ngx_parse_size(&mut size_str) };
+    let Ok(bytes) = usize::try_from(parsed) else {
+        return Err(format!(
+            "tollgate: invalid {directive} size \"{}\"",
+            lossy(size)
+        ));
+    };
+    if bytes < min {
+        return Err(format!(
+            "tollgate: {directive} \"{name}\" is too small (at least {min_text})"
+        ));
+    }
+    Ok((name, bytes))
 }
 
 unsafe extern "C" fn shm_queue_directive(
@@ -297,36 +317,19 @@ unsafe extern "C" fn shm_queue_directive(
         let (Some(name), Some(size)) = (args.get(1), args.get(2)) else {
             return conf_error(cf, "tollgate: shm_queue NAME SIZE;");
         };
-        let name_s = lossy(name);
-        if name_s.is_empty() || name_s.contains('/') {
-            return conf_error(
-                cf,
-                &format!("tollgate: invalid shm_queue name \"{name_s}\""),
-            );
-        }
-        if conf.queue_zones.iter().any(|z| z.name == name_s) {
-            return conf_error(
-                cf,
-                &format!("tollgate: shm_queue \"{name_s}\" already defined"),
-            );
-        }
-        let mut size_str = *size;
-        let parsed = ngx_parse_size(&mut size_str);
-        let Ok(size_bytes) = usize::try_from(parsed) else {
-            return conf_error(
-                cf,
-                &format!("tollgate: invalid shm_queue size \"{}\"", lossy(size)),
-            );
+        let declared = |n: &str| conf.queue_zones.iter().any(|z| z.name == n);
+        let min = tollgate_services::queue::MIN_QUEUE_BYTES;
+        let (name_s, size_bytes) = match zone_name_size(
+            "shm_queue",
+            name,
+            size,
+            declared,
+            min,
+            &format!("{min} bytes"),
+        ) {
+            Ok(v) => v,
+            Err(e) => return conf_error(cf, &e),
         };
-        if size_bytes < tollgate_services::queue::MIN_QUEUE_BYTES {
-            return conf_error(
-                cf,
-                &format!(
-                    "tollgate: shm_queue \"{name_s}\" is too small (at least {} bytes)",
-                    tollgate_services::queue::MIN_QUEUE_BYTES
-                ),
-            );
-        }
         let mut def = Box::new(QueueZoneDef {
             name: name_s.clone(),
             size: size_bytes,
@@ -361,20 +364,14 @@ unsafe extern "C" fn queue_zone_init(
         let Some(def) = (*zone).data.cast::<QueueZoneDef>().as_mut() else {
             return -1;
         };
-        let log = crate::util::cycle_log();
-        let attached = zone_region(zone, data, def.size).and_then(|(region, init)| {
+        def.queue = attach_zone(zone, data, def.size, |region, init| {
             tollgate_services::queue::QueueZone::attach(region, &def.name, init)
                 .map_err(|e| format!("tollgate: shm_queue \"{}\": {e}", def.name))
         });
-        match attached {
-            Ok(q) => {
-                def.queue = Some(q);
-                0
-            }
-            Err(e) => {
-                crate::util::log(crate::util::level::EMERG, log, &e);
-                -1
-            }
+        if def.queue.is_some() {
+            0
+        } else {
+            -1
         }
     }
 }
@@ -483,6 +480,31 @@ pub unsafe fn zone_region(
     }
 }
 
+/// A zone `init`'s work after [`zone_region`]: `attach` the region (fresh, or the previous
+/// cycle's on reload); `None` after logging why at `emerg` (nginx then refuses the cycle).
+///
+/// # Safety
+/// As [`zone_region`].
+pub unsafe fn attach_zone<T>(
+    zone: *mut ngx_shm_zone_t,
+    data: *mut c_void,
+    want: usize,
+    attach: impl FnOnce(
+        tollgate_services::SharedRegion,
+        tollgate_services::kv::Init,
+    ) -> Result<T, String>,
+) -> Option<T> {
+    // SAFETY: forwarded from the caller.
+    let region = unsafe { zone_region(zone, data, want) };
+    match region.and_then(|(region, init)| attach(region, init)) {
+        Ok(z) => Some(z),
+        Err(e) => {
+            crate::util::log(crate::util::level::EMERG, crate::util::cycle_log(), &e);
+            None
+        }
+    }
+}
+
 unsafe extern "C" fn kv_zone_init(
     zone: *mut ngx_shm_zone_t,
     data: *mut c_void,
@@ -492,20 +514,14 @@ unsafe extern "C" fn kv_zone_init(
         let Some(def) = (*zone).data.cast::<KvZoneDef>().as_mut() else {
             return -1;
         };
-        let log = crate::util::cycle_log();
-        let attached = zone_region(zone, data, def.size).and_then(|(region, init)| {
+        def.kv = attach_zone(zone, data, def.size, |region, init| {
             tollgate_services::kv::KvZone::attach(region, &def.name, init, def.eviction)
                 .map_err(|e| format!("tollgate: shm_kv \"{}\": {e}", def.name))
         });
-        match attached {
-            Ok(kv) => {
-                def.kv = Some(kv);
-                0
-            }
-            Err(e) => {
-                crate::util::log(crate::util::level::EMERG, log, &e);
-                -1
-            }
+        if def.kv.is_some() {
+            0
+        } else {
+            -1
         }
     }
 }

@@ -281,7 +281,20 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
                 out.content_length_n.to_string().into_bytes(),
             ));
         }
-        for h in table_elts(&raw mut out.headers) {
+        push_list(&mut map, &raw mut out.headers);
+    }
+    map
+}
+
+/// Appends the entries of an nginx header list to `map`, names lower-case, skipping removed
+/// ones (`hash` 0, nginx's removal mark).
+///
+/// # Safety
+/// `list` must be a live, initialised `ngx_list_t` of `ngx_table_elt_t`.
+unsafe fn push_list(map: &mut HeaderMap, list: *mut ngx_list_t) {
+    // SAFETY: the caller's list; its elements and strings live as long as the request.
+    unsafe {
+        for h in table_elts(list) {
             if (*h).hash == 0 {
                 continue;
             }
@@ -291,7 +304,6 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
             ));
         }
     }
-    map
 }
 
 /// Writes a changed response map back to `headers_out`.
@@ -379,17 +391,7 @@ pub unsafe fn apply_response_map(
 pub unsafe fn trailers_map(r: *mut ngx_http_request_t) -> HeaderMap {
     let mut map: HeaderMap = Vec::new();
     // SAFETY: headers_out.trailers is initialised with the request (ngx_http_alloc_request).
-    unsafe {
-        for h in table_elts(&raw mut (*r).headers_out.trailers) {
-            if (*h).hash == 0 {
-                continue;
-            }
-            map.push((
-                bytes(&(*h).key).to_ascii_lowercase(),
-                bytes(&(*h).value).to_vec(),
-            ));
-        }
-    }
+    unsafe { push_list(&mut map, &raw mut (*r).headers_out.trailers) };
     map
 }
 

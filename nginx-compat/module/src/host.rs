@@ -134,6 +134,11 @@ fn queue_index(id: u32) -> Option<usize> {
     usize::try_from(id).ok()?.checked_sub(1)
 }
 
+/// Why a filter cannot register the queue `name`, with the directive that would declare it.
+fn undeclared_queue(name: &str) -> String {
+    format!("shared queue \"{name}\" is not declared: add `shm_queue {name} SIZE;` to wasm {{}}")
+}
+
 /// The id of the queue `name` among `names` (declaration order, from 1).
 fn queue_id<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Option<u32> {
     names
@@ -207,13 +212,7 @@ impl WorkerHost {
     }
 
     fn no_queue(&self, plugin: &str, name: &str) -> Status {
-        self.log_line(
-            LogLevel::Error,
-            plugin,
-            &format!(
-                "shared queue \"{name}\" is not declared: add `shm_queue {name} SIZE;` to wasm {{}}"
-            ),
-        );
+        self.log_line(LogLevel::Error, plugin, &undeclared_queue(name));
         Status::NotFound
     }
 
@@ -494,15 +493,13 @@ impl tollgate_host::Host for ConfHost {
     }
     fn register_shared_queue(&self, name: &str) -> Result<u32, Status> {
         queue_id(name, self.queues.iter().map(String::as_str)).ok_or_else(|| {
-                log(
-                    crate::util::level::EMERG,
-                    self.log,
-                    &format!(
-                        "[tollgate] shared queue \"{name}\" is not declared: add `shm_queue {name} SIZE;` to wasm {{}}"
-                    ),
-                );
-                Status::NotFound
-            })
+            log(
+                crate::util::level::EMERG,
+                self.log,
+                &format!("[tollgate] {}", undeclared_queue(name)),
+            );
+            Status::NotFound
+        })
     }
     /// At configuration time nothing is registered yet: any declared queue resolves.
     fn resolve_shared_queue(&self, _vm_id: &str, name: &str) -> Result<u32, Status> {

@@ -478,6 +478,14 @@ unsafe extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
     crate::worker::uninstall();
 }
 
+/// Runs one step of a request's filter chain with the worker state (`Failed` when it is not
+/// available), then arms the poll timer for any HTTP call the filters dispatched.
+fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
+    let out = with_worker(step).unwrap_or(Outcome::Failed);
+    kick_calls();
+    out
+}
+
 /// Arms the worker's poll timer: every 2 ms while HTTP calls are pending, every
 /// [`crate::host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
 /// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
@@ -578,9 +586,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         return finalize(r, code);
                     }
                     let eos = !has_body(r);
-                    let out = with_worker(|w| ctx.request_headers(w, from, eos))
-                        .unwrap_or(Outcome::Failed);
-                    kick_calls();
+                    let out = run_chain(|w| ctx.request_headers(w, from, eos));
                     match out {
                         Outcome::Continue => {
                             if std::mem::take(&mut ctx.stream.request_headers_changed) {
@@ -624,8 +630,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                 Phase::Paused(_) | Phase::ReadingBody => return rc::DONE,
                 Phase::BodyRead => {
                     ctx.stream.request_body = crate::body::read_request_body(r);
-                    let out = with_worker(|w| ctx.request_body(w)).unwrap_or(Outcome::Failed);
-                    kick_calls();
+                    let out = run_chain(|w| ctx.request_body(w));
                     match out {
                         Outcome::Local(lr) => {
                             let code = send_local(r, ctx, lr);
@@ -749,8 +754,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         if eos {
             ctx.resp_eos = true;
         }
-        let out = with_worker(|w| ctx.response_headers(w, eos)).unwrap_or(Outcome::Failed);
-        kick_calls();
+        let out = run_chain(|w| ctx.response_headers(w, eos));
         match out {
             Outcome::Local(_) => log(
                 level::WARN,
@@ -842,8 +846,7 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         let trailers_follow = eos && !ctx.stream.response_trailers.is_empty();
         let was_buffering = ctx.resp_buffering;
         ctx.resp_buffering = false;
-        let out = with_worker(|w| ctx.response_body(w, eos)).unwrap_or(Outcome::Failed);
-        kick_calls();
+        let out = run_chain(|w| ctx.response_body(w, eos));
         if let Outcome::Failed = out {
             log(
                 level::ERR,
@@ -852,8 +855,7 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
             );
         }
         if trailers_follow {
-            let out = with_worker(|w| ctx.response_trailers(w)).unwrap_or(Outcome::Failed);
-            kick_calls();
+            let out = run_chain(|w| ctx.response_trailers(w));
             if let Outcome::Failed = out {
                 log(
                     level::ERR,

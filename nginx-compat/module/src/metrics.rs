@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use ngx::ffi::{ngx_conf_t, ngx_core_conf_t, ngx_http_request_t, ngx_int_t, ngx_shm_zone_t};
 use tollgate_services::metrics::{MetricsConfig, MetricsLayout, MetricsZone};
 
-use crate::core::{add_zone, core_conf, slab_size, zone_region, MetricsDef};
+use crate::core::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
 use crate::request::rc;
 use crate::util::{bytes, level, log};
 
@@ -131,19 +131,14 @@ unsafe extern "C" fn metrics_zone_init(zone: *mut ngx_shm_zone_t, data: *mut c_v
             return -1;
         };
         let want = def.layout.bytes().unwrap_or(0);
-        let attached = zone_region(zone, data, want).and_then(|(region, init)| {
+        def.metrics = attach_zone(zone, data, want, |region, init| {
             MetricsZone::attach(region, &def.layout, init, 0, MetricsConfig::default())
                 .map_err(|e| format!("tollgate: metrics zone: {e}"))
         });
-        match attached {
-            Ok(m) => {
-                def.metrics = Some(m);
-                0
-            }
-            Err(e) => {
-                log(level::EMERG, crate::util::cycle_log(), &e);
-                -1
-            }
+        if def.metrics.is_some() {
+            0
+        } else {
+            -1
         }
     }
 }
