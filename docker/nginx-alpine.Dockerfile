@@ -20,14 +20,17 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
+COPY tools tools
 COPY scripts/lib.sh scripts/lib.sh
 # plugin_crates (scripts/lib.sh): every crate of plugins/ that builds a cdylib.
+# tools/trim-callbacks then writes each module to /out without the stream callbacks its filter
+# does not implement, as scripts/build.sh does.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     pkgs=(); for c in $(. scripts/lib.sh && plugin_crates); do pkgs+=(-p "tollgate-$c"); done; \
     cargo build --locked --release --target wasm32-wasip1 "${pkgs[@]}" \
     && mkdir -p /out \
-    && cp target/wasm32-wasip1/release/tollgate_*.wasm /out/
+    && cargo run --locked -q -p tollgate-trim-callbacks -- target/wasm32-wasip1/release/deps /out
 
 # ---- nginx as the image ships it. The module is built on top of this very layer and the
 # image is this layer too, so the module always matches the nginx binary it is loaded into.
@@ -59,6 +62,7 @@ RUN sh docker/nginx-source-tree.sh /build
 COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
+COPY tools tools
 COPY nginx-compat nginx-compat
 # A cdylib on musl needs crt-static off (with it, rustc refuses the cdylib crate type).
 ENV NGINX_SOURCE_DIR=/build/nginx NGINX_BUILD_DIR=/build/nginx/objs \

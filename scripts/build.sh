@@ -17,12 +17,22 @@ if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
   RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi" \
     /usr/bin/cargo build -q --release --target wasm32-wasip1 -Zbuild-std=std,panic_abort \
       --target-dir target/build-std "${pkgs[@]}"
-  mkdir -p "$WASM_DIR" && cp target/build-std/wasm32-wasip1/release/tollgate_*.wasm "$WASM_DIR/"
+  SRC=target/build-std/wasm32-wasip1/release
+  mkdir -p "$WASM_DIR" && cp "$SRC"/tollgate_*.wasm "$WASM_DIR/"
   touch .cache/wasm-from-build-std
 else
   # After a fallback build, remove its copies so that cargo puts its own artifacts back.
   if [ -e .cache/wasm-from-build-std ]; then rm -f "$WASM_DIR"/tollgate_*.wasm .cache/wasm-from-build-std; fi
   cargo build -q --release --target wasm32-wasip1 "${pkgs[@]}"
+  SRC="$WASM_DIR/deps"
 fi
+# Remove from each module's exports the proxy-wasm stream callbacks its filter does not implement
+# (the SDK exports them all; hosts skip a callback a module does not export), as listed in the
+# crate's [package.metadata.tollgate] http-callbacks. $SRC holds cargo's untrimmed modules; a
+# module in $WASM_DIR is rewritten only when its trimmed bytes differ. The untrimmed floor is kept
+# as tollgate_wasm_floor_all_callbacks.wasm, for the benchmarks.
+cargo run -q -p tollgate-trim-callbacks -- "$SRC" "$WASM_DIR"
+cmp -s "$SRC/tollgate_wasm_floor.wasm" "$WASM_DIR/tollgate_wasm_floor_all_callbacks.wasm" ||
+  cp "$SRC/tollgate_wasm_floor.wasm" "$WASM_DIR/tollgate_wasm_floor_all_callbacks.wasm"
 (cd demo-upstream && go build -o "$ROOT/target/demo-upstream" .)
 log "built: $(cd "$WASM_DIR" && ls tollgate_*.wasm | tr '\n' ' ')and target/demo-upstream"
