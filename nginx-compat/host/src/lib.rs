@@ -365,6 +365,43 @@ fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
     }
 }
 
+/// The HTTP stream callbacks a module may export (proxy-wasm ABI 0.2.1, `proxy_on_<name>`). Every
+/// one is optional: a host skips the callback a module does not export, as proxy-wasm-cpp-host
+/// (Envoy) and ngx_wasm_module do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamCallback {
+    /// `proxy_on_request_headers`.
+    RequestHeaders,
+    /// `proxy_on_request_body`.
+    RequestBody,
+    /// `proxy_on_request_trailers`.
+    RequestTrailers,
+    /// `proxy_on_response_headers`.
+    ResponseHeaders,
+    /// `proxy_on_response_body`.
+    ResponseBody,
+    /// `proxy_on_response_trailers`.
+    ResponseTrailers,
+    /// `proxy_on_log`.
+    Log,
+    /// `proxy_on_done`.
+    Done,
+}
+
+impl StreamCallback {
+    /// Every stream callback, in the order of a request.
+    pub const ALL: [StreamCallback; 8] = [
+        StreamCallback::RequestHeaders,
+        StreamCallback::RequestBody,
+        StreamCallback::RequestTrailers,
+        StreamCallback::ResponseHeaders,
+        StreamCallback::ResponseBody,
+        StreamCallback::ResponseTrailers,
+        StreamCallback::Log,
+        StreamCallback::Done,
+    ];
+}
+
 /// One instance of a module in one worker.
 pub struct Vm {
     store: Store<abi::State>,
@@ -443,6 +480,23 @@ impl Vm {
             vm_started: false,
             poisoned: false,
         })
+    }
+
+    /// Whether the module exports the stream callback `cb` (a call to one it lacks is a no-op
+    /// that continues), so that a host can skip the work that only feeds it, such as buffering a
+    /// body no filter reads.
+    pub fn exports_callback(&self, cb: StreamCallback) -> bool {
+        let e = &self.exports;
+        match cb {
+            StreamCallback::RequestHeaders => e.on_request_headers.is_some(),
+            StreamCallback::RequestBody => e.on_request_body.is_some(),
+            StreamCallback::RequestTrailers => e.on_request_trailers.is_some(),
+            StreamCallback::ResponseHeaders => e.on_response_headers.is_some(),
+            StreamCallback::ResponseBody => e.on_response_body.is_some(),
+            StreamCallback::ResponseTrailers => e.on_response_trailers.is_some(),
+            StreamCallback::Log => e.on_log.is_some(),
+            StreamCallback::Done => e.on_done.is_some(),
+        }
     }
 
     fn new_context_id(&mut self) -> Result<u32, Error> {

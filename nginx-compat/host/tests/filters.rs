@@ -20,7 +20,7 @@ use base64::Engine as _;
 use hmac::Mac;
 use tollgate_host::testing::MemoryHost;
 use tollgate_host::{
-    Action, Engine, HeaderMap, HttpCallResponse, Module, PropertySource, Stream, Vm,
+    Action, Engine, HeaderMap, HttpCallResponse, Module, PropertySource, Stream, StreamCallback, Vm,
 };
 
 fn wasm_path(filter: &str) -> PathBuf {
@@ -577,6 +577,52 @@ fn cost_prices_an_openai_response() {
 
 // ---------------------------------------------------------------------------------------------
 // sticky-upstream and the Wasm floor: they load and pass requests.
+
+/// scripts/build.sh trims each module to the stream callbacks its crate declares
+/// (tools/trim-callbacks); the host sees exactly those, and a callback a module lacks continues.
+#[test]
+fn trimmed_modules_export_only_their_declared_callbacks() {
+    use StreamCallback::*;
+    let all = StreamCallback::ALL;
+    let cases: [(&str, &[StreamCallback]); 7] = [
+        ("wasm_floor", &[RequestHeaders]),
+        ("wasm_floor_all_callbacks", &all),
+        ("jwt_auth", &[RequestHeaders]),
+        ("rate_limit", &[RequestHeaders, ResponseHeaders]),
+        ("sticky_upstream", &[RequestHeaders, ResponseHeaders]),
+        ("metrics", &[RequestHeaders, Log]),
+        (
+            "cost",
+            &[
+                RequestHeaders,
+                RequestBody,
+                ResponseHeaders,
+                ResponseBody,
+                Log,
+            ],
+        ),
+    ];
+    let host = Rc::new(MemoryHost::new());
+    for (filter, declared) in cases {
+        let vm = vm(filter, &host);
+        let exported: Vec<StreamCallback> = all
+            .into_iter()
+            .filter(|cb| vm.exports_callback(*cb))
+            .collect();
+        assert_eq!(exported, declared, "{filter}");
+    }
+    // The trimmed floor answers Continue to a body callback it does not export.
+    let mut vm = vm("wasm_floor", &host);
+    let root = vm.create_root("floor", b"").unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/", &[]);
+    s.response_body = b"body".to_vec();
+    assert_eq!(
+        vm.on_response_body(id, &mut s, true).unwrap(),
+        Action::Continue
+    );
+    vm.on_log_and_delete(id, &mut s).unwrap();
+}
 
 #[test]
 fn wasm_floor_passes_requests() {

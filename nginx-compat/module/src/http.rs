@@ -604,7 +604,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                                 }
                                 flush_header_variables(r);
                             }
-                            if has_body(r) {
+                            if has_body(r) && ctx.wants_request_body {
                                 return start_body(r, ctx);
                             }
                             ctx.phase = Phase::Forward;
@@ -821,6 +821,12 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         let Some(ctx) = get_ctx(r) else {
             return call_next(r, chain);
         };
+        if !ctx.wants_response_body {
+            // No filter reads the body or the trailers: nothing to copy or call. Trailers that a
+            // filter changed meanwhile (an HTTP call's callback) still go out.
+            apply_trailers_if_changed(r, ctx);
+            return call_next(r, chain);
+        }
         if ctx.started == 0 || ctx.finished || ctx.resp_eos && !ctx.resp_buffering {
             return call_next(r, chain);
         }

@@ -23,7 +23,7 @@ use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_event_t, ngx_http_request_t, ngx_int_t, ngx_pool_cleanup_add,
     ngx_pool_cleanup_t,
 };
-use tollgate_host::{Action, Error, HttpId, LocalResponse, Stream, Vm};
+use tollgate_host::{Action, Error, HttpId, LocalResponse, Stream, StreamCallback, Vm};
 
 use crate::props::NgxProps;
 use crate::util::{level, log};
@@ -103,6 +103,12 @@ pub struct RequestCtx {
     pub resp_buffering: bool,
     /// The response's end of stream was seen.
     pub resp_eos: bool,
+    /// Some filter's module exports `proxy_on_request_body`: the client body is read into
+    /// memory for it. Otherwise nginx streams the body to the upstream as without the chain.
+    pub wants_request_body: bool,
+    /// Some filter's module exports `proxy_on_response_body` or `proxy_on_response_trailers`:
+    /// the body filter copies each chunk for them. Otherwise it passes chunks straight on.
+    pub wants_response_body: bool,
     /// Event posted to resume a paused request.
     pub resume_ev: ngx_event_t,
     /// `response.code_details` of a local response.
@@ -241,6 +247,8 @@ impl RequestCtx {
             finished: false,
             resp_buffering: false,
             resp_eos: false,
+            wants_request_body: false,
+            wants_response_body: false,
             // SAFETY: a zeroed event is nginx's initial state.
             resume_ev: unsafe { std::mem::zeroed() },
             local_details,
@@ -372,6 +380,17 @@ impl RequestCtx {
             if let Some(s) = self.slots.get_mut(i) {
                 s.vm = vm_ref;
                 s.http = http;
+            }
+            if http.is_some() {
+                let vm = match vm_ref {
+                    VmRef::Shared { module, .. } => w.vms.get(module).and_then(|s| s.vm.as_ref()),
+                    VmRef::Owned(k) => self.own_vms.get(k),
+                };
+                if let Some(vm) = vm {
+                    self.wants_request_body |= vm.exports_callback(StreamCallback::RequestBody);
+                    self.wants_response_body |= vm.exports_callback(StreamCallback::ResponseBody)
+                        || vm.exports_callback(StreamCallback::ResponseTrailers);
+                }
             }
         }
     }
