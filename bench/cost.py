@@ -2,6 +2,8 @@
 
 Variants:
 - proxy-only: no filter.
+- wasm-floor: bench/wasm-floor (`runner.wasm_floor`), a filter that does nothing: the least any
+  proxy-wasm filter costs per request.
 - tollgate-cost: the cost filter (tenant from x-tenant, a price for the model, a default budget
   so large that nothing is refused): per request one shared-data read (budget check), a copy of
   the small request body (model), the response inspected (JSON copied, or SSE parsed
@@ -40,6 +42,7 @@ def main() -> None:
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up)),
         runner.Variant("tollgate-cost", lambda up: GatewaySpec([tollgate()], up)),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([runner.wasm_floor()], up)),
     ]
     headers = {"content-type": "application/json", "x-tenant": "bench-tenant", "x-mock-prompt-tokens": "120",
                "x-mock-completion-tokens": "40", "x-mock-cached-tokens": "20"}
@@ -50,7 +53,11 @@ def main() -> None:
                         body=json.dumps({"model": "gpt-4o-mini", "stream": True, "stream_options": {"include_usage": True},
                                          "messages": [{"role": "user", "content": "hi"}]})),
     ]
-    comparisons = [runner.Comparison("tollgate-cost", "proxy-only", label="cost / proxy-only")]
+    comparisons = [
+        runner.Comparison("tollgate-cost", "proxy-only", label="cost / proxy-only"),
+        runner.Comparison("wasm-floor", "proxy-only", label="Wasm floor / proxy-only"),
+        runner.Comparison("tollgate-cost", "wasm-floor", label="cost / Wasm floor"),
+    ]
     runner.run("cost", variants, scenarios, comparisons=comparisons, **opts)
 
 

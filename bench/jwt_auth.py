@@ -1,7 +1,9 @@
 """jwt-auth vs Envoy's native jwt_authn vs proxy-only, in one interleaved run on one Envoy binary.
 
-Variant "wasm-floor" is bench/wasm-floor, a proxy-wasm filter that does nothing: the fixed cost
-of any Wasm filter in Envoy, which bounds what filter logic can reach against a native filter.
+Variant "wasm-floor" is bench/wasm-floor (`runner.wasm_floor`), a proxy-wasm filter that does
+nothing and exports one stream callback: the fixed cost of any Wasm filter in Envoy, which bounds
+what filter logic can reach against a native filter. "wasm-floor-all-callbacks" is the same module
+exporting every stream callback, as the proxy-wasm Rust SDK does before scripts/build.sh trims it.
 
 Scenarios: a valid HS256 token, a valid RS256 token (2048-bit key), an HS256 token signed with a
 wrong secret (every answer 401). Both filters check the same claims and copy `sub` to a header;
@@ -89,8 +91,6 @@ def main() -> None:
     keys = make_keys()
     hs, rs, wrong = keys.hs256, keys.rs256, keys.wrong_secret
 
-    # The fixed cost of any Wasm filter in Envoy: bench/wasm-floor, a filter that does nothing.
-    floor = FilterSpec("wasm-floor", {})
 
     valid = {"valid-hs256", "valid-rs256"}
     variants = [
@@ -99,7 +99,8 @@ def main() -> None:
         runner.Variant("tollgate-jwt-auth", lambda up: GatewaySpec([tollgate(keys, False)], up)),
         runner.Variant("native-jwt_authn+cache", lambda up: GatewaySpec([native(keys, True)], up), scenarios=valid),
         runner.Variant("tollgate-jwt-auth+cache", lambda up: GatewaySpec([tollgate(keys, True)], up), scenarios=valid),
-        runner.Variant("wasm-floor", lambda up: GatewaySpec([floor], up), scenarios=valid),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([runner.wasm_floor()], up), scenarios=valid),
+        runner.Variant("wasm-floor-all-callbacks", lambda up: GatewaySpec([runner.wasm_floor(True)], up), scenarios=valid),
     ]
     scenarios = [
         runner.Scenario("valid-hs256", headers={"authorization": f"Bearer {hs}"}),
@@ -114,6 +115,8 @@ def main() -> None:
         runner.Comparison("wasm-floor", "native-jwt_authn", label="Wasm floor / native (cache off)"),
         runner.Comparison("wasm-floor", "native-jwt_authn+cache", label="Wasm floor / native (cache on)"),
         runner.Comparison("tollgate-jwt-auth+cache", "wasm-floor", label="tollgate (cache on) / Wasm floor"),
+        runner.Comparison("wasm-floor", "wasm-floor-all-callbacks", label="Wasm floor / the same exporting every callback"),
+        runner.Comparison("wasm-floor", "proxy-only", label="Wasm floor / proxy-only"),
     ]
     runner.run("jwt_auth", variants, scenarios, comparisons=comparisons, **opts)
 

@@ -4,6 +4,8 @@ Variants, each with 1 and 2 workers (interleaved in the same rounds; ratios comp
 the same worker count):
 
 - proxy-only: no filter.
+- wasm-floor: bench/wasm-floor (`runner.wasm_floor`), a filter that does nothing: the least any
+  proxy-wasm filter costs per request.
 - tollgate-metrics: the metrics filter with three routes and a tenant header capped at 100 (the
   benchmark's tenant is admitted on the first request; later requests hit the per-VM caches:
   one host-clock read at the request headers, then at on_log the request headers it labels by,
@@ -46,9 +48,14 @@ def main() -> None:
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up, stats_config=STATS_CONFIG)),
         runner.Variant("tollgate-metrics", lambda up: GatewaySpec([tollgate()], up, stats_config=STATS_CONFIG)),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([runner.wasm_floor()], up, stats_config=STATS_CONFIG)),
     ]
     scenarios = [runner.Scenario("get", path="/bench", headers={"x-tenant": "bench"})]
-    comparisons = [runner.Comparison("tollgate-metrics", "proxy-only", label="tollgate-metrics / proxy-only")]
+    comparisons = [
+        runner.Comparison("tollgate-metrics", "proxy-only", label="tollgate-metrics / proxy-only"),
+        runner.Comparison("wasm-floor", "proxy-only", label="Wasm floor / proxy-only"),
+        runner.Comparison("tollgate-metrics", "wasm-floor", label="tollgate-metrics / Wasm floor"),
+    ]
     runner.run("metrics", variants, scenarios, comparisons=comparisons, **opts)
 
 

@@ -11,8 +11,8 @@ at the same worker count):
   headers on allowed responses off; and on /reject a fixed window of 1 per day (reject path:
   one read, no write, a local 429 reply).
 - tollgate-rate-limit+headers: the same with RateLimit-Policy/RateLimit on allowed responses.
-- tollgate-wasm-floor: the same filter whose only rule never matches: what any proxy-wasm filter
-  costs in Envoy (contexts, callbacks), the floor under the allow path.
+- wasm-floor: bench/wasm-floor (`runner.wasm_floor`), a filter that does nothing: what any
+  proxy-wasm filter costs in Envoy (context, one callback), the floor under the allow path.
 - native-local_ratelimit-reject: local_ratelimit with a 1-token bucket refilled daily.
 
 Scenarios: `allow` (GET /bench, x-api-key: bench-client) and `reject` (GET /reject, every answer
@@ -42,11 +42,6 @@ def native(max_tokens: int, tokens_per_fill: int, fill_interval: str) -> EnvoyNa
     })
 
 
-def floor() -> FilterSpec:
-    return FilterSpec("rate-limit", {"zone": "floor", "rules": [
-        {"name": "never", "match": {"prefix": "/never"}, "limits": [{"requests": 1, "per": "day"}]}]})
-
-
 def tollgate(headers: bool) -> FilterSpec:
     key = [{"header": KEY_HEADER}]
     return FilterSpec("rate-limit", {
@@ -70,7 +65,7 @@ def main() -> None:
         runner.Variant("native-local_ratelimit", lambda up: GatewaySpec([native(HUGE, HUGE, "1s")], up), scenarios=allow),
         runner.Variant("tollgate-rate-limit", lambda up: GatewaySpec([tollgate(False)], up)),
         runner.Variant("tollgate-rate-limit+headers", lambda up: GatewaySpec([tollgate(True)], up), scenarios=allow),
-        runner.Variant("tollgate-wasm-floor", lambda up: GatewaySpec([floor()], up), scenarios=allow),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([runner.wasm_floor()], up), scenarios=allow),
         runner.Variant("native-local_ratelimit-reject", lambda up: GatewaySpec([native(1, 1, "86400s")], up), scenarios=reject),
     ]
     headers = {KEY_HEADER: "bench-client"}
@@ -83,7 +78,8 @@ def main() -> None:
         runner.Comparison("tollgate-rate-limit+headers", "native-local_ratelimit", allow, label="tollgate+headers / native local_ratelimit (allow)"),
         runner.Comparison("tollgate-rate-limit", "proxy-only", allow, label="tollgate / proxy-only (allow)"),
         runner.Comparison("native-local_ratelimit", "proxy-only", allow, label="native / proxy-only (allow)"),
-        runner.Comparison("tollgate-wasm-floor", "native-local_ratelimit", allow, label="wasm floor (no rule matches) / native (allow)"),
+        runner.Comparison("wasm-floor", "native-local_ratelimit", allow, label="Wasm floor / native (allow)"),
+        runner.Comparison("tollgate-rate-limit", "wasm-floor", allow, label="tollgate / Wasm floor (allow)"),
         runner.Comparison("tollgate-rate-limit", "native-local_ratelimit-reject", reject, label="tollgate / native local_ratelimit (reject)"),
     ]
     runner.run("rate_limit", variants, scenarios, comparisons=comparisons, **opts)

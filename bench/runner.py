@@ -35,7 +35,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import harness  # noqa: E402
-from harness import DemoUpstream, EnvoyNativeFilter, GatewaySpec  # noqa: E402
+from harness import DemoUpstream, EnvoyNativeFilter, FilterSpec, GatewaySpec  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GATEWAY_CPUS = "0"
@@ -85,6 +85,15 @@ class Comparison:
     numerator_host: str | None = None
     denominator_host: str | None = None
     group: str = ""  # the report's section (and chart) it belongs to
+
+
+def wasm_floor(all_callbacks: bool = False) -> FilterSpec:
+    """The Wasm floor, bench/wasm-floor: a proxy-wasm filter that does nothing. Trimmed by
+    scripts/build.sh to the one stream callback any filter that looks at requests needs
+    (proxy_on_request_headers, plus the SDK's context create/delete), it is the least a
+    proxy-wasm filter costs a host per request. With `all_callbacks`, the untrimmed module, which
+    exports every stream callback as the proxy-wasm Rust SDK does (what trimming saves)."""
+    return FilterSpec("wasm-floor-all-callbacks" if all_callbacks else "wasm-floor", {})
 
 
 def options(connections: str, workers: str, hosts: str | None = None, smoke_workers: str | None = None) -> dict:

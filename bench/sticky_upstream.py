@@ -5,6 +5,8 @@ in one interleaved run on one Envoy binary, three demo upstreams (blue, green, r
 - native-stateful_session: `envoy.filters.http.stateful_session` with
   `envoy.http.stateful_session.cookie`; one cluster with the three upstreams as endpoints (its
   cookie carries a host address); its cookie is minted by a first response, pinned to blue.
+- wasm-floor: bench/wasm-floor (`runner.wasm_floor`), a filter that does nothing, one cluster
+  (blue): the least any proxy-wasm filter costs per request.
 - tollgate-sticky-upstream: one cluster per upstream, routed with `cluster_header`; its cookie is
   minted here with the same HMAC as the filter, pinned to blue.
 
@@ -121,6 +123,7 @@ def main() -> None:
         runner.Variant("proxy-only", lambda up: GatewaySpec([], {"blue": up["blue"]}), scenarios={"sticky-read"}),
         runner.Variant("native-stateful_session", lambda up: GatewaySpec([native()], native_upstreams(up))),
         runner.Variant("tollgate-sticky-upstream", lambda up: GatewaySpec([tollgate()], tollgate_upstreams(up), route_header=ROUTE_HEADER)),
+        runner.Variant("wasm-floor", lambda up: GatewaySpec([runner.wasm_floor()], {"blue": up["blue"]}), scenarios={"sticky-read"}),
     ]
     sticky_read = runner.Scenario("sticky-read")
     scenarios = [sticky_read, runner.Scenario("new-client")]
@@ -138,6 +141,8 @@ def main() -> None:
         runner.Comparison("tollgate-sticky-upstream", "native-stateful_session", label="tollgate / native stateful_session"),
         runner.Comparison("tollgate-sticky-upstream", "proxy-only", scenarios={"sticky-read"}, label="tollgate / proxy-only"),
         runner.Comparison("native-stateful_session", "proxy-only", scenarios={"sticky-read"}, label="native stateful_session / proxy-only"),
+        runner.Comparison("wasm-floor", "native-stateful_session", scenarios={"sticky-read"}, label="Wasm floor / native stateful_session"),
+        runner.Comparison("tollgate-sticky-upstream", "wasm-floor", scenarios={"sticky-read"}, label="tollgate / Wasm floor"),
     ]
     runner.run("sticky_upstream", variants, scenarios, comparisons=comparisons, **opts,
                upstream_names=UPSTREAMS, prepare=prepare)
