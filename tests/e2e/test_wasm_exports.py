@@ -9,6 +9,7 @@ is what every other e2e suite shows, on Envoy and on nginx.
 from __future__ import annotations
 
 import pathlib
+import re
 import tomllib
 
 import pytest
@@ -75,6 +76,22 @@ def test_module_exports_exactly_the_declared_stream_callbacks(crate):
     got = exports(WASM_DIR / f"{name}.wasm")
     assert {c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in got} == keep
     assert ALWAYS <= got, ALWAYS - got
+
+
+@pytest.mark.parametrize("crate", CRATES, ids=lambda c: c.name)
+def test_declared_callbacks_are_the_ones_the_filter_overrides(crate):
+    """A callback the filter implements but does not declare would be trimmed and never called;
+    one declared but not implemented costs a call into the VM for the SDK's default. The SDK's
+    HttpContext methods are `on_http_<name>` (`on_log`, `on_done`) for proxy_on_<name>."""
+    source = "\n".join(f.read_text() for f in sorted((crate / "src").rglob("*.rs")))
+    implemented = {m.group(1) or m.group(2)
+                   for m in re.finditer(r"\bfn on_(?:http_((?:request|response)_(?:headers|body|trailers))|(log|done))\s*\(", source)}
+    if crate.name == "wasm-floor":
+        # The floor overrides nothing and keeps proxy_on_request_headers on purpose: the least a
+        # filter that looks at requests is called for.
+        assert (implemented, declared(crate)[1]) == (set(), {"request_headers"})
+    else:
+        assert implemented == declared(crate)[1]
 
 
 def test_untrimmed_floor_exports_every_stream_callback():
