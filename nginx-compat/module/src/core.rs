@@ -364,15 +364,10 @@ unsafe extern "C" fn queue_zone_init(
         let Some(def) = (*zone).data.cast::<QueueZoneDef>().as_mut() else {
             return -1;
         };
-        def.queue = attach_zone(zone, data, def.size, |region, init| {
+        attach_zone(zone, data, def.size, &mut def.queue, |region, init| {
             tollgate_services::queue::QueueZone::attach(region, &def.name, init)
                 .map_err(|e| format!("tollgate: shm_queue \"{}\": {e}", def.name))
-        });
-        if def.queue.is_some() {
-            0
-        } else {
-            -1
-        }
+        })
     }
 }
 
@@ -481,7 +476,8 @@ pub unsafe fn zone_region(
 }
 
 /// A zone `init`'s work after [`zone_region`]: `attach` the region (fresh, or the previous
-/// cycle's on reload); `None` after logging why at `emerg` (nginx then refuses the cycle).
+/// cycle's on reload) into `slot`, and the `init` handler's return code: 0, or -1 with `slot`
+/// empty after logging why at `emerg` (nginx then refuses the cycle).
 ///
 /// # Safety
 /// As [`zone_region`].
@@ -489,18 +485,23 @@ pub unsafe fn attach_zone<T>(
     zone: *mut ngx_shm_zone_t,
     data: *mut c_void,
     want: usize,
+    slot: &mut Option<T>,
     attach: impl FnOnce(
         tollgate_services::SharedRegion,
         tollgate_services::kv::Init,
     ) -> Result<T, String>,
-) -> Option<T> {
+) -> ngx::ffi::ngx_int_t {
     // SAFETY: forwarded from the caller.
     let region = unsafe { zone_region(zone, data, want) };
     match region.and_then(|(region, init)| attach(region, init)) {
-        Ok(z) => Some(z),
+        Ok(z) => {
+            *slot = Some(z);
+            0
+        }
         Err(e) => {
+            *slot = None;
             crate::util::log(crate::util::level::EMERG, crate::util::cycle_log(), &e);
-            None
+            -1
         }
     }
 }
@@ -514,15 +515,10 @@ unsafe extern "C" fn kv_zone_init(
         let Some(def) = (*zone).data.cast::<KvZoneDef>().as_mut() else {
             return -1;
         };
-        def.kv = attach_zone(zone, data, def.size, |region, init| {
+        attach_zone(zone, data, def.size, &mut def.kv, |region, init| {
             tollgate_services::kv::KvZone::attach(region, &def.name, init, def.eviction)
                 .map_err(|e| format!("tollgate: shm_kv \"{}\": {e}", def.name))
-        });
-        if def.kv.is_some() {
-            0
-        } else {
-            -1
-        }
+        })
     }
 }
 

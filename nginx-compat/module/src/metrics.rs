@@ -131,15 +131,10 @@ unsafe extern "C" fn metrics_zone_init(zone: *mut ngx_shm_zone_t, data: *mut c_v
             return -1;
         };
         let want = def.layout.bytes().unwrap_or(0);
-        def.metrics = attach_zone(zone, data, want, |region, init| {
+        attach_zone(zone, data, want, &mut def.metrics, |region, init| {
             MetricsZone::attach(region, &def.layout, init, 0, MetricsConfig::default())
                 .map_err(|e| format!("tollgate: metrics zone: {e}"))
-        });
-        if def.metrics.is_some() {
-            0
-        } else {
-            -1
-        }
+        })
     }
 }
 
