@@ -91,7 +91,6 @@ def main() -> None:
     keys = make_keys()
     hs, rs, wrong = keys.hs256, keys.rs256, keys.wrong_secret
 
-
     valid = {"valid-hs256", "valid-rs256"}
     variants = [
         runner.Variant("proxy-only", lambda up: GatewaySpec([], up), scenarios=valid),
