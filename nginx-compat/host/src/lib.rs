@@ -18,11 +18,16 @@
 use std::rc::Rc;
 
 mod abi;
+mod limits;
 mod mem;
 pub mod testing;
+mod valid;
 mod wasi;
 
 use wasmtime::{Instance, InstancePre, Store, TypedFunc};
+
+use limits::CallKind;
+pub use limits::{EpochTicker, GuestLimits, EPOCH_TICK};
 
 /// Errors of loading, instantiating and calling a module. A trap in a callback is an `Error`
 /// too: the embedding fails that request with 500 and logs the message; the `Vm` stays usable
@@ -261,9 +266,17 @@ impl Engine {
     pub fn new() -> Result<Engine, Error> {
         let mut config = wasmtime::Config::new();
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // Every call into a guest has a deadline (limits.rs): compiled code checks the epoch.
+        config.epoch_interruption(true);
         let engine =
             wasmtime::Engine::new(&config).map_err(|e| Error::wasm("wasmtime engine", &e))?;
         Ok(Engine { engine })
+    }
+
+    /// Starts a thread that advances this engine's epoch every [`EPOCH_TICK`] until the
+    /// returned ticker is dropped: the clock of every guest deadline ([`GuestLimits`]).
+    pub fn start_epoch_ticker(&self) -> Result<EpochTicker, Error> {
+        EpochTicker::start(self.engine.clone())
     }
 
     /// Compile a `.wasm` file; checks that it exports a supported proxy-wasm ABI version and
@@ -389,6 +402,20 @@ pub enum StreamCallback {
 }
 
 impl StreamCallback {
+    /// The export's name: `proxy_on_<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamCallback::RequestHeaders => "proxy_on_request_headers",
+            StreamCallback::RequestBody => "proxy_on_request_body",
+            StreamCallback::RequestTrailers => "proxy_on_request_trailers",
+            StreamCallback::ResponseHeaders => "proxy_on_response_headers",
+            StreamCallback::ResponseBody => "proxy_on_response_body",
+            StreamCallback::ResponseTrailers => "proxy_on_response_trailers",
+            StreamCallback::Log => "proxy_on_log",
+            StreamCallback::Done => "proxy_on_done",
+        }
+    }
+
     /// Every stream callback, in the order of a request.
     pub const ALL: [StreamCallback; 8] = [
         StreamCallback::RequestHeaders,
@@ -409,6 +436,7 @@ pub struct Vm {
     next_context: u32,
     vm_started: bool,
     poisoned: bool,
+    limits: GuestLimits,
 }
 
 fn action(v: u32) -> Action {
@@ -419,18 +447,79 @@ fn action(v: u32) -> Action {
     }
 }
 
+/// A call into the guest: the export's name, its deadline and the context it runs for.
+struct Guest {
+    name: &'static str,
+    deadline: std::time::Duration,
+    ctx: u32,
+}
+
+impl Guest {
+    fn new(name: &'static str, limits: &GuestLimits, kind: CallKind, ctx: u32) -> Guest {
+        let deadline = match kind {
+            CallKind::Startup => limits.configure_deadline,
+            CallKind::Call => limits.call_deadline,
+        };
+        Guest {
+            name,
+            deadline,
+            ctx,
+        }
+    }
+}
+
+/// Calls the export `proxy_<$field>` of `$vm` with `$args` for context `$ctx` under the `Vm`'s
+/// limits (see [`enter`]): `None` when the module does not export it, else the call's result.
+macro_rules! call_export {
+    ($vm:expr, $field:ident, $kind:expr, $ctx:expr, $stream:expr, $args:expr) => {{
+        let Vm {
+            store,
+            exports,
+            poisoned,
+            limits,
+            ..
+        } = &mut *$vm;
+        match &exports.$field {
+            None => None,
+            Some(f) => {
+                let name = concat!("proxy_", stringify!($field));
+                let guest = Guest::new(name, limits, $kind, $ctx);
+                Some(enter(store, poisoned, &guest, $stream, |s| {
+                    f.call(s, $args)
+                }))
+            }
+        }
+    }};
+}
+
 impl Vm {
-    /// Instantiate (WASI preview1 subset: clocks, random, fd_write to `Host::log`, environ,
-    /// args), run `_initialize`/`_start`, and remember `vm_config` for `proxy_on_vm_start`.
-    /// Errors: the module's start function trapped, or an export has the wrong type.
+    /// [`Vm::new_with_limits`] with [`GuestLimits::DEFAULT`].
     pub fn new(
         module: &Module,
         host: Rc<dyn Host>,
         vm_id: &str,
         vm_config: &[u8],
     ) -> Result<Vm, Error> {
-        let state = abi::State::new(host, vm_id, vm_config);
+        Vm::new_with_limits(module, host, vm_id, vm_config, &GuestLimits::DEFAULT)
+    }
+
+    /// Instantiate (WASI preview1 subset: clocks, random, fd_write to `Host::log`, environ,
+    /// args), run `_initialize`/`_start` (within `limits.configure_deadline`), and remember
+    /// `vm_config` for `proxy_on_vm_start`. Every later call into the guest is bounded by
+    /// `limits` (see [`GuestLimits`]). Errors: the module's start function trapped or ran out
+    /// of time, the module's initial memory exceeds `limits.memory_max`, or an export has the
+    /// wrong type.
+    pub fn new_with_limits(
+        module: &Module,
+        host: Rc<dyn Host>,
+        vm_id: &str,
+        vm_config: &[u8],
+        limits: &GuestLimits,
+    ) -> Result<Vm, Error> {
+        let state = abi::State::new(host, vm_id, vm_config, limits::Limiter::new(limits));
         let mut store = Store::new(module.pre.module().engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(limits::ticks(limits.configure_deadline));
         let instance = module
             .pre
             .instantiate(&mut store)
@@ -469,9 +558,10 @@ impl Vm {
             None => typed::<(), ()>(&mut store, &instance, "_start")?,
         };
         if let Some(start) = start {
-            start
-                .call(&mut store, ())
-                .map_err(|e| Error::wasm("the module's start function failed", &e))?;
+            start.call(&mut store, ()).map_err(|e| {
+                let why = trap_reason(&mut store, limits.configure_deadline, &e);
+                Error(format!("the module's start function failed: {why}"))
+            })?;
         }
         Ok(Vm {
             store,
@@ -479,7 +569,13 @@ impl Vm {
             next_context: 1,
             vm_started: false,
             poisoned: false,
+            limits: *limits,
         })
+    }
+
+    /// The bounds every call into this `Vm` runs under.
+    pub fn limits(&self) -> &GuestLimits {
+        &self.limits
     }
 
     /// Whether the module exports the stream callback `cb` (a call to one it lacks is a no-op
@@ -515,6 +611,9 @@ impl Vm {
         plugin_name: &str,
         configuration: &[u8],
     ) -> Result<RootId, Error> {
+        if self.poisoned {
+            return Err(poisoned_error());
+        }
         let id = self.new_context_id()?;
         self.store
             .data_mut()
@@ -527,34 +626,30 @@ impl Vm {
     }
 
     fn init_root(&mut self, id: u32, configuration_len: usize) -> Result<(), Error> {
-        if let Some(f) = &self.exports.on_context_create {
-            enter(&mut self.store, &mut self.poisoned, id, None, |s| {
-                f.call(s, (id, 0))
-            })?;
-        }
+        call_export!(
+            self,
+            on_context_create,
+            CallKind::Startup,
+            id,
+            None,
+            (id, 0)
+        )
+        .transpose()?;
         if !self.vm_started {
-            if let Some(f) = &self.exports.on_vm_start {
-                let len = len32(self.store.data().vm_config.len())?;
-                let ok = enter(&mut self.store, &mut self.poisoned, id, None, |s| {
-                    f.call(s, (id, len))
-                })?;
-                if ok == 0 {
-                    return Err(Error("proxy_on_vm_start returned false".into()));
-                }
+            let len = len32(self.store.data().vm_config.len())?;
+            let ok = call_export!(self, on_vm_start, CallKind::Startup, id, None, (id, len));
+            if ok.transpose()? == Some(0) {
+                return Err(Error("proxy_on_vm_start returned false".into()));
             }
             self.vm_started = true;
         }
-        if let Some(f) = &self.exports.on_configure {
-            let len = len32(configuration_len)?;
-            let ok = enter(&mut self.store, &mut self.poisoned, id, None, |s| {
-                f.call(s, (id, len))
-            })?;
-            if ok == 0 {
-                let name = self.store.data().root_name(id).to_owned();
-                return Err(Error(format!(
-                    "plugin {name}: proxy_on_configure returned false (bad configuration? see the log)"
-                )));
-            }
+        let len = len32(configuration_len)?;
+        let ok = call_export!(self, on_configure, CallKind::Startup, id, None, (id, len));
+        if ok.transpose()? == Some(0) {
+            let name = self.store.data().root_name(id).to_owned();
+            return Err(Error(format!(
+                "plugin {name}: proxy_on_configure returned false (bad configuration? see the log)"
+            )));
         }
         Ok(())
     }
@@ -566,12 +661,8 @@ impl Vm {
 
     /// `proxy_on_tick(root)`, with an empty stream.
     pub fn on_tick(&mut self, root: RootId) -> Result<(), Error> {
-        match &self.exports.on_tick {
-            None => Ok(()),
-            Some(f) => enter(&mut self.store, &mut self.poisoned, root.0, None, |s| {
-                f.call(s, root.0)
-            }),
-        }
+        let id = root.0;
+        call_export!(self, on_tick, CallKind::Call, id, None, id).unwrap_or(Ok(()))
     }
 
     /// Whether a root context of this `Vm` registered the shared queue `queue_id`. (Added.)
@@ -585,12 +676,15 @@ impl Vm {
         let Some(&root) = self.store.data().queues.get(&queue_id) else {
             return Ok(());
         };
-        match &self.exports.on_queue_ready {
-            None => Ok(()),
-            Some(f) => enter(&mut self.store, &mut self.poisoned, root, None, |s| {
-                f.call(s, (root, queue_id))
-            }),
-        }
+        call_export!(
+            self,
+            on_queue_ready,
+            CallKind::Call,
+            root,
+            None,
+            (root, queue_id)
+        )
+        .unwrap_or(Ok(()))
     }
 
     /// The HTTP context that dispatched the call `token`, when it was not a root context
@@ -614,7 +708,8 @@ impl Vm {
     }
 
     /// [`Vm::on_http_call_response`] with the stream of the HTTP context that dispatched the
-    /// call loaded (its maps and properties are then visible to the filter). (Added.)
+    /// call loaded (its maps and properties are then visible to the filter, and a
+    /// `proxy_continue_stream` or local response of the filter lands in it). (Added.)
     pub fn on_http_call_response_with_stream(
         &mut self,
         token: u32,
@@ -633,17 +728,24 @@ impl Vm {
         let Some(ctx) = self.store.data_mut().calls.remove(&token) else {
             return Ok(());
         };
-        let Some(f) = &self.exports.on_http_call_response else {
+        if self.exports.on_http_call_response.is_none() {
             return Ok(());
-        };
+        }
         let response = response.unwrap_or_default();
         let headers = len32(response.headers.len())?;
         let body = len32(response.body.len())?;
         let trailers = len32(response.trailers.len())?;
         self.store.data_mut().call_response = Some(response);
-        let result = enter(&mut self.store, &mut self.poisoned, ctx, stream, |s| {
-            f.call(s, (ctx, token, headers, body, trailers))
-        });
+        let args = (ctx, token, headers, body, trailers);
+        let result = call_export!(
+            self,
+            on_http_call_response,
+            CallKind::Call,
+            ctx,
+            stream,
+            args
+        )
+        .unwrap_or(Ok(()));
         self.store.data_mut().call_response = None;
         result
     }
@@ -658,16 +760,118 @@ impl Vm {
         }
         let id = self.new_context_id()?;
         self.store.data_mut().add_http(id, root.0);
-        if let Some(f) = &self.exports.on_context_create {
-            let r = enter(&mut self.store, &mut self.poisoned, id, None, |s| {
-                f.call(s, (id, root.0))
-            });
-            if r.is_err() {
-                self.store.data_mut().contexts.remove(&id);
-            }
-            r?;
+        let parent = root.0;
+        let r = call_export!(
+            self,
+            on_context_create,
+            CallKind::Call,
+            id,
+            None,
+            (id, parent)
+        );
+        if let Some(Err(e)) = r {
+            self.store.data_mut().contexts.remove(&id);
+            return Err(e);
         }
         Ok(HttpId(id))
+    }
+
+    /// The stream callback `cb` of HTTP context `id`: `proxy_on_<cb>(id, n, end_of_stream)`,
+    /// where `n` is the size of the map (`*Headers`, `*Trailers`: entries) or of the chunk
+    /// (`*Body`: `stream.request_body` / `stream.response_body`, bytes); the trailer callbacks
+    /// take no `end_of_stream`. `Log` runs `proxy_on_log`, then `proxy_on_done` and
+    /// `proxy_on_delete`, and forgets the context even when one traps (use
+    /// [`Vm::on_log_and_delete`]; `Done` alone is a no-op here). A callback the module does
+    /// not export continues (an `Err` if the `Vm` is poisoned).
+    pub fn on_stream(
+        &mut self,
+        cb: StreamCallback,
+        id: HttpId,
+        stream: &mut Stream,
+        end_of_stream: bool,
+    ) -> Result<Action, Error> {
+        let ctx = id.0;
+        let eos = u32::from(end_of_stream);
+        let n = |len: usize| len32(len);
+        let r = match cb {
+            StreamCallback::RequestHeaders => {
+                let n = n(stream.request_headers.len())?;
+                call_export!(
+                    self,
+                    on_request_headers,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n, eos)
+                )
+            }
+            StreamCallback::RequestBody => {
+                let n = n(stream.request_body.len())?;
+                call_export!(
+                    self,
+                    on_request_body,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n, eos)
+                )
+            }
+            StreamCallback::RequestTrailers => {
+                let n = n(stream.request_trailers.len())?;
+                call_export!(
+                    self,
+                    on_request_trailers,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n)
+                )
+            }
+            StreamCallback::ResponseHeaders => {
+                let n = n(stream.response_headers.len())?;
+                call_export!(
+                    self,
+                    on_response_headers,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n, eos)
+                )
+            }
+            StreamCallback::ResponseBody => {
+                let n = n(stream.response_body.len())?;
+                call_export!(
+                    self,
+                    on_response_body,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n, eos)
+                )
+            }
+            StreamCallback::ResponseTrailers => {
+                let n = n(stream.response_trailers.len())?;
+                call_export!(
+                    self,
+                    on_response_trailers,
+                    CallKind::Call,
+                    ctx,
+                    Some(stream),
+                    (ctx, n)
+                )
+            }
+            StreamCallback::Log => {
+                return self
+                    .on_log_and_delete(id, stream)
+                    .map(|()| Action::Continue)
+            }
+            StreamCallback::Done => return Ok(Action::Continue),
+        };
+        match r {
+            Some(r) => r.map(action),
+            None if self.poisoned => Err(poisoned_error()),
+            None => Ok(Action::Continue),
+        }
     }
 
     /// `proxy_on_request_headers(id, headers, end_of_stream)`.
@@ -677,22 +881,7 @@ impl Vm {
         stream: &mut Stream,
         end_of_stream: bool,
     ) -> Result<Action, Error> {
-        let n = len32(stream.request_headers.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http3(
-            store,
-            poisoned,
-            exports.on_request_headers.as_ref(),
-            id,
-            stream,
-            n,
-            end_of_stream,
-        )
+        self.on_stream(StreamCallback::RequestHeaders, id, stream, end_of_stream)
     }
 
     /// `proxy_on_request_body(id, body_size, end_of_stream)`; the chunk is `stream.request_body`.
@@ -702,22 +891,7 @@ impl Vm {
         stream: &mut Stream,
         end_of_stream: bool,
     ) -> Result<Action, Error> {
-        let n = len32(stream.request_body.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http3(
-            store,
-            poisoned,
-            exports.on_request_body.as_ref(),
-            id,
-            stream,
-            n,
-            end_of_stream,
-        )
+        self.on_stream(StreamCallback::RequestBody, id, stream, end_of_stream)
     }
 
     /// `proxy_on_request_trailers(id, trailers)`. (Added.)
@@ -726,21 +900,7 @@ impl Vm {
         id: HttpId,
         stream: &mut Stream,
     ) -> Result<Action, Error> {
-        let n = len32(stream.request_trailers.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http2(
-            store,
-            poisoned,
-            exports.on_request_trailers.as_ref(),
-            id,
-            stream,
-            n,
-        )
+        self.on_stream(StreamCallback::RequestTrailers, id, stream, true)
     }
 
     /// `proxy_on_response_headers(id, headers, end_of_stream)`.
@@ -750,22 +910,7 @@ impl Vm {
         stream: &mut Stream,
         end_of_stream: bool,
     ) -> Result<Action, Error> {
-        let n = len32(stream.response_headers.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http3(
-            store,
-            poisoned,
-            exports.on_response_headers.as_ref(),
-            id,
-            stream,
-            n,
-            end_of_stream,
-        )
+        self.on_stream(StreamCallback::ResponseHeaders, id, stream, end_of_stream)
     }
 
     /// `proxy_on_response_body(id, body_size, end_of_stream)`; the chunk is `stream.response_body`.
@@ -775,22 +920,7 @@ impl Vm {
         stream: &mut Stream,
         end_of_stream: bool,
     ) -> Result<Action, Error> {
-        let n = len32(stream.response_body.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http3(
-            store,
-            poisoned,
-            exports.on_response_body.as_ref(),
-            id,
-            stream,
-            n,
-            end_of_stream,
-        )
+        self.on_stream(StreamCallback::ResponseBody, id, stream, end_of_stream)
     }
 
     /// `proxy_on_response_trailers(id, trailers)`. (Added.)
@@ -799,21 +929,7 @@ impl Vm {
         id: HttpId,
         stream: &mut Stream,
     ) -> Result<Action, Error> {
-        let n = len32(stream.response_trailers.len())?;
-        let Vm {
-            store,
-            exports,
-            poisoned,
-            ..
-        } = self;
-        http2(
-            store,
-            poisoned,
-            exports.on_response_trailers.as_ref(),
-            id,
-            stream,
-            n,
-        )
+        self.on_stream(StreamCallback::ResponseTrailers, id, stream, true)
     }
 
     /// `proxy_on_log` then `proxy_on_done` and `proxy_on_delete`. The context is forgotten
@@ -823,37 +939,15 @@ impl Vm {
         let data = self.store.data_mut();
         data.contexts.remove(&id.0);
         data.calls.retain(|_, ctx| *ctx != id.0);
+        data.resumed.retain(|h| *h != id);
         r
     }
 
     fn log_and_delete(&mut self, id: HttpId, stream: &mut Stream) -> Result<(), Error> {
-        if let Some(f) = &self.exports.on_log {
-            enter(
-                &mut self.store,
-                &mut self.poisoned,
-                id.0,
-                Some(stream),
-                |s| f.call(s, id.0),
-            )?;
-        }
-        if let Some(f) = &self.exports.on_done {
-            enter(
-                &mut self.store,
-                &mut self.poisoned,
-                id.0,
-                Some(stream),
-                |s| f.call(s, id.0),
-            )?;
-        }
-        if let Some(f) = &self.exports.on_delete {
-            enter(
-                &mut self.store,
-                &mut self.poisoned,
-                id.0,
-                Some(stream),
-                |s| f.call(s, id.0),
-            )?;
-        }
+        let ctx = id.0;
+        call_export!(self, on_log, CallKind::Call, ctx, Some(&mut *stream), ctx).transpose()?;
+        call_export!(self, on_done, CallKind::Call, ctx, Some(&mut *stream), ctx).transpose()?;
+        call_export!(self, on_delete, CallKind::Call, ctx, Some(stream), ctx).transpose()?;
         Ok(())
     }
 
@@ -868,50 +962,15 @@ impl Vm {
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
     }
-}
 
-fn http3(
-    store: &mut Store<abi::State>,
-    poisoned: &mut bool,
-    f: Option<&TypedFunc<(u32, u32, u32), u32>>,
-    id: HttpId,
-    stream: &mut Stream,
-    n: u32,
-    end_of_stream: bool,
-) -> Result<Action, Error> {
-    let Some(f) = f else {
-        return if *poisoned {
-            Err(poisoned_error())
-        } else {
-            Ok(Action::Continue)
-        };
-    };
-    let eos = u32::from(end_of_stream);
-    let r = enter(store, poisoned, id.0, Some(stream), |s| {
-        f.call(s, (id.0, n, eos))
-    })?;
-    Ok(action(r))
-}
-
-fn http2(
-    store: &mut Store<abi::State>,
-    poisoned: &mut bool,
-    f: Option<&TypedFunc<(u32, u32), u32>>,
-    id: HttpId,
-    stream: &mut Stream,
-    n: u32,
-) -> Result<Action, Error> {
-    let Some(f) = f else {
-        return if *poisoned {
-            Err(poisoned_error())
-        } else {
-            Ok(Action::Continue)
-        };
-    };
-    let r = enter(store, poisoned, id.0, Some(stream), |s| {
-        f.call(s, (id.0, n))
-    })?;
-    Ok(action(r))
+    /// The bytes of linear memory the instance has now (grows with `memory.grow`, never
+    /// shrinks; at most `limits().memory_max`).
+    pub fn memory_size(&mut self) -> usize {
+        match self.store.data().memory {
+            Some(m) => m.data_size(&self.store),
+            None => 0,
+        }
+    }
 }
 
 fn poisoned_error() -> Error {
@@ -922,13 +981,34 @@ fn len32(n: usize) -> Result<u32, Error> {
     u32::try_from(n).map_err(|_| Error(format!("size {n} does not fit the 32-bit ABI")))
 }
 
-/// Runs one guest callback for context `ctx`: loads `stream` into the store (or an empty one),
-/// sets the current and effective context, calls, moves the stream back, and turns a trap into
-/// `Err` (poisoning the `Vm`).
+/// Why a call failed, for the error log: the deadline, a refused growth, or wasmtime's trap.
+fn trap_reason(
+    store: &mut Store<abi::State>,
+    deadline: std::time::Duration,
+    e: &wasmtime::Error,
+) -> String {
+    if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        return format!(
+            "deadline of {} ms exceeded (the guest was interrupted)",
+            deadline.as_millis()
+        );
+    }
+    let mut msg = Error::wasm("wasm trap", e).0;
+    if let Some(refused) = store.data_mut().limiter.refused.take() {
+        msg.push_str(" (");
+        msg.push_str(&refused);
+        msg.push(')');
+    }
+    msg
+}
+
+/// Runs one guest callback: loads `stream` into the store (or an empty one), sets the current
+/// and effective context and the epoch deadline, calls, moves the stream back, and turns a trap
+/// into `Err` naming the callback (poisoning the `Vm`).
 fn enter<R>(
     store: &mut Store<abi::State>,
     poisoned: &mut bool,
-    ctx: u32,
+    guest: &Guest,
     stream: Option<&mut Stream>,
     call: impl FnOnce(&mut Store<abi::State>) -> wasmtime::Result<R>,
 ) -> Result<R, Error> {
@@ -936,45 +1016,40 @@ fn enter<R>(
         return Err(poisoned_error());
     }
     let data = store.data_mut();
-    let Some(&root_index) = data.contexts.get(&ctx) else {
-        return Err(Error(format!("unknown context {ctx}")));
+    let Some(&root_index) = data.contexts.get(&guest.ctx) else {
+        return Err(Error(format!("unknown context {}", guest.ctx)));
     };
-    data.current = ctx;
-    data.effective = ctx;
+    data.current = guest.ctx;
+    data.effective = guest.ctx;
     data.root_index = root_index;
     let has_stream = stream.is_some();
     data.stream_loaded = has_stream;
-    match stream {
+    store.set_epoch_deadline(limits::ticks(guest.deadline));
+    let result = match stream {
         Some(stream) => {
             // Swapped with the store's empty scratch stream, and back: no stream is built or
             // dropped per callback.
-            std::mem::swap(&mut data.stream, stream);
+            std::mem::swap(&mut store.data_mut().stream, stream);
             let result = call(&mut *store);
             let data = store.data_mut();
             std::mem::swap(&mut data.stream, stream);
             data.stream_loaded = false;
-            finish(data, poisoned, result)
+            result
         }
         None => {
             let result = call(&mut *store);
-            let data = store.data_mut();
             // A root callback may have written into the scratch stream: drop it.
-            data.stream = Stream::default();
-            finish(data, poisoned, result)
+            store.data_mut().stream = Stream::default();
+            result
         }
-    }
-}
-
-fn finish<R>(
-    data: &mut abi::State,
-    poisoned: &mut bool,
-    result: wasmtime::Result<R>,
-) -> Result<R, Error> {
+    };
+    let data = store.data_mut();
     data.current = 0;
     data.effective = 0;
     result.map_err(|e| {
         *poisoned = true;
-        data.flush_stdio();
-        Error::wasm("wasm trap", &e)
+        store.data_mut().flush_stdio();
+        let why = trap_reason(store, guest.deadline, &e);
+        Error(format!("{}: {why}", guest.name))
     })
 }
