@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use wasmtime::{Caller, Engine, Linker, Memory, TypedFunc, Val, ValType};
 
 use crate::mem;
+use crate::valid;
 use crate::{
     Error, HeaderMap, Host, HttpCall, HttpCallResponse, HttpId, LocalResponse, LogLevel,
     MetricKind, Status, Stream,
@@ -68,12 +69,20 @@ pub(crate) struct State {
     pub(crate) stderr: Vec<u8>,
     /// A reused buffer (property paths).
     pub(crate) scratch: Vec<u8>,
+    /// The instance's memory and table caps (the store's `ResourceLimiter`).
+    pub(crate) limiter: crate::limits::Limiter,
 }
 
 impl State {
-    pub(crate) fn new(host: Rc<dyn Host>, vm_id: &str, vm_config: &[u8]) -> State {
+    pub(crate) fn new(
+        host: Rc<dyn Host>,
+        vm_id: &str,
+        vm_config: &[u8],
+        limiter: crate::limits::Limiter,
+    ) -> State {
         State {
             host,
+            limiter,
             stream: Stream::default(),
             stream_loaded: false,
             memory: None,
@@ -421,6 +430,46 @@ fn status_of(r: Result<(), Status>) -> u32 {
     }
 }
 
+/// `Some(BadArgument)` (logged at warn, the bytes escaped) when a guest may not write the
+/// field `k: v` (see [`valid`]); `None` when it may.
+fn refused_field(state: &State, func: &str, k: &[u8], v: &[u8]) -> Option<u32> {
+    let why = if !valid::name(k) {
+        "its name is not an RFC 9110 token"
+    } else if !valid::value(v) {
+        "its value contains CR, LF or NUL"
+    } else {
+        return None;
+    };
+    let msg = format!("{func}: refused the field \"{}\": {why}", k.escape_ascii());
+    state.log(LogLevel::Warn, msg.as_bytes());
+    Some(BAD_ARGUMENT)
+}
+
+/// [`refused_field`] for every pair of `m`, and `BadArgument` (logged) when `m` holds more
+/// than [`valid::MAX_MAP_BYTES`].
+fn refused_map(state: &State, func: &str, m: &HeaderMap) -> Option<u32> {
+    if let Some(code) = m.iter().find_map(|(k, v)| refused_field(state, func, k, v)) {
+        return Some(code);
+    }
+    if valid::map_bytes(m) > valid::MAX_MAP_BYTES {
+        let msg = format!("{func}: refused: more than {} bytes", valid::MAX_MAP_BYTES);
+        state.log(LogLevel::Warn, msg.as_bytes());
+        return Some(BAD_ARGUMENT);
+    }
+    None
+}
+
+/// `BadArgument` (logged) when adding `extra` bytes to `current` would pass
+/// [`valid::MAX_MAP_BYTES`].
+fn refused_growth(state: &State, func: &str, current: usize, extra: usize) -> Option<u32> {
+    if current.saturating_add(extra) <= valid::MAX_MAP_BYTES {
+        return None;
+    }
+    let msg = format!("{func}: refused: more than {} bytes", valid::MAX_MAP_BYTES);
+    state.log(LogLevel::Warn, msg.as_bytes());
+    Some(BAD_ARGUMENT)
+}
+
 /// Records defined names, to link the other imports of `env` to stubs.
 pub(crate) struct Def<'a> {
     linker: &'a mut Linker<State>,
@@ -608,6 +657,13 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             ) else {
                 return INVALID_MEMORY_ACCESS;
             };
+            let held = state.stream.properties.iter().fold(0usize, |n, (k, v)| {
+                n.saturating_add(k.len()).saturating_add(v.len())
+            });
+            let extra = path.len().saturating_add(value.len());
+            if let Some(code) = refused_growth(state, "proxy_set_property", held, extra) {
+                return code;
+            }
             match state.stream.properties.get_mut(path) {
                 Some(v) => {
                     v.clear();
@@ -663,6 +719,9 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(new) = mem::deserialize(bytes, true) else {
                 return BAD_ARGUMENT;
             };
+            if let Some(code) = refused_map(state, "proxy_set_header_map_pairs", &new) {
+                return code;
+            }
             match state.map_mut(t) {
                 Ok(map) => {
                     *map = new;
@@ -704,6 +763,15 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             else {
                 return INVALID_MEMORY_ACCESS;
             };
+            const F: &str = "proxy_add_header_map_value";
+            if let Some(code) = refused_field(state, F, key, value) {
+                return code;
+            }
+            let held = state.map(t).map_or(0, valid::map_bytes);
+            let extra = key.len().saturating_add(value.len());
+            if let Some(code) = refused_growth(state, F, held, extra) {
+                return code;
+            }
             match state.map_mut(t) {
                 Ok(map) => {
                     map.push((key.to_ascii_lowercase(), value.to_vec()));
@@ -723,6 +791,15 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             else {
                 return INVALID_MEMORY_ACCESS;
             };
+            const F: &str = "proxy_replace_header_map_value";
+            if let Some(code) = refused_field(state, F, key, value) {
+                return code;
+            }
+            let held = state.map(t).map_or(0, valid::map_bytes);
+            let extra = key.len().saturating_add(value.len());
+            if let Some(code) = refused_growth(state, F, held, extra) {
+                return code;
+            }
             let map = match state.map_mut(t) {
                 Ok(map) => map,
                 Err(code) => return code,
@@ -874,6 +951,9 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
         let Some(headers) = mem::deserialize(headers, true) else {
             return BAD_ARGUMENT;
         };
+        if let Some(code) = refused_map(state, "proxy_send_local_response", &headers) {
+            return code;
+        }
         state.stream.local_response = Some(LocalResponse {
             status,
             details: details.to_vec(),
@@ -1066,6 +1146,12 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             ) else {
                 return BAD_ARGUMENT;
             };
+            const F: &str = "proxy_http_call";
+            if let Some(code) =
+                refused_map(state, F, &headers).or_else(|| refused_map(state, F, &trailers))
+            {
+                return code;
+            }
             // Envoy refuses a call without :method, :path and :authority.
             let has = |name: &[u8]| headers.iter().any(|(k, _)| k == name);
             if !has(b":method") || !has(b":path") || !has(b":authority") {
@@ -1073,6 +1159,14 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             }
             if mem::slice(mem, ret_token, 4).is_none() {
                 return INVALID_MEMORY_ACCESS;
+            }
+            if state.calls.len() >= valid::MAX_PENDING_CALLS {
+                let msg = format!(
+                    "{F}: refused: {} calls of this instance are pending",
+                    valid::MAX_PENDING_CALLS
+                );
+                state.log(LogLevel::Warn, msg.as_bytes());
+                return INTERNAL_FAILURE;
             }
             let token = state.next_token;
             state.next_token = token.checked_add(1).unwrap_or(1);
