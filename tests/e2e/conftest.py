@@ -1,4 +1,6 @@
+import http.server
 import pathlib
+import threading
 
 import pytest
 
@@ -35,3 +37,30 @@ def gateways():
     yield start
     for g in started:
         g.stop()
+
+
+class _AnswerHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every request 200 `answer` (a call target for filters' dispatch_http_call)."""
+
+    def do_GET(self) -> None:
+        body = b"answer"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def answer_server():
+    """A loopback HTTP server answering 200 `answer` to everything: its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnswerHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()

@@ -86,17 +86,23 @@ class DemoUpstream:
         self.process.stop()
 
 
+# tests/filters/probe: a test-only filter that uses the ABI as other people's filters do.
+PROBE_WASM = WASM_DIR / "test_probe.wasm"
+
+
 @dataclasses.dataclass
 class FilterSpec:
-    """One proxy-wasm filter of the chain: `plugin` is the directory name under plugins/."""
+    """One proxy-wasm filter of the chain: `plugin` is the directory name under plugins/ (or
+    any name, with `wasm_file` giving the module)."""
 
     plugin: str
     config: dict[str, Any]
     root_id: str | None = None
+    wasm_file: pathlib.Path | None = None
 
     @property
     def wasm(self) -> pathlib.Path:
-        return WASM_DIR / f"tollgate_{self.plugin.replace('-', '_')}.wasm"
+        return self.wasm_file or WASM_DIR / f"tollgate_{self.plugin.replace('-', '_')}.wasm"
 
 
 @dataclasses.dataclass
@@ -273,7 +279,9 @@ class EnvoyGateway(Gateway):
         self.process.stop()
 
 
-NGINX_MODULE = TARGET / "nginx" / "ngx_http_tollgate_wasm_module.so"
+# TOLLGATE_NGINX_MODULE: another build of the module (e.g. an older commit's, to show a test
+# fails there).
+NGINX_MODULE = pathlib.Path(os.environ.get("TOLLGATE_NGINX_MODULE", TARGET / "nginx" / "ngx_http_tollgate_wasm_module.so"))
 NGINX_BINARY = "/usr/sbin/nginx"
 
 
@@ -454,7 +462,74 @@ class NginxMuslHost(NginxHost):
 
 HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost, "nginx-musl": NginxMuslHost}
 
+# The nginx builds by host name: (binary, module).
+NGINX_BUILDS = {"nginx": (pathlib.Path(NGINX_BINARY), NGINX_MODULE), "nginx-musl": (NGINX_MUSL_BINARY, NGINX_MUSL_MODULE)}
+
+
+def selected_nginx_hosts() -> list[str]:
+    """The nginx builds among the selected hosts (tests of the nginx module itself run on each)."""
+    return [h for h in selected_hosts() if h in NGINX_BUILDS]
+
+
+class RawNginx:
+    """nginx with the module and a configuration written by the test: `wasm` is the body of the
+    `wasm {}` block, `http` the body of the `server {}` block (`extra_http` goes in `http {}`),
+    `host` picks the build (`nginx` or `nginx-musl`)."""
+
+    def __init__(self, tmp: pathlib.Path, wasm: str, http: str, workers: int = 1, host: str = "nginx",
+                 log_level: str = "info", extra_http: str = "", main: str = ""):
+        binary, module = NGINX_BUILDS[host]
+        self.binary = binary
+        self.port = free_port()
+        self.prefix = tmp
+        self.log = tmp / "error.log"
+        self.conf = tmp / "nginx.conf"
+        self.conf.write_text(f"""load_module {module};
+worker_processes {workers};
+master_process on;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {self.log} {log_level};
+{main}
+events {{ worker_connections 256; }}
+wasm {{
+{wasm}
+}}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
+{extra_http}
+    server {{
+        listen 127.0.0.1:{self.port};
+{http}
+    }}
+}}
+""")
+        self.process = Process([str(binary), "-p", str(tmp), "-c", str(self.conf), "-e", str(self.log)], tmp / "out.log")
+        wait_for_port(self.port, self.process.proc, 30, self.log)
+
+    def get(self, path: str, timeout: float = 10, **kw) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{self.port}{path}", timeout=timeout, **kw)
+
+    def workers(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.process.proc.pid)], capture_output=True, text=True).stdout
+        return sorted(int(p) for p in out.split())
+
+    def signal(self, sig: str) -> subprocess.CompletedProcess:
+        """`nginx -s SIG` against this instance."""
+        return subprocess.run([str(self.binary), "-p", str(self.prefix), "-c", str(self.conf), "-e", str(self.log), "-s", sig],
+                              capture_output=True, text=True, timeout=30)
+
+    def test_config(self) -> subprocess.CompletedProcess:
+        """`nginx -t` on this instance's configuration."""
+        return subprocess.run([str(self.binary), "-t", "-p", str(self.prefix), "-c", str(self.conf), "-e", str(self.log)],
+                              capture_output=True, text=True, timeout=60)
+
+    def stop(self) -> None:
+        self.process.stop()
+
 
 def selected_hosts() -> list[str]:
     """Hosts to run the end-to-end suites against (TOLLGATE_HOSTS, comma-separated)."""
     return [h for h in os.environ.get("TOLLGATE_HOSTS", "envoy").split(",") if h]
+

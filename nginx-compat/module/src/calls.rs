@@ -59,7 +59,12 @@ pub fn poll(w: &mut Worker) -> Vec<ReqPtr> {
             Some(p) => match unsafe { p.as_mut() } {
                 Some(c) => {
                     let r = vm.on_http_call_response_with_stream(token, response, &mut c.stream);
-                    if c.stream.local_response.is_some() {
+                    // The filter resumed its request (`proxy_continue_stream` with the stream
+                    // loaded) or answered it with a local response: the request goes on from
+                    // where it paused (a request that is not paused is left alone, and the flag
+                    // is cleared so that a later pause is not taken for resumed).
+                    let resume = std::mem::take(&mut c.stream.resumed);
+                    if resume || c.stream.local_response.is_some() || c.stream.closed {
                         resumed.push(p);
                     }
                     r

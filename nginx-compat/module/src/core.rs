@@ -23,8 +23,9 @@ use std::rc::Rc;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_full_name, ngx_conf_parse, ngx_conf_t, ngx_core_module_t, ngx_cycle_t,
     ngx_module_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t,
-    NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE2, NGX_CONF_TAKE23,
-    NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF, NGX_MAIN_CONF,
+    NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12,
+    NGX_CONF_TAKE2, NGX_CONF_TAKE23, NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF,
+    NGX_MAIN_CONF,
 };
 use ngx::ngx_string;
 
@@ -94,6 +95,11 @@ pub struct CoreConf {
     pub queue_zones: Vec<Box<QueueZoneDef>>,
     /// The metrics zone, added by the http module's configuration.
     pub metrics: Option<Box<MetricsDef>>,
+    /// Bounds on every call into a guest and on its memory (`tollgate_guest_deadline`,
+    /// `tollgate_guest_memory`).
+    pub limits: tollgate_host::GuestLimits,
+    /// Which of those directives were given (a second one is refused).
+    pub limits_set: (bool, bool),
 }
 
 impl CoreConf {
@@ -229,6 +235,103 @@ unsafe extern "C" fn module_directive(
             vm_config,
             module,
         });
+        CONF_OK
+    }
+}
+
+/// A time argument in milliseconds (nginx's syntax: `100ms`, `5s`, `1m`), at least 1 ms.
+///
+/// # Safety
+/// `arg` must be an argument of the directive being parsed.
+unsafe fn time_ms(directive: &str, arg: &ngx_str_t) -> Result<std::time::Duration, String> {
+    let mut a = *arg;
+    // SAFETY: ngx_parse_time only reads the string.
+    let ms = unsafe { ngx::ffi::ngx_parse_time(&mut a, 0) };
+    match u64::try_from(ms) {
+        Ok(ms) if ms > 0 => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err(format!(
+            "tollgate: {directive}: invalid time \"{}\" (a positive time such as 100ms or 5s)",
+            lossy(arg)
+        )),
+    }
+}
+
+/// `tollgate_guest_deadline CALL [STARTUP];` (in `wasm{}`): how long one call into a guest may
+/// run: `CALL` for the stream callbacks, `on_tick`, `on_http_call_response` and
+/// `on_queue_ready` (default 100ms), `STARTUP` for the module's start, `on_vm_start` and
+/// `on_configure` (default 5s). Past it the call is interrupted: a trap.
+unsafe extern "C" fn guest_deadline_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `conf` is our CoreConf (NGX_DIRECT_CONF); `cf` is live during the handler.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        if conf.limits_set.0 {
+            return conf_error(
+                cf,
+                "tollgate: \"tollgate_guest_deadline\" directive is duplicate",
+            );
+        }
+        let args = conf_args(cf);
+        let d = "tollgate_guest_deadline";
+        if let Some(a) = args.get(1) {
+            match time_ms(d, a) {
+                Ok(t) => conf.limits.call_deadline = t,
+                Err(e) => return conf_error(cf, &e),
+            }
+        }
+        if let Some(a) = args.get(2) {
+            match time_ms(d, a) {
+                Ok(t) => conf.limits.configure_deadline = t,
+                Err(e) => return conf_error(cf, &e),
+            }
+        }
+        conf.limits_set.0 = true;
+        CONF_OK
+    }
+}
+
+/// `tollgate_guest_memory SIZE;` (in `wasm{}`): the most linear memory one instance of a
+/// module may have (nginx's size syntax; default 128m, at least 1m). `memory.grow` beyond it
+/// fails (the guest gets -1; Rust guests then abort: a trap, and the instance is replaced).
+unsafe extern "C" fn guest_memory_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: as in guest_deadline_directive.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        if conf.limits_set.1 {
+            return conf_error(
+                cf,
+                "tollgate: \"tollgate_guest_memory\" directive is duplicate",
+            );
+        }
+        let Some(arg) = conf_args(cf).get(1) else {
+            return conf_error(cf, "tollgate: tollgate_guest_memory SIZE;");
+        };
+        let mut a = *arg;
+        let parsed = ngx_parse_size(&mut a);
+        match usize::try_from(parsed) {
+            Ok(n) if n >= 1 << 20 => conf.limits.memory_max = n,
+            _ => {
+                return conf_error(
+                    cf,
+                    &format!(
+                        "tollgate: tollgate_guest_memory: invalid size \"{}\" (at least 1m)",
+                        lossy(arg)
+                    ),
+                )
+            }
+        }
+        conf.limits_set.1 = true;
         CONF_OK
     }
 }
@@ -558,7 +661,7 @@ const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
 const UNSUPPORTED: u32 = IN_WASM | NGX_CONF_ANY;
 const UNSUPPORTED_BLOCK: u32 = IN_WASM | NGX_CONF_BLOCK | NGX_CONF_ANY;
 
-static mut CORE_COMMANDS: [ngx_command_t; 31] = [
+static mut CORE_COMMANDS: [ngx_command_t; 33] = [
     command!(
         "wasm",
         NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
@@ -571,6 +674,16 @@ static mut CORE_COMMANDS: [ngx_command_t; 31] = [
         shm_kv_directive
     ),
     command!("shm_queue", IN_WASM | NGX_CONF_TAKE2, shm_queue_directive),
+    command!(
+        "tollgate_guest_deadline",
+        IN_WASM | NGX_CONF_TAKE12,
+        guest_deadline_directive
+    ),
+    command!(
+        "tollgate_guest_memory",
+        IN_WASM | NGX_CONF_TAKE1,
+        guest_memory_directive
+    ),
     command!("compiler", UNSUPPORTED, unsupported),
     command!("backtraces", UNSUPPORTED, unsupported),
     command!("resolver", UNSUPPORTED, unsupported),

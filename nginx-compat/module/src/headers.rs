@@ -134,7 +134,7 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
             bytes(&(*hin.host).value).to_vec()
         };
         map.push((b":authority".to_vec(), authority));
-        map.push((b":path".to_vec(), bytes(&(*r).unparsed_uri).to_vec()));
+        map.push((b":path".to_vec(), request_target(r)));
         map.push((b":method".to_vec(), bytes(&(*r).method_name).to_vec()));
         let c = (*r).connection;
         let scheme: &[u8] = if !c.is_null() && !(*c).ssl.is_null() {
@@ -155,6 +155,37 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
         }
     }
     map
+}
+
+/// The request target the upstream gets from `proxy_pass` without a URI part: the client's
+/// raw target, or, once a `rewrite` or an internal redirect changed the URI, the new URI
+/// escaped as nginx escapes it (`NGX_ESCAPE_URI`) with the arguments.
+///
+/// # Safety
+/// `r` must be a live request.
+unsafe fn request_target(r: *mut ngx_http_request_t) -> Vec<u8> {
+    // SAFETY: reading the live request; ngx_escape_uri with a null destination only counts.
+    unsafe {
+        if (*r).valid_unparsed_uri() != 0 {
+            return bytes(&(*r).unparsed_uri).to_vec();
+        }
+        let uri = bytes(&(*r).uri);
+        let n =
+            ngx::ffi::ngx_escape_uri(std::ptr::null_mut(), uri.as_ptr().cast_mut(), uri.len(), 0);
+        let extra = n.saturating_mul(2);
+        let mut out = vec![0u8; uri.len().saturating_add(extra)];
+        if extra == 0 {
+            out.copy_from_slice(uri);
+        } else {
+            ngx::ffi::ngx_escape_uri(out.as_mut_ptr(), uri.as_ptr().cast_mut(), uri.len(), 0);
+        }
+        let args = bytes(&(*r).args);
+        if !args.is_empty() {
+            out.push(b'?');
+            out.extend_from_slice(args);
+        }
+        out
+    }
 }
 
 /// A fresh header list element for `name: value` in `list` (name lower-case).
@@ -232,7 +263,11 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
         for (_, off) in IN_FIELDS {
             *hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();
         }
+        // Fresh arrays (null `elts`: array_push_ptr allocates): a subrequest's `headers_in`
+        // is a copy of its parent's, sharing their storage.
+        (*hin).cookies.elts = std::ptr::null_mut();
         (*hin).cookies.nelts = 0;
+        (*hin).x_forwarded_for.elts = std::ptr::null_mut();
         (*hin).x_forwarded_for.nelts = 0;
         for (name, value) in map {
             let name: &[u8] = if name == b":authority" { b"host" } else { name };

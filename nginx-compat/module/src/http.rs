@@ -24,7 +24,9 @@ use ngx::ffi::{
 use ngx::ngx_string;
 
 use crate::core::{command, core_conf, unsupported};
-use crate::request::{get_ctx, rc, send_local, Isolation, Outcome, Phase, RequestCtx};
+use crate::request::{
+    get_ctx, rc, send_local, Isolation, Outcome, Phase, RequestCtx, ResponseFailure,
+};
 use crate::util::{bytes, conf_args, conf_error, level, log, lossy, CONF_OK};
 use crate::worker::{with_worker, FilterDef, ModuleRt, Worker};
 
@@ -396,13 +398,24 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
         };
         let queues = core.queue_zones.iter().map(|z| z.name.clone()).collect();
         let host = Rc::new(crate::host::ConfHost::new((*cf).log, queues));
+        // The guests' start-up calls run under their deadline here too (a looping on_configure
+        // fails `nginx -t`); the ticker thread is joined before this returns, so no thread
+        // outlives the configuration into a fork.
+        let _ticker = crate::core::engine()
+            .and_then(|e| e.start_epoch_ticker().map_err(|e| e.0))
+            .map_err(|e| format!("tollgate: {e}"))?;
         for (m, def) in core.modules.iter().enumerate() {
             if !main.filters.iter().any(|f| f.module == m) {
                 continue;
             }
-            let mut vm =
-                tollgate_host::Vm::new(&def.module, host.clone(), &def.name, &def.vm_config)
-                    .map_err(|e| format!("tollgate: module \"{}\": {}", def.name, e.0))?;
+            let mut vm = tollgate_host::Vm::new_with_limits(
+                &def.module,
+                host.clone(),
+                &def.name,
+                &def.vm_config,
+                &core.limits,
+            )
+            .map_err(|e| format!("tollgate: module \"{}\": {}", def.name, e.0))?;
             for f in main.filters.iter().filter(|f| f.module == m) {
                 vm.create_root(&f.name, &f.config).map_err(|e| {
                     format!(
@@ -442,6 +455,7 @@ unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
                 name: m.name.clone(),
                 vm_config: m.vm_config.clone(),
                 module: m.module.clone(),
+                limits: core.limits,
             })
             .collect();
         let mut zones = tollgate_services::kv::ZoneSet::new();
@@ -456,6 +470,21 @@ unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             .iter()
             .filter_map(|z| z.queue.clone())
             .collect();
+        // The clock of every guest deadline, from before the first call into a guest (the
+        // root contexts' creation in Worker::new) until the worker exits.
+        let ticker = match crate::core::engine()
+            .and_then(|e| e.start_epoch_ticker().map_err(|e| e.0))
+        {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log(
+                    level::EMERG,
+                    (*cycle).log,
+                    &format!("tollgate: {e}: guest calls would have no deadline; the worker exits"),
+                );
+                return rc::ERROR;
+            }
+        };
         let mut w = Worker::new(
             modules,
             main.filters.clone(),
@@ -464,7 +493,9 @@ unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             metrics,
             queues,
         );
+        w.ticker = ticker;
         w.poll.handler = Some(poll_handler);
+        w.poll.data = crate::worker::timer_data();
         w.poll.log = (*cycle).log;
         w.poll.set_cancelable(1);
         w.arm_ticks();
@@ -545,45 +576,88 @@ unsafe fn finalize(r: *mut ngx_http_request_t, code: ngx_int_t) -> ngx_int_t {
     rc::DONE
 }
 
+/// The name of a filter among the first `upto` of the request that cannot run any more.
+fn failed_filter(ctx: &RequestCtx, upto: usize) -> Option<String> {
+    let f = ctx.slots.iter().take(upto).find(|s| s.failed)?.filter;
+    Some(
+        with_worker(|w| w.filters.get(f).map(|d| d.name.clone()))
+            .flatten()
+            .unwrap_or_default(),
+    )
+}
+
+/// Logs why a request is refused (the request's log) and finalizes it with 500.
+unsafe fn refuse(r: *mut ngx_http_request_t, why: &str) -> ngx_int_t {
+    // SAFETY: a live request.
+    unsafe {
+        log(
+            level::ERR,
+            (*(*r).connection).log,
+            &format!("tollgate: {why}"),
+        );
+        finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR)
+    }
+}
+
+/// The request side of the chain, in the rewrite phase (or the access phase with
+/// `proxy_wasm_request_headers_in_access on`): `on_request_headers` of the location's filters,
+/// then the body and `on_request_body` when a filter reads it. Re-entered after a pause, after
+/// the body is read, and after an internal redirect (see `request.rs`).
 unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
     // SAFETY: a live request; nginx is never called while the worker state is borrowed.
     unsafe {
-        if r != (*r).main {
-            return rc::DECLINED;
-        }
         let Some(lcf) = loc_conf(r) else {
             return rc::DECLINED;
         };
-        let Some(chain) = lcf.chain.as_ref().filter(|c| !c.is_empty()) else {
-            return rc::DECLINED;
-        };
+        let chain = lcf.chain.as_ref().filter(|c| !c.is_empty());
         if lcf.headers_in_access.unwrap_or(false) != access {
             return rc::DECLINED;
         }
-        let ctx: &mut RequestCtx = match get_ctx(r) {
-            Some(c) => c,
-            None => {
-                let Some(c) = RequestCtx::create(r, chain) else {
-                    return rc::HTTP_INTERNAL_SERVER_ERROR;
-                };
-                let isolation = lcf.isolation.unwrap_or_default();
-                if with_worker(|w| c.create_contexts(w, isolation)).is_none() {
-                    return rc::DECLINED;
+        let ctx: &mut RequestCtx = match (get_ctx(r), chain) {
+            (Some(c), _) => c,
+            (None, None) => return rc::DECLINED,
+            (None, Some(_)) => match RequestCtx::create(r) {
+                Some(c) => c,
+                None => {
+                    return refuse(
+                        r,
+                        "cannot allocate the request context: refusing the request",
+                    )
                 }
-                c.phase = Phase::Headers(0);
-                c
-            }
+            },
         };
+        if let Some(chain) = chain {
+            let isolation = lcf.isolation.unwrap_or_default();
+            let Some(added) = with_worker(|w| ctx.enter_chain(w, chain, isolation)) else {
+                return refuse(
+                    r,
+                    "the worker's filter state is unavailable: refusing the request",
+                );
+            };
+            if added && ctx.started == 0 {
+                ctx.stream.request_headers = crate::headers::request_map(r);
+            } else if added {
+                // An internal redirect added filters: they see the request as it is now.
+                ctx.stream.request_headers = crate::headers::request_map(r);
+                ctx.stream.request_headers_changed = false;
+            }
+        }
         loop {
             match ctx.phase {
-                Phase::Fresh => ctx.phase = Phase::Headers(0),
+                Phase::Fresh => return rc::DECLINED,
                 Phase::Headers(from) => {
-                    if from == 0 && ctx.started == 0 {
-                        ctx.stream.request_headers = crate::headers::request_map(r);
+                    if let Some(name) = failed_filter(ctx, from) {
+                        ctx.phase = Phase::Forward;
+                        ctx.refused = true;
+                        return refuse(r, &format!("filter \"{name}\" cannot run on this request any more (its instance trapped and was replaced): refusing it"));
                     }
                     if let Some(lr) = ctx.stream.local_response.take() {
                         let code = send_local(r, ctx, lr);
                         return finalize(r, code);
+                    }
+                    if ctx.stream.closed {
+                        ctx.phase = Phase::Forward;
+                        return finalize(r, rc::HTTP_CLOSE);
                     }
                     let eos = !has_body(r);
                     let out = run_chain(|w| ctx.request_headers(w, from, eos));
@@ -594,20 +668,19 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                                     r,
                                     &ctx.stream.request_headers,
                                 ) {
-                                    log(
-                                        level::ERR,
-                                        (*(*r).connection).log,
-                                        &format!("tollgate: request headers: {e}"),
-                                    );
                                     ctx.phase = Phase::Forward;
-                                    return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                                    return refuse(r, &format!("request headers: {e}"));
                                 }
                                 flush_header_variables(r);
                             }
-                            if has_body(r) && ctx.wants_request_body {
+                            if has_body(r) && ctx.wants_request_body && !ctx.body_read {
                                 return start_body(r, ctx);
                             }
-                            ctx.phase = Phase::Forward;
+                            ctx.phase = if ctx.body_read && ctx.body_done < ctx.started {
+                                Phase::Body(ctx.body_done)
+                            } else {
+                                Phase::Forward
+                            };
                         }
                         Outcome::Paused(next) => {
                             ctx.phase = Phase::Paused(next);
@@ -619,6 +692,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         }
                         Outcome::Failed => {
                             ctx.phase = Phase::Forward;
+                            ctx.refused = true;
                             return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
                         }
                         Outcome::Closed => {
@@ -627,10 +701,26 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         }
                     }
                 }
-                Phase::Paused(_) | Phase::ReadingBody => return rc::DONE,
-                Phase::BodyRead => {
-                    ctx.stream.request_body = crate::body::read_request_body(r);
-                    let out = run_chain(|w| ctx.request_body(w));
+                Phase::Paused(_) | Phase::BodyPaused(_) | Phase::ReadingBody => return rc::DONE,
+                Phase::Body(from) => {
+                    if let Some(name) = failed_filter(ctx, ctx.started) {
+                        ctx.phase = Phase::Forward;
+                        ctx.refused = true;
+                        return refuse(r, &format!("filter \"{name}\" cannot run on this request any more (its instance trapped and was replaced): refusing it"));
+                    }
+                    if let Some(lr) = ctx.stream.local_response.take() {
+                        let code = send_local(r, ctx, lr);
+                        return finalize(r, code);
+                    }
+                    if ctx.stream.closed {
+                        ctx.phase = Phase::Forward;
+                        return finalize(r, rc::HTTP_CLOSE);
+                    }
+                    if !ctx.body_loaded {
+                        ctx.stream.request_body = crate::body::read_request_body(r);
+                        ctx.body_loaded = true;
+                    }
+                    let out = run_chain(|w| ctx.request_body(w, from));
                     match out {
                         Outcome::Local(lr) => {
                             let code = send_local(r, ctx, lr);
@@ -638,22 +728,28 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         }
                         Outcome::Failed => {
                             ctx.phase = Phase::Forward;
+                            ctx.refused = true;
                             return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
                         }
                         Outcome::Closed => {
                             ctx.phase = Phase::Forward;
                             return finalize(r, rc::HTTP_CLOSE);
                         }
-                        Outcome::Continue | Outcome::Paused(_) => {}
+                        Outcome::Paused(next) => {
+                            ctx.phase = Phase::BodyPaused(next);
+                            return rc::DONE;
+                        }
+                        Outcome::Continue => {}
                     }
                     if std::mem::take(&mut ctx.stream.request_body_changed) {
                         let body = std::mem::take(&mut ctx.stream.request_body);
                         if crate::body::replace_request_body(r, &body).is_none() {
                             ctx.phase = Phase::Forward;
-                            return finalize(r, rc::HTTP_INTERNAL_SERVER_ERROR);
+                            return refuse(r, "cannot replace the request body");
                         }
                     }
                     ctx.stream.request_body.clear();
+                    ctx.body_loaded = false;
                     ctx.phase = Phase::Forward;
                 }
                 Phase::Forward => return rc::DECLINED,
@@ -682,7 +778,8 @@ unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
     // SAFETY: nginx calls the post handler with the live request.
     unsafe {
         if let Some(ctx) = get_ctx(r) {
-            ctx.phase = Phase::BodyRead;
+            ctx.body_read = true;
+            ctx.phase = Phase::Body(ctx.body_done);
         }
         (*r).write_event_handler = Some(nginx_sys::ngx_http_core_run_phases);
         nginx_sys::ngx_http_core_run_phases(r);
@@ -717,12 +814,12 @@ unsafe fn flush_header_variables(r: *mut ngx_http_request_t) {
 }
 
 unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: a live request.
+    // SAFETY: a live request (a subrequest's only with `log_subrequest on`; otherwise its
+    // filters' on_log runs when the main request's pool is freed).
     unsafe {
-        if r != (*r).main {
-            return rc::DECLINED;
+        if r == (*r).main {
+            crate::metrics::count_request();
         }
-        crate::metrics::count_request();
         if let Some(ctx) = get_ctx(r) {
             with_worker(|w| ctx.finish(w));
             kick_calls();
@@ -739,13 +836,10 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             Some(f) => f(r),
             None => rc::ERROR,
         };
-        if r != (*r).main {
-            return call_next(r);
-        }
         let Some(ctx) = get_ctx(r) else {
             return call_next(r);
         };
-        if ctx.started == 0 || ctx.finished {
+        if ctx.started == 0 || ctx.finished || ctx.response_failed.is_some() {
             return call_next(r);
         }
         ctx.stream.response_headers = crate::headers::response_map(r);
@@ -761,11 +855,21 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
                 (*(*r).connection).log,
                 "tollgate: a local response after the response headers is not supported; ignored",
             ),
-            Outcome::Failed => log(
-                level::ERR,
-                (*(*r).connection).log,
-                "tollgate: on_response_headers failed",
-            ),
+            Outcome::Failed => {
+                // Fail closed: the response is replaced by a 500 (as nginx's own filters do on
+                // an error in their header filter), never passed on without the filter.
+                ctx.response_failed = Some(ResponseFailure::Replaced);
+                log(
+                    level::ERR,
+                    (*(*r).connection).log,
+                    "tollgate: on_response_headers failed: answering 500 instead of the response",
+                );
+                return nginx_sys::ngx_http_filter_finalize_request(
+                    r,
+                    &raw mut ngx_http_tollgate_wasm_module,
+                    rc::HTTP_INTERNAL_SERVER_ERROR,
+                );
+            }
             _ => {}
         }
         if std::mem::take(&mut ctx.stream.response_headers_changed) {
@@ -815,12 +919,20 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
             Some(f) => f(r, c),
             None => rc::ERROR,
         };
-        if r != (*r).main || chain.is_null() {
+        if chain.is_null() {
             return call_next(r, chain);
         }
         let Some(ctx) = get_ctx(r) else {
             return call_next(r, chain);
         };
+        match ctx.response_failed {
+            Some(ResponseFailure::Cut) => {
+                crate::body::consume(chain);
+                return rc::ERROR;
+            }
+            Some(ResponseFailure::Replaced) => return call_next(r, chain),
+            None => {}
+        }
         if !ctx.wants_response_body {
             // No filter reads the body or the trailers: nothing to copy or call. Trailers that a
             // filter changed meanwhile (an HTTP call's callback) still go out.
@@ -852,23 +964,21 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         let trailers_follow = eos && !ctx.stream.response_trailers.is_empty();
         let was_buffering = ctx.resp_buffering;
         ctx.resp_buffering = false;
-        let out = run_chain(|w| ctx.response_body(w, eos));
+        let mut out = run_chain(|w| ctx.response_body(w, eos));
+        if trailers_follow && !matches!(out, Outcome::Failed) {
+            out = run_chain(|w| ctx.response_trailers(w));
+        }
         if let Outcome::Failed = out {
+            // Fail closed: the rest of the response does not go out without the filter; the
+            // connection is closed (Envoy resets the stream in this case).
+            ctx.response_failed = Some(ResponseFailure::Cut);
             log(
                 level::ERR,
                 (*(*r).connection).log,
-                "tollgate: on_response_body failed",
+                "tollgate: a response body callback failed: closing the connection",
             );
-        }
-        if trailers_follow {
-            let out = run_chain(|w| ctx.response_trailers(w));
-            if let Outcome::Failed = out {
-                log(
-                    level::ERR,
-                    (*(*r).connection).log,
-                    "tollgate: on_response_trailers failed",
-                );
-            }
+            crate::body::consume(chain);
+            return rc::ERROR;
         }
         apply_trailers_if_changed(r, ctx);
         if ctx.resp_buffering && !eos {

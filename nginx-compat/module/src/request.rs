@@ -2,8 +2,10 @@
 //!
 //! - rewrite (or access) phase: `on_request_headers` for each filter in order; a local response
 //!   ends the chain and is sent by nginx; `Pause` parks the request until a `Vm` resumes it
-//!   (`take_resumed`, a posted event); then the client body (if any) is read in memory and
-//!   `on_request_body(end_of_stream)` runs; header and body changes are written back.
+//!   (`proxy_continue_stream` from `on_http_call_response`, `on_tick` or `on_queue_ready`; a
+//!   posted event); then the client body (if any filter reads it) is read in memory and
+//!   `on_request_body(end_of_stream)` runs (where a filter may pause too); header and body
+//!   changes are written back.
 //! - header filter: `on_response_headers`; body filter: `on_response_body` per chunk (a filter
 //!   returning `Pause` on a chunk makes the body buffered until the end of the stream), then,
 //!   with the last chunk, `on_response_trailers` when nginx has response trailers by then.
@@ -14,6 +16,20 @@
 //!
 //! Response callbacks run for the filters whose `on_request_headers` ran (as in Envoy, where a
 //! local reply goes back through the filters it passed).
+//!
+//! Fail closed: a filter of the chain that cannot run on the request (no root context in the
+//! worker, its HTTP context could not be created, its instance trapped or was replaced, the
+//! worker state is unavailable) fails the request with 500 and an error log line naming the
+//! filter, never skips it (Envoy's `fail_open: false`).
+//!
+//! Internal redirects (`rewrite ... last`, `try_files`, `error_page`, `index`,
+//! `X-Accel-Redirect`, named locations): the context lives in the request's pool and survives
+//! them. When the request reaches a location whose chain differs from the one it ran, the
+//! filters of the new chain that have not run on this request (a filter is the same when its
+//! module, name and plugin configuration are) are added and run from `on_request_headers`; the
+//! filters that already ran are not run again, so nothing is counted twice. Subrequests
+//! (`auth_request`, SSI, `mirror`...) into a location with a chain run that chain as requests of
+//! their own (their own contexts and stream).
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -23,7 +39,7 @@ use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_event_t, ngx_http_request_t, ngx_int_t, ngx_pool_cleanup_add,
     ngx_pool_cleanup_t,
 };
-use tollgate_host::{Action, Error, HttpId, LocalResponse, Stream, StreamCallback, Vm};
+use tollgate_host::{Action, HttpId, LocalResponse, Stream, StreamCallback, Vm};
 
 use crate::props::NgxProps;
 use crate::util::{level, log};
@@ -41,6 +57,8 @@ pub enum VmRef {
     },
     /// A `Vm` owned by this request (isolation `stream` or `filter`).
     Owned(usize),
+    /// Not created yet.
+    None,
 }
 
 /// One filter of the chain for this request.
@@ -50,8 +68,11 @@ pub struct Slot {
     pub filter: usize,
     /// Its `Vm`.
     pub vm: VmRef,
-    /// Its HTTP context (`None`: could not be created, or gone).
+    /// Its HTTP context (`None`: not created yet, failed, or gone after `on_log`).
     pub http: Option<HttpId>,
+    /// The filter cannot run on this request (its context could not be created, or it
+    /// failed): the request is refused, never passed on without it.
+    pub failed: bool,
 }
 
 /// Progress of the request side.
@@ -61,12 +82,14 @@ pub enum Phase {
     Fresh,
     /// Run `on_request_headers` from this filter on.
     Headers(usize),
-    /// Paused before this filter; waiting for a resume.
+    /// `on_request_headers` paused before this filter; waiting for a resume.
     Paused(usize),
     /// Reading the client body.
     ReadingBody,
-    /// Body read: run `on_request_body`.
-    BodyRead,
+    /// Body read: run `on_request_body` from this filter on.
+    Body(usize),
+    /// `on_request_body` paused before this filter; waiting for a resume.
+    BodyPaused(usize),
     /// Request side done.
     Forward,
 }
@@ -87,7 +110,10 @@ pub enum Isolation {
 pub struct RequestCtx {
     /// The request.
     pub r: *mut ngx_http_request_t,
-    /// The chain.
+    /// The location chain (its address) whose filters this context has added: a different
+    /// one after an internal redirect adds the new chain's filters.
+    pub chain: *const Vec<usize>,
+    /// The filters run on this request, in order.
     pub slots: Vec<Slot>,
     /// Instances owned by the request (isolation `stream`/`filter`).
     pub own_vms: Vec<Vm>,
@@ -97,8 +123,20 @@ pub struct RequestCtx {
     pub phase: Phase,
     /// Filters whose `on_request_headers` ran.
     pub started: usize,
+    /// Filters whose `on_request_body` ran.
+    pub body_done: usize,
+    /// The client body was read into memory for the filters.
+    pub body_read: bool,
+    /// `stream.request_body` holds the body for the `on_request_body` callbacks under way.
+    pub body_loaded: bool,
     /// `on_log` ran.
     pub finished: bool,
+    /// A response-side callback failed: the response was replaced by a 500 (`Replaced`, in the
+    /// header filter: that 500 goes out) or the rest of it is cut (`Cut`, in the body filter).
+    pub response_failed: Option<ResponseFailure>,
+    /// The request was refused (500) because a filter could not run: that error response goes
+    /// out without the failed filters (the others still see it).
+    pub refused: bool,
     /// The response body is being buffered (a filter paused on a chunk).
     pub resp_buffering: bool,
     /// The response's end of stream was seen.
@@ -115,6 +153,15 @@ pub struct RequestCtx {
     pub local_details: Rc<RefCell<Option<Vec<u8>>>>,
 }
 
+/// What a response-side failure did to the response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseFailure {
+    /// `on_response_headers` failed: a 500 replaced the response.
+    Replaced,
+    /// A body callback failed after the headers went out: the connection is closed.
+    Cut,
+}
+
 /// How a run of callbacks ended.
 pub enum Outcome {
     /// All filters continued.
@@ -123,19 +170,10 @@ pub enum Outcome {
     Paused(usize),
     /// A filter asked for a local response.
     Local(LocalResponse),
-    /// A filter trapped or failed.
+    /// A filter trapped, failed or could not run.
     Failed,
     /// A filter closed the stream.
     Closed,
-}
-
-#[derive(Clone, Copy)]
-enum Cb {
-    RequestHeaders,
-    RequestBody,
-    ResponseHeaders,
-    ResponseBody,
-    ResponseTrailers,
 }
 
 /// `NGX_OK`, `NGX_DONE`, `NGX_DECLINED`, `NGX_ERROR`, `NGX_AGAIN`.
@@ -155,8 +193,13 @@ thread_local! {
     static CTXS: RefCell<rustc_hash::FxHashSet<usize>> = RefCell::new(rustc_hash::FxHashSet::default());
 }
 
-fn is_ctx(p: *mut c_void) -> bool {
-    !p.is_null() && CTXS.with(|s| s.try_borrow().is_ok_and(|s| s.contains(&(p as usize))))
+/// Whether `p` is one of our live contexts, for the request `r`.
+fn is_ctx_of(p: *mut c_void, r: *mut ngx_http_request_t) -> bool {
+    if p.is_null() || !CTXS.with(|s| s.try_borrow().is_ok_and(|s| s.contains(&(p as usize)))) {
+        return false;
+    }
+    // SAFETY: a live context (in CTXS until its cleanup runs).
+    unsafe { (*p.cast::<RequestCtx>()).r == r }
 }
 
 unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
@@ -186,7 +229,7 @@ unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
 }
 
 /// The request's context, also after an internal redirect cleared `r->ctx` (found through
-/// the pool cleanup that owns it).
+/// the pool cleanup that owns it; a subrequest, which shares its parent's pool, has its own).
 ///
 /// # Safety
 /// `r` must be a live request.
@@ -200,7 +243,7 @@ pub unsafe fn get_ctx<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestC
         }
         let mut c: *mut ngx_pool_cleanup_t = (*(*r).pool).cleanup;
         while !c.is_null() {
-            if is_ctx((*c).data) {
+            if is_ctx_of((*c).data, r) {
                 *slot = (*c).data;
                 return (*c).data.cast::<RequestCtx>().as_mut();
             }
@@ -211,14 +254,12 @@ pub unsafe fn get_ctx<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestC
 }
 
 impl RequestCtx {
-    /// Creates the context of `r` (owned by a pool cleanup) and stores it in `r->ctx`.
+    /// Creates the context of `r` (owned by a pool cleanup) and stores it in `r->ctx`; its
+    /// slots are added by [`RequestCtx::enter_chain`].
     ///
     /// # Safety
-    /// `r` must be a live main request.
-    pub unsafe fn create<'a>(
-        r: *mut ngx_http_request_t,
-        chain: &[usize],
-    ) -> Option<&'a mut RequestCtx> {
+    /// `r` must be a live request.
+    pub unsafe fn create<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
         let local_details = Rc::new(RefCell::new(None));
         let stream = Stream {
             property_source: Some(Box::new(NgxProps {
@@ -232,19 +273,18 @@ impl RequestCtx {
         };
         let ctx = Box::new(RequestCtx {
             r,
-            slots: chain
-                .iter()
-                .map(|f| Slot {
-                    filter: *f,
-                    vm: VmRef::Owned(usize::MAX),
-                    http: None,
-                })
-                .collect(),
+            chain: std::ptr::null(),
+            slots: Vec::new(),
             own_vms: Vec::new(),
             stream,
             phase: Phase::Fresh,
             started: 0,
+            body_done: 0,
+            body_read: false,
+            body_loaded: false,
             finished: false,
+            response_failed: None,
+            refused: false,
             resp_buffering: false,
             resp_eos: false,
             wants_request_body: false,
@@ -267,6 +307,7 @@ impl RequestCtx {
             });
             (*cln).handler = Some(ctx_cleanup);
             (*cln).data = p.cast();
+            // Posted events never read `data` in nginx's debug logging (only timers do).
             (*p).resume_ev.handler = Some(resume_handler);
             (*p).resume_ev.data = p.cast();
             (*p).resume_ev.log = (*(*r).connection).log;
@@ -276,123 +317,173 @@ impl RequestCtx {
         }
     }
 
-    /// Creates the HTTP contexts (and the request's own instances for `stream`/`filter`).
-    pub fn create_contexts(&mut self, w: &mut Worker, isolation: Isolation) {
+    /// Adds the filters of the location chain `chain` that have not run on this request
+    /// (all of them for a fresh context; after an internal redirect into a location with a
+    /// different chain, those not run yet), creates their HTTP contexts and points the request
+    /// side at the first of them. Returns whether filters were added. A filter whose context
+    /// cannot be created is marked failed (the request will be refused).
+    pub fn enter_chain(
+        &mut self,
+        w: &mut Worker,
+        chain: &Vec<usize>,
+        isolation: Isolation,
+    ) -> bool {
+        if std::ptr::eq(self.chain, chain) {
+            return false;
+        }
+        self.chain = chain;
+        let first = self.slots.len();
+        for &f in chain {
+            let ran = self.slots.iter().any(|s| {
+                s.filter == f
+                    || w.filters
+                        .get(s.filter)
+                        .zip(w.filters.get(f))
+                        .is_some_and(|(a, b)| a == b)
+            });
+            if !ran {
+                self.slots.push(Slot {
+                    filter: f,
+                    vm: VmRef::None,
+                    http: None,
+                    failed: false,
+                });
+            }
+        }
+        if self.slots.len() == first {
+            return false;
+        }
+        self.create_contexts(w, isolation, first);
+        self.phase = Phase::Headers(first);
+        true
+    }
+
+    /// Creates the HTTP contexts of the slots from `first` on (and the request's own instances
+    /// for `stream`/`filter`).
+    fn create_contexts(&mut self, w: &mut Worker, isolation: Isolation, first: usize) {
         let me: *mut RequestCtx = self;
-        for i in 0..self.slots.len() {
+        let req_log = self.log(w);
+        for i in first..self.slots.len() {
             let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
                 continue;
             };
-            let Some(def) = w.filters.get(filter) else {
+            let Some(def) = w.filters.get(filter).cloned() else {
                 continue;
             };
-            let (vm_ref, http) = match isolation {
+            let created: Result<(VmRef, HttpId), String> = match isolation {
                 Isolation::None => {
                     let root = w.roots.get(filter).copied().flatten();
-                    let Some(slot) = w.vms.get_mut(def.module) else {
-                        continue;
-                    };
-                    let generation = slot.generation;
-                    let http = match (slot.vm.as_mut(), root) {
-                        (Some(vm), Some(root)) => vm
-                            .create_http(root)
-                            .map_err(|e| {
-                                log(
-                                    level::ERR,
-                                    w.log,
-                                    &format!("tollgate: filter \"{}\": {}", def.name, e.0),
-                                )
-                            })
-                            .ok(),
-                        _ => None,
-                    };
-                    if let Some(h) = http {
-                        w.live.insert((def.module, h.0), me);
-                    }
-                    (
-                        VmRef::Shared {
-                            module: def.module,
-                            generation,
-                        },
-                        http,
-                    )
-                }
-                Isolation::Stream | Isolation::Filter => {
-                    // Reuse this request's instance of the module (stream), or make one.
-                    let reuse = if isolation == Isolation::Stream {
-                        self.slots.iter().take(i).find_map(|s| match s.vm {
-                            VmRef::Owned(k)
-                                if w.filters
-                                    .get(s.filter)
-                                    .is_some_and(|f| f.module == def.module) =>
-                            {
-                                Some(k)
-                            }
-                            _ => None,
-                        })
-                    } else {
-                        None
-                    };
-                    let k = match reuse {
-                        Some(k) => k,
-                        None => {
-                            let Some(m) = w.modules.get(def.module) else {
-                                continue;
-                            };
-                            let host = Rc::new(crate::host::VmHost {
-                                worker: w.host.clone(),
-                                vm_slot: usize::MAX,
-                                generation: 0,
-                                vm_id: m.name.clone(),
-                            });
-                            match Vm::new(&m.module, host, &m.name, &m.vm_config) {
-                                Ok(vm) => {
-                                    self.own_vms.push(vm);
-                                    self.own_vms.len().saturating_sub(1)
-                                }
-                                Err(e) => {
-                                    log(
-                                        level::ERR,
-                                        w.log,
-                                        &format!("tollgate: module \"{}\": {}", m.name, e.0),
-                                    );
-                                    continue;
-                                }
+                    let module = def.module;
+                    let r = match w.vms.get_mut(module) {
+                        None => Err("no instance of its module".to_owned()),
+                        Some(slot) => {
+                            let generation = slot.generation;
+                            match (slot.vm.as_mut(), root) {
+                                (None, _) => Err("its module has no instance in this worker (see the error log at worker start)".to_owned()),
+                                (Some(_), None) => Err("it has no root context in this worker (on_vm_start or on_configure failed, see the error log)".to_owned()),
+                                (Some(vm), Some(root)) => vm
+                                    .create_http(root)
+                                    .map(|h| (VmRef::Shared { module, generation }, h))
+                                    .map_err(|e| e.0),
                             }
                         }
                     };
-                    let http = self.own_vms.get_mut(k).and_then(|vm| {
-                        let root = vm
-                            .create_root(&def.name, &def.config)
-                            .map_err(|e| {
-                                log(
-                                    level::ERR,
-                                    w.log,
-                                    &format!("tollgate: filter \"{}\": {}", def.name, e.0),
-                                )
-                            })
-                            .ok()?;
-                        vm.create_http(root).ok()
-                    });
-                    (VmRef::Owned(k), http)
+                    if r.is_err() {
+                        w.check_poisoned(module);
+                    }
+                    r
                 }
+                Isolation::Stream | Isolation::Filter => self.create_owned(w, isolation, i, &def),
             };
-            if let Some(s) = self.slots.get_mut(i) {
-                s.vm = vm_ref;
-                s.http = http;
-            }
-            if http.is_some() {
-                let vm = match vm_ref {
-                    VmRef::Shared { module, .. } => w.vms.get(module).and_then(|s| s.vm.as_ref()),
-                    VmRef::Owned(k) => self.own_vms.get(k),
-                };
-                if let Some(vm) = vm {
-                    self.wants_request_body |= vm.exports_callback(StreamCallback::RequestBody);
-                    self.wants_response_body |= vm.exports_callback(StreamCallback::ResponseBody)
-                        || vm.exports_callback(StreamCallback::ResponseTrailers);
+            let Some(s) = self.slots.get_mut(i) else {
+                continue;
+            };
+            match created {
+                Ok((vm_ref, http)) => {
+                    s.vm = vm_ref;
+                    s.http = Some(http);
+                    if let VmRef::Shared { module, .. } = vm_ref {
+                        w.live.insert((module, http.0), me);
+                    }
+                    let vm = match vm_ref {
+                        VmRef::Shared { module, .. } => {
+                            w.vms.get(module).and_then(|s| s.vm.as_ref())
+                        }
+                        VmRef::Owned(k) => self.own_vms.get(k),
+                        VmRef::None => None,
+                    };
+                    if let Some(vm) = vm {
+                        self.wants_request_body |= vm.exports_callback(StreamCallback::RequestBody);
+                        self.wants_response_body |= vm
+                            .exports_callback(StreamCallback::ResponseBody)
+                            || vm.exports_callback(StreamCallback::ResponseTrailers);
+                    }
+                }
+                Err(e) => {
+                    s.failed = true;
+                    log(
+                        level::ERR,
+                        req_log,
+                        &format!(
+                            "tollgate: filter \"{}\" cannot run on this request: {e}; refusing it",
+                            def.name
+                        ),
+                    );
                 }
             }
         }
+    }
+
+    /// An HTTP context in an instance of the filter's module owned by this request (isolation
+    /// `stream`: one per module, shared by the request's filters of that module; `filter`: one
+    /// per filter).
+    fn create_owned(
+        &mut self,
+        w: &mut Worker,
+        isolation: Isolation,
+        i: usize,
+        def: &crate::worker::FilterDef,
+    ) -> Result<(VmRef, HttpId), String> {
+        let reuse = if isolation == Isolation::Stream {
+            self.slots.iter().take(i).find_map(|s| match s.vm {
+                VmRef::Owned(k)
+                    if w.filters
+                        .get(s.filter)
+                        .is_some_and(|f| f.module == def.module) =>
+                {
+                    Some(k)
+                }
+                _ => None,
+            })
+        } else {
+            None
+        };
+        let k = match reuse {
+            Some(k) => k,
+            None => {
+                let m = w
+                    .modules
+                    .get(def.module)
+                    .ok_or_else(|| "no such module".to_owned())?;
+                let host = Rc::new(crate::host::VmHost {
+                    worker: w.host.clone(),
+                    vm_slot: usize::MAX,
+                    generation: 0,
+                    vm_id: m.name.clone(),
+                });
+                let vm = Vm::new_with_limits(&m.module, host, &m.name, &m.vm_config, &m.limits)
+                    .map_err(|e| format!("module \"{}\": {}", m.name, e.0))?;
+                self.own_vms.push(vm);
+                self.own_vms.len().saturating_sub(1)
+            }
+        };
+        let vm = self
+            .own_vms
+            .get_mut(k)
+            .ok_or_else(|| "no instance".to_owned())?;
+        let root = vm.create_root(&def.name, &def.config).map_err(|e| e.0)?;
+        let http = vm.create_http(root).map_err(|e| e.0)?;
+        Ok((VmRef::Owned(k), http))
     }
 
     /// The request's connection log (with its client and request in every line), or the
@@ -418,41 +509,49 @@ impl RequestCtx {
         }
     }
 
-    fn call(&mut self, w: &mut Worker, i: usize, cb: Cb, eos: bool) -> Result<Action, ()> {
+    /// Calls `cb` of filter `i`. `Err` (logged, naming the filter and the callback) when the
+    /// filter cannot run: it failed before, its context or instance is gone, or it trapped.
+    fn call(
+        &mut self,
+        w: &mut Worker,
+        i: usize,
+        cb: StreamCallback,
+        eos: bool,
+    ) -> Result<Action, ()> {
         let Some(slot) = self.slots.get(i) else {
             return Ok(Action::Continue);
         };
-        let Some(id) = slot.http else {
-            return Ok(Action::Continue);
-        };
         let filter = slot.filter;
-        let (vm, module): (&mut Vm, Option<usize>) = match slot.vm {
-            VmRef::Shared { module, generation } => {
-                let Some(s) = w.vms.get_mut(module) else {
-                    return Err(());
-                };
-                if s.generation != generation {
-                    return Err(());
-                }
-                let Some(vm) = s.vm.as_mut() else {
-                    return Err(());
-                };
-                (vm, Some(module))
-            }
-            VmRef::Owned(k) => {
-                let Some(vm) = self.own_vms.get_mut(k) else {
-                    return Err(());
-                };
-                (vm, None)
-            }
+        let failed = slot.failed;
+        if failed {
+            // Logged when it failed; the error response of a refused request goes out without
+            // it, anything else is refused.
+            return if self.refused {
+                Ok(Action::Continue)
+            } else {
+                Err(())
+            };
+        }
+        let target = match (slot.http, slot.vm) {
+            (None, _) | (_, VmRef::None) => Err("it has no HTTP context".to_owned()),
+            (Some(id), VmRef::Shared { module, generation }) => match w.vms.get_mut(module) {
+                Some(s) if s.generation == generation => match s.vm.as_mut() {
+                    Some(vm) => Ok((vm, id, Some(module))),
+                    None => Err("its instance is gone".to_owned()),
+                },
+                _ => Err("its instance was replaced after a trap".to_owned()),
+            },
+            (Some(id), VmRef::Owned(k)) => match self.own_vms.get_mut(k) {
+                Some(vm) => Ok((vm, id, None)),
+                None => Err("its instance is gone".to_owned()),
+            },
         };
-        let stream = &mut self.stream;
-        let res: Result<Action, Error> = match cb {
-            Cb::RequestHeaders => vm.on_request_headers(id, stream, eos),
-            Cb::RequestBody => vm.on_request_body(id, stream, eos),
-            Cb::ResponseHeaders => vm.on_response_headers(id, stream, eos),
-            Cb::ResponseBody => vm.on_response_body(id, stream, eos),
-            Cb::ResponseTrailers => vm.on_response_trailers(id, stream),
+        let (res, module) = match target {
+            Ok((vm, id, module)) => (
+                vm.on_stream(cb, id, &mut self.stream, eos).map_err(|e| e.0),
+                module,
+            ),
+            Err(e) => (Err(e), None),
         };
         match res {
             Ok(a) => Ok(a),
@@ -462,13 +561,23 @@ impl RequestCtx {
                     .get(filter)
                     .map_or("?", |f| f.name.as_str())
                     .to_owned();
+                let module_name = w
+                    .filters
+                    .get(filter)
+                    .and_then(|f| w.modules.get(f.module))
+                    .map_or("?", |m| m.name.as_str())
+                    .to_owned();
                 log(
                     level::ERR,
                     self.log(w),
-                    &format!("tollgate: filter \"{name}\" failed: {}", e.0),
+                    &format!(
+                        "tollgate: filter \"{name}\" (module \"{module_name}\") failed in {}: {e}",
+                        cb.name()
+                    ),
                 );
                 if let Some(s) = self.slots.get_mut(i) {
                     s.http = None;
+                    s.failed = true;
                 }
                 if let Some(m) = module {
                     w.check_poisoned(m);
@@ -478,10 +587,20 @@ impl RequestCtx {
         }
     }
 
-    fn run(&mut self, w: &mut Worker, cb: Cb, from: usize, upto: usize, eos: bool) -> Outcome {
+    fn run(
+        &mut self,
+        w: &mut Worker,
+        cb: StreamCallback,
+        from: usize,
+        upto: usize,
+        eos: bool,
+    ) -> Outcome {
         for i in from..upto {
-            if matches!(cb, Cb::RequestHeaders) {
+            if cb == StreamCallback::RequestHeaders {
                 self.started = self.started.max(i.saturating_add(1));
+            }
+            if cb == StreamCallback::RequestBody {
+                self.body_done = self.body_done.max(i.saturating_add(1));
             }
             let step = self.call(w, i, cb, eos);
             if let Some(lr) = self.stream.local_response.take() {
@@ -492,13 +611,19 @@ impl RequestCtx {
             }
             match step {
                 Err(()) => return Outcome::Failed,
-                Ok(Action::Pause) if matches!(cb, Cb::RequestHeaders) => {
+                Ok(Action::Pause)
+                    if matches!(
+                        cb,
+                        StreamCallback::RequestHeaders | StreamCallback::RequestBody
+                    ) =>
+                {
+                    // Resumed from inside the callback itself (e.g. a call answered at once).
                     if std::mem::take(&mut self.stream.resumed) {
                         continue;
                     }
                     return Outcome::Paused(i.saturating_add(1));
                 }
-                Ok(Action::Pause) if matches!(cb, Cb::ResponseBody) && !eos => {
+                Ok(Action::Pause) if cb == StreamCallback::ResponseBody && !eos => {
                     self.resp_buffering = true;
                     return Outcome::Paused(i.saturating_add(1));
                 }
@@ -511,31 +636,31 @@ impl RequestCtx {
     /// `on_request_headers` from filter `from`.
     pub fn request_headers(&mut self, w: &mut Worker, from: usize, eos: bool) -> Outcome {
         let n = self.slots.len();
-        self.run(w, Cb::RequestHeaders, from, n, eos)
+        self.run(w, StreamCallback::RequestHeaders, from, n, eos)
     }
 
-    /// `on_request_body` (whole body, end of stream) for the started filters.
-    pub fn request_body(&mut self, w: &mut Worker) -> Outcome {
+    /// `on_request_body` (whole body, end of stream) from filter `from` to the started ones.
+    pub fn request_body(&mut self, w: &mut Worker, from: usize) -> Outcome {
         let n = self.started;
-        self.run(w, Cb::RequestBody, 0, n, true)
+        self.run(w, StreamCallback::RequestBody, from, n, true)
     }
 
     /// `on_response_headers` for the started filters.
     pub fn response_headers(&mut self, w: &mut Worker, eos: bool) -> Outcome {
         let n = self.started;
-        self.run(w, Cb::ResponseHeaders, 0, n, eos)
+        self.run(w, StreamCallback::ResponseHeaders, 0, n, eos)
     }
 
     /// `on_response_body` for the started filters; `Paused` means: buffer until the end.
     pub fn response_body(&mut self, w: &mut Worker, eos: bool) -> Outcome {
         let n = self.started;
-        self.run(w, Cb::ResponseBody, 0, n, eos)
+        self.run(w, StreamCallback::ResponseBody, 0, n, eos)
     }
 
     /// `on_response_trailers` for the started filters (the map is `stream.response_trailers`).
     pub fn response_trailers(&mut self, w: &mut Worker) -> Outcome {
         let n = self.started;
-        self.run(w, Cb::ResponseTrailers, 0, n, true)
+        self.run(w, StreamCallback::ResponseTrailers, 0, n, true)
     }
 
     /// `on_log`, `on_done`, `on_delete` for every filter with a context.
@@ -559,6 +684,7 @@ impl RequestCtx {
                     .filter(|s| s.generation == generation)
                     .and_then(|s| s.vm.as_mut()),
                 VmRef::Owned(k) => self.own_vms.get_mut(k),
+                VmRef::None => None,
             };
             let Some(vm) = vm else { continue };
             if let Err(e) = vm.on_log_and_delete(id, &mut self.stream) {
@@ -570,7 +696,7 @@ impl RequestCtx {
                 log(
                     level::ERR,
                     req_log,
-                    &format!("tollgate: filter \"{name}\": on_log: {}", e.0),
+                    &format!("tollgate: filter \"{name}\" failed in on_log: {}", e.0),
                 );
                 if let VmRef::Shared { module, .. } = slot.vm {
                     w.check_poisoned(module);
@@ -581,21 +707,25 @@ impl RequestCtx {
     }
 }
 
-/// Posts the resume events of `reqs` (requests resumed by a `Vm`).
+/// Posts the resume events of `reqs` (requests resumed by a `Vm`, or given a local response
+/// from a callback outside their own, such as `on_http_call_response`). A request that is not
+/// paused is left alone.
 pub fn resume_all(reqs: Vec<crate::worker::ReqPtr>) {
     for p in reqs {
         // SAFETY: pointers come from the worker's live map, whose entries are removed before
         // their request is freed; no nginx code ran since they were looked up.
         unsafe {
             let Some(ctx) = p.as_mut() else { continue };
-            if let Phase::Paused(next) = ctx.phase {
-                ctx.phase = Phase::Headers(next);
-                if ctx.resume_ev.posted() == 0 {
-                    nginx_sys::ngx_post_event(
-                        &mut ctx.resume_ev,
-                        &raw mut nginx_sys::ngx_posted_events,
-                    );
-                }
+            ctx.phase = match ctx.phase {
+                Phase::Paused(next) => Phase::Headers(next),
+                Phase::BodyPaused(next) => Phase::Body(next),
+                _ => continue,
+            };
+            if ctx.resume_ev.posted() == 0 {
+                nginx_sys::ngx_post_event(
+                    &mut ctx.resume_ev,
+                    &raw mut nginx_sys::ngx_posted_events,
+                );
             }
         }
     }
@@ -615,10 +745,11 @@ unsafe extern "C" fn resume_handler(ev: *mut ngx_event_t) {
 }
 
 /// Sends a filter's local response and finalizes the request (the phase handler then returns
-/// `NGX_DONE`).
+/// `NGX_DONE`). Like Envoy's local replies, a response with a body and no `content-type` gets
+/// `content-type: text/plain`.
 ///
 /// # Safety
-/// `r` must be a live main request whose header was not sent.
+/// `r` must be a live request whose header was not sent.
 pub unsafe fn send_local(
     r: *mut ngx_http_request_t,
     ctx: &mut RequestCtx,
@@ -639,12 +770,20 @@ pub unsafe fn send_local(
         }
         let _ = nginx_sys::ngx_http_discard_request_body(r);
         let mut map: tollgate_host::HeaderMap =
-            Vec::with_capacity(lr.headers.len().saturating_add(2));
+            Vec::with_capacity(lr.headers.len().saturating_add(3));
         map.push((b":status".to_vec(), lr.status.to_string().into_bytes()));
         for (k, v) in &lr.headers {
             if !k.eq_ignore_ascii_case(b"content-length") {
                 map.push((k.clone(), v.clone()));
             }
+        }
+        if !lr.body.is_empty()
+            && !lr
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case(b"content-type"))
+        {
+            map.push((b"content-type".to_vec(), b"text/plain".to_vec()));
         }
         map.push((
             b"content-length".to_vec(),
@@ -675,7 +814,7 @@ pub unsafe fn send_local(
         }
         std::ptr::copy_nonoverlapping(lr.body.as_ptr(), (*b).last, lr.body.len());
         (*b).last = (*b).last.add(lr.body.len());
-        (*b).set_last_buf(1);
+        (*b).set_last_buf(if r == (*r).main { 1 } else { 0 });
         (*b).set_last_in_chain(1);
         let mut out = ngx_chain_t {
             buf: b,

@@ -14,8 +14,9 @@ use tollgate_host::{HttpId, RootId, Vm};
 use crate::host::{VmHost, WorkerHost};
 use crate::util::{level, log};
 
-/// A `proxy_wasm` directive: one root context per worker.
-#[derive(Clone, Debug)]
+/// A `proxy_wasm` directive: one root context per worker. Two are the same filter (not run
+/// twice on a request, see `request.rs`) when their module, name and configuration are.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterDef {
     /// The module's name (also the plugin name).
     pub name: String,
@@ -34,6 +35,9 @@ pub struct ModuleRt {
     pub vm_config: Vec<u8>,
     /// The compiled module.
     pub module: tollgate_host::Module,
+    /// Deadlines and memory cap of its instances (`tollgate_guest_deadline`,
+    /// `tollgate_guest_memory`).
+    pub limits: tollgate_host::GuestLimits,
 }
 
 /// The shared `Vm` of a module in this worker.
@@ -68,14 +72,34 @@ pub struct Worker {
     pub poll: Box<ngx_event_t>,
     /// The worker's log.
     pub log: *mut ngx_log_t,
+    /// Advances the engine's epoch: the clock of every guest deadline (stopped with the worker).
+    pub ticker: Option<tollgate_host::EpochTicker>,
 }
 
-/// A filter's `on_tick` timer.
+/// A filter's `on_tick` timer. `repr(C)` with the event first: the handler finds the timer
+/// from its event's address (the event's `data` must be a connection, see [`timer_data`]).
+#[repr(C)]
 pub struct TickTimer {
-    /// The nginx event (its `data` points back to this struct).
+    /// The nginx event.
     pub ev: ngx_event_t,
     /// The filter.
     pub filter: usize,
+}
+
+/// What the module's timer events carry as `data`: nginx's debug log reads `ev->data` as a
+/// connection (`ngx_event_ident`: its `fd`) whenever a timer is added, deleted or expires, so
+/// `data` must be a connection, as nginx's own connection-less timers do (`ngx_cycle.c`'s
+/// `dumb` connection of the shutdown event). A process-wide zeroed connection with `fd` -1.
+pub fn timer_data() -> *mut std::ffi::c_void {
+    static DUMB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = *DUMB.get_or_init(|| {
+        // SAFETY: a zeroed ngx_connection_t is nginx's own initial state (ngx_pcalloc); it is
+        // leaked on purpose: timers may refer to it until the process exits.
+        let mut c: Box<ngx::ffi::ngx_connection_t> = Box::new(unsafe { std::mem::zeroed() });
+        c.fd = -1;
+        Box::into_raw(c) as usize
+    });
+    addr as *mut std::ffi::c_void
 }
 
 thread_local! {
@@ -157,6 +181,7 @@ impl Worker {
             ticks: Vec::new(),
             poll,
             log: log_ptr,
+            ticker: None,
         };
         for m in 0..w.modules.len() {
             if w.filters.iter().any(|f| f.module == m) {
@@ -178,7 +203,21 @@ impl Worker {
             generation,
             vm_id: module.name.clone(),
         });
-        let vm = match Vm::new(&module.module, host, &module.name, &module.vm_config) {
+        // The filters' root contexts of the old instance are gone with it.
+        for (i, f) in self.filters.iter().enumerate() {
+            if f.module == m {
+                if let Some(r) = self.roots.get_mut(i) {
+                    *r = None;
+                }
+            }
+        }
+        let vm = match Vm::new_with_limits(
+            &module.module,
+            host,
+            &module.name,
+            &module.vm_config,
+            &module.limits,
+        ) {
             Ok(mut vm) => {
                 for (i, f) in self.filters.iter().enumerate() {
                     if f.module != m {
@@ -212,8 +251,28 @@ impl Worker {
             slot.vm = vm;
             slot.generation = generation;
         }
-        // Requests of the old generation lose their contexts.
-        self.live.retain(|(module, _), _| *module != m);
+        // Requests of the old generation lose their contexts: their filter of this module
+        // cannot run on them any more, so they are refused (fail closed); those paused waiting
+        // for it are resumed into that refusal instead of waiting for ever.
+        let mut orphans = Vec::new();
+        self.live.retain(|&(module, http), p| {
+            if module != m {
+                return true;
+            }
+            // SAFETY: live-map entries are removed before their request is freed.
+            if let Some(ctx) = unsafe { p.as_mut() } {
+                for s in &mut ctx.slots {
+                    if s.http == Some(HttpId(http))
+                        && matches!(s.vm, crate::request::VmRef::Shared { module, .. } if module == m)
+                    {
+                        s.failed = true;
+                    }
+                }
+                orphans.push(*p);
+            }
+            false
+        });
+        crate::request::resume_all(orphans);
     }
 
     /// Arms the tick timers asked for by the root contexts (`proxy_set_tick_period_milliseconds`).
@@ -237,9 +296,8 @@ impl Worker {
                 ev: unsafe { std::mem::zeroed() },
                 filter: i,
             });
-            let tp: *mut TickTimer = &mut *t;
             t.ev.handler = Some(tick_handler);
-            t.ev.data = tp.cast();
+            t.ev.data = timer_data();
             t.ev.log = self.log;
             t.ev.set_cancelable(1);
             // SAFETY: the event lives in a Box owned by the worker until uninstall().
@@ -348,9 +406,9 @@ impl Worker {
 }
 
 unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
-    // SAFETY: `data` is the TickTimer that owns `ev` (see arm_ticks).
+    // SAFETY: `ev` is the first field of a `repr(C)` TickTimer (see arm_ticks).
     let (filter, tp) = unsafe {
-        let t = (*ev).data.cast::<TickTimer>();
+        let t = ev.cast::<TickTimer>();
         ((*t).filter, t)
     };
     let resumed = with_worker(|w| {

@@ -1,0 +1,136 @@
+"""Other people's proxy-wasm filters, on every host: the test-only probe filter
+(tests/filters/probe) uses the ABI the way third-party filters do, and the same requests must give
+the same answers in Envoy and in nginx (glibc and musl; nginx also with `error_log debug`, where
+the module's timers once crashed workers).
+
+- The external-authorization pattern: pause in `on_http_request_headers`, `dispatch_http_call`,
+  then resume (or answer with a local response) from `on_http_call_response`; with and without a
+  request body.
+- Resume from `on_tick`.
+- Local responses carry `content-type: text/plain` when they have a body and set none (Envoy's
+  local replies do).
+- Hop-by-hop request headers (`connection`, `keep-alive`, `proxy-connection`,
+  `transfer-encoding`, `upgrade`) are not in the filter's header map (Envoy's codec removes them).
+- A root context without an HTTP context type used as an HTTP filter: refused with a 5xx.
+- Header writes refuse a name that is not an RFC 9110 token and a value with CR, LF or NUL
+  (`BadArgument`, 2), on the request map, the response map and local responses; nothing reaches
+  the upstream or the client.
+"""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import requests
+
+from harness import PROBE_WASM, FilterSpec, GatewaySpec
+
+
+def probe_gateway(host, gateways, upstream, answer_server, log_level="info", **config):
+    spec = GatewaySpec(filters=[FilterSpec("probe", config, wasm_file=PROBE_WASM)],
+                       upstreams={"upstream": upstream.port, "calls": answer_server})
+    return gateways(host, spec, log_level=log_level)
+
+
+LEVELS = ["info", "debug"]
+
+
+@pytest.fixture(params=LEVELS)
+def level(request, host):
+    if request.param == "debug" and host.name == "envoy":
+        pytest.skip("the debug log level matters for the nginx module's timers")
+    return request.param
+
+
+def test_pause_and_resume_from_an_http_call_response(host, gateways, upstream, answer_server, level):
+    g = probe_gateway(host, gateways, upstream, answer_server, level, request_headers="pause_call", call_upstream="calls")
+    for _ in range(3):
+        r = requests.get(g.url + "/authz", timeout=10)
+        assert r.status_code == 200 and r.json()["path"] == "/authz", r.text
+    r = requests.post(g.url + "/authz-body", data=b"x" * 5000, timeout=10)
+    assert r.status_code == 200 and r.json()["path"] == "/authz-body"
+
+
+def test_pause_in_the_request_body_and_resume_from_a_call(host, gateways, upstream, answer_server, level):
+    g = probe_gateway(host, gateways, upstream, answer_server, level, request_body="pause_call", call_upstream="calls")
+    r = requests.post(g.url + "/body", data=b"y" * 3000, timeout=10)
+    assert r.status_code == 200 and r.json()["path"] == "/body", r.text
+
+
+def test_a_local_response_from_an_http_call_response(host, gateways, upstream, answer_server, level):
+    g = probe_gateway(host, gateways, upstream, answer_server, level, request_headers="pause_call",
+                      call_upstream="calls", call_response="local")
+    r = requests.get(g.url + "/deny", timeout=10)
+    assert r.status_code == 403 and r.text == "denied by call"
+    assert r.headers["content-type"] == "text/plain"
+
+
+def test_resume_from_on_tick(host, gateways, upstream, answer_server, level):
+    g = probe_gateway(host, gateways, upstream, answer_server, level, request_headers="pause_tick")
+    r = requests.get(g.url + "/tick", timeout=10)
+    assert r.status_code == 200 and r.json()["path"] == "/tick"
+
+
+def test_a_local_response_with_a_body_gets_a_content_type(host, gateways, upstream, answer_server):
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="local")
+    r = requests.get(g.url + "/", timeout=10)
+    assert r.status_code == 418 and r.text == "teapot"
+    assert r.headers["content-type"] == "text/plain" and r.headers["x-probe"] == "local"
+
+
+def test_hop_by_hop_request_headers_are_not_in_the_map(host, gateways, upstream, answer_server):
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="echo")
+    port = int(g.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: keep-alive, x-custom\r\nKeep-Alive: timeout=5\r\n"
+                  b"Proxy-Connection: keep-alive\r\nX-Custom: 1\r\nX-End: 1\r\n\r\n")
+        data = b""
+        while b"]" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    names = json.loads(data.partition(b"\r\n\r\n")[2].decode())
+    assert "x-end" in names
+    for hop in ["connection", "keep-alive", "proxy-connection"]:
+        assert hop not in names, (hop, names)
+
+
+def test_a_root_context_without_an_http_context_type_is_refused(host, gateways, upstream, answer_server):
+    g = probe_gateway(host, gateways, upstream, answer_server, root_only=True)
+    codes = [requests.get(g.url + "/", timeout=10).status_code for _ in range(3)]
+    assert all(500 <= c < 600 for c in codes), codes
+
+
+BAD_WRITES = [
+    {"name": "x-ok", "value": "fine"},
+    {"name": "x-crlf", "value": "a\r\nx-injected: yes"},
+    {"name": "x-lf", "value": "a\nx-injected: yes"},
+    {"name": "x-nul", "value": "a\u0000b"},
+    {"name": "bad name", "value": "v"},
+    {"name": "x-injected: yes\r\nx-a", "value": "v"},
+]
+
+
+@pytest.mark.parametrize("op", ["add", "replace"])
+def test_header_writes_refuse_cr_lf_nul_and_non_token_names(host, gateways, upstream, answer_server, op):
+    writes = [dict(w, map=m, op=op) for m in ("request", "response") for w in BAD_WRITES]
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=writes)
+    r = requests.get(g.url + "/h", timeout=10)
+    assert r.status_code == 200
+    seen = {k.lower() for k in r.json()["headers"]}
+    assert "x-ok" in seen and "x-injected" not in seen, "the upstream got no injected header"
+    assert r.headers["x-probe-request-status"] == "0,2,2,2,2,2"
+    assert r.headers["x-probe-status"] == "0,2,2,2,2,2"
+    assert "x-injected" not in {k.lower() for k in r.headers}
+
+
+def test_a_local_response_with_a_bad_header_is_refused(host, gateways, upstream, answer_server):
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers",
+                      writes=[{"map": "local", "op": "add", "name": "x-a", "value": "1\r\nx-injected: yes"}])
+    r = requests.get(g.url + "/", timeout=10)
+    assert "x-injected" not in {k.lower() for k in r.headers}
+    assert r.headers.get("x-probe-status") == "refused"
+
+
