@@ -166,6 +166,9 @@ pub struct WorkerHost {
     // Configuration-time stores (validation instances in the master have no zones).
     local: RefCell<LocalStore>,
     local_metrics: RefCell<Vec<Metric>>,
+    /// The metrics zone refused a definition for lack of space in this worker (logged once;
+    /// every refusal is counted in the zone's overflow counter).
+    metrics_full_logged: Cell<bool>,
 }
 
 impl WorkerHost {
@@ -185,6 +188,7 @@ impl WorkerHost {
             runner: RefCell::new(CallRunner::new(RunnerConfig::default())),
             local: RefCell::new(HashMap::new()),
             local_metrics: RefCell::new(Vec::new()),
+            metrics_full_logged: Cell::new(false),
         }
     }
 
@@ -306,9 +310,22 @@ impl WorkerHost {
         Ok(())
     }
 
-    fn define(&self, kind: MetricKind, name: &str) -> Result<u32, Status> {
+    fn define(&self, kind: MetricKind, name: &str, plugin: &str) -> Result<u32, Status> {
         if let Some(z) = &self.metrics {
-            return z.define(services_kind(kind), name).map_err(metrics_status);
+            let r = z.define(services_kind(kind), name);
+            if r == Err(MetricsError::NoSpace) && !self.metrics_full_logged.replace(true) {
+                let (defined, _) = z.usage();
+                self.log_line(
+                    LogLevel::Warn,
+                    plugin,
+                    &format!(
+                        "the metrics zone is full ({defined} metrics): the definition of \"{name}\" \
+                         is refused (InternalFailure) and the filter carries on without it; later \
+                         refusals are not logged, they are counted in tollgate_metrics_overflow_total"
+                    ),
+                );
+            }
+            return r.map_err(metrics_status);
         }
         let mut m = self
             .local_metrics
@@ -391,7 +408,7 @@ impl tollgate_host::Host for VmHost {
         self.worker.set_shared(key, value, cas)
     }
     fn define_metric(&self, kind: MetricKind, name: &str) -> Result<u32, Status> {
-        self.worker.define(kind, name)
+        self.worker.define(kind, name, &self.vm_id)
     }
     fn increment_metric(&self, id: u32, delta: i64) -> Result<(), Status> {
         self.worker.increment(id, delta)
@@ -480,7 +497,7 @@ impl tollgate_host::Host for ConfHost {
         self.inner.set_shared(key, value, cas)
     }
     fn define_metric(&self, kind: MetricKind, name: &str) -> Result<u32, Status> {
-        self.inner.define(kind, name)
+        self.inner.define(kind, name, "")
     }
     fn increment_metric(&self, id: u32, delta: i64) -> Result<(), Status> {
         self.inner.increment(id, delta)

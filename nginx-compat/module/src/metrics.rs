@@ -173,6 +173,10 @@ fn envoy_stats(zone: &MetricsZone, filter: Option<&regex_lite::Regex>) -> String
             _ => {}
         }
     }
+    let overflow = "tollgate.metrics_overflow";
+    if filter.is_none_or(|f| f.is_match(overflow)) {
+        out.push_str(&format!("{overflow}: {}\n", zone.overflow()));
+    }
     for m in zone.snapshot().unwrap_or_default() {
         if filter.is_some_and(|f| !f.is_match(&format!("wasmcustom.{}", m.name))) {
             continue;
@@ -190,6 +194,18 @@ fn envoy_stats(zone: &MetricsZone, filter: Option<&regex_lite::Regex>) -> String
         }
     }
     out
+}
+
+/// The host's own series in the Prometheus text: `tollgate_metrics_overflow_total`, the
+/// metric definitions refused because the metrics zone was full (the filters carry on without
+/// them; the first refusal in each worker is logged).
+fn overflow_exposition(zone: &MetricsZone) -> String {
+    format!(
+        "# HELP tollgate_metrics_overflow_total Metric definitions refused because the metrics zone was full.\n\
+         # TYPE tollgate_metrics_overflow_total counter\n\
+         tollgate_metrics_overflow_total {}\n",
+        zone.overflow()
+    )
 }
 
 /// Percent-decoding of a query argument (`+` is a space).
@@ -245,7 +261,7 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
             }
             (zone, _) => match zone {
                 Some(z) => match z.render() {
-                    Ok(text) => (200, text),
+                    Ok(text) => (200, text + &overflow_exposition(&z)),
                     Err(e) => (500, format!("metrics: {e}\n")),
                 },
                 None => (200, String::new()),

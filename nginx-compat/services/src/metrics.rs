@@ -17,7 +17,8 @@
 //! line 0    header (the sentinel checked on attach): magic "TGMETRC1", layout version, line
 //!           size, region bytes, max metrics, workers, slots per worker, definition size,
 //!           index slots, max buckets, max name bytes, max bucket sets
-//! line 1    control: define lock, metric count, next free slot, lock takeovers, bucket sets
+//! line 1    control: define lock, metric count, next free slot, lock takeovers, bucket sets,
+//!           overflow (defines refused for lack of space)
 //! sets      16 bucket sets x 256 bytes: count, then up to 31 upper bounds (u64)
 //! index     open-addressing table, a power of two >= 2 x max metrics of u32 (id + 1; 0 empty),
 //!           hashed by name (FNV-1a); written under the define lock, read without it
@@ -34,7 +35,8 @@
 //! once per name per VM).
 //!
 //! Slots are never reused (there is no "undefine" in the ABI): when the definitions or the slots
-//! run out, `define` fails with [`MetricsError::NoSpace`].
+//! run out, `define` fails with [`MetricsError::NoSpace`] and the zone's overflow counter
+//! ([`MetricsZone::overflow`]) goes up by one.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -45,8 +47,8 @@ use crate::shm::SharedRegion;
 
 const LINE: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"TGMETRC1");
-/// Layout version; bump on any change of the layout.
-const VERSION: u32 = 1;
+/// Layout version; bump on any change of the layout (2: the overflow counter).
+const VERSION: u32 = 2;
 /// Bytes per metric definition.
 const DEF_SIZE: usize = 256;
 /// Longest metric name (bytes).
@@ -78,6 +80,8 @@ const C_COUNT: usize = 68;
 const C_NEXT_SLOT: usize = 72;
 const C_STEALS: usize = 76;
 const C_SETS: usize = 80;
+/// `define` calls refused because definitions or slots ran out (u32, saturating).
+const C_OVERFLOW: usize = 84;
 // Definition fields.
 const D_STATE: usize = 0;
 const D_KIND: usize = 4;
@@ -628,14 +632,17 @@ impl MetricsZone {
         };
         let id = self.f32(C_COUNT)?.load(Ordering::Relaxed);
         if id >= self.layout.max_metrics {
-            return Err(MetricsError::NoSpace);
+            return Err(self.overflowed());
         }
         let (set, nbuckets, slots) = match kind {
             MetricKind::Counter => (0, 0, 1usize),
             MetricKind::Gauge => (0, 0, 0),
             MetricKind::Histogram => {
                 let bounds = self.config.buckets.for_name(name);
-                let set = self.bucket_set(bounds)?;
+                let set = self.bucket_set(bounds).map_err(|e| match e {
+                    MetricsError::NoSpace => self.overflowed(),
+                    e => e,
+                })?;
                 (set, bounds.len(), bounds.len().saturating_add(2))
             }
         };
@@ -643,7 +650,7 @@ impl MetricsZone {
         let first = next_slot.load(Ordering::Relaxed);
         let end = (first as usize).saturating_add(slots);
         if end > self.layout.slots_per_worker as usize {
-            return Err(MetricsError::NoSpace);
+            return Err(self.overflowed());
         }
         let def = self.def_off(id)?;
         let put = |field: usize, v: u32| -> Result<(), MetricsError> {
@@ -829,6 +836,22 @@ impl MetricsZone {
         Ok(exposition::render(&series, &self.config.labels))
     }
 
+    /// Counts a `define` refused for lack of space; returns [`MetricsError::NoSpace`].
+    fn overflowed(&self) -> MetricsError {
+        if let Ok(c) = self.f32(C_OVERFLOW) {
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+        }
+        MetricsError::NoSpace
+    }
+
+    /// How many `define` calls were refused because the zone was full, since it was created
+    /// (saturating at `u32::MAX`).
+    pub fn overflow(&self) -> u32 {
+        self.region
+            .u32_at(C_OVERFLOW)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
     /// Metrics defined so far, and slots used per worker.
     pub fn usage(&self) -> (u32, u32) {
         let load = |off| {
@@ -935,8 +958,14 @@ mod tests {
             Err(MetricsError::NoSpace)
         );
         assert_eq!(z.usage(), (4, 18));
-        // Existing names still resolve.
+        // Existing names still resolve, and are no overflow.
         assert_eq!(z.define(MetricKind::Counter, "c1").unwrap(), 2);
+        assert_eq!(z.overflow(), 2, "the two refused definitions are counted");
+        assert_eq!(
+            z.define(MetricKind::Counter, "c4"),
+            Err(MetricsError::NoSpace)
+        );
+        assert_eq!(z.overflow(), 3);
     }
 
     #[test]
