@@ -28,22 +28,28 @@ pub fn send_json_error(status: u32, extra_headers: &[(&str, &str)], error: &str,
     }
 }
 
-/// Defines a counter (idempotent in the hosts: the same name gives the same id). `None` if the
-/// host refuses; the filter then simply does not count.
-pub fn define_counter(name: &str) -> Option<u32> {
-    match hostcalls::define_metric(MetricType::Counter, name) {
+/// Defines a metric (idempotent in the hosts: the same name gives the same id). `None` if the
+/// host refuses (e.g. its metrics zone is full); the filter then simply does not record it and
+/// carries on (the raw ABI: the SDK would trap on that status).
+pub fn define_metric(kind: MetricType, name: &str) -> Option<u32> {
+    match crate::raw::define_metric(kind, name) {
         Ok(id) => Some(id),
-        Err(e) => {
-            log::warn!("could not define metric {name}: {e:?}");
+        Err(status) => {
+            log::warn!("could not define metric {name}: host status {status}");
             None
         }
     }
 }
 
+/// Defines a counter, see [`define_metric`].
+pub fn define_counter(name: &str) -> Option<u32> {
+    define_metric(MetricType::Counter, name)
+}
+
 /// Adds 1 to a counter defined with [`define_counter`].
 pub fn count(id: Option<u32>) {
     if let Some(id) = id {
-        let _ = hostcalls::increment_metric(id, 1);
+        let _ = crate::raw::increment_metric(id, 1);
     }
 }
 
@@ -51,8 +57,15 @@ pub fn count(id: Option<u32>) {
 pub fn count_n(id: Option<u32>, n: u64) {
     if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
         if n > 0 {
-            let _ = hostcalls::increment_metric(id, n);
+            let _ = crate::raw::increment_metric(id, n);
         }
+    }
+}
+
+/// Records `value` in a histogram (or sets a gauge) defined with [`define_metric`].
+pub fn record(id: Option<u32>, value: u64) {
+    if let Some(id) = id {
+        let _ = crate::raw::record_metric(id, value);
     }
 }
 

@@ -13,3 +13,5 @@ pub mod signals;
 
 #[cfg(target_arch = "wasm32")]
 pub mod host;
+#[cfg(target_arch = "wasm32")]
+pub mod raw;

@@ -106,22 +106,13 @@ fn define(kind: Kind, name: &str) -> Option<u32> {
         Kind::Counter => MetricType::Counter,
         Kind::Histogram => MetricType::Histogram,
     };
-    match hostcalls::define_metric(t, name) {
-        Ok(id) => Some(id),
-        Err(e) => {
-            log::warn!("metrics: could not define {name}: {e:?}");
-            None
-        }
-    }
+    tollgate_common::host::define_metric(t, name)
 }
 
 fn emit(id: Option<u32>, kind: Kind, value: u64) {
-    let Some(id) = id else { return };
     match kind {
-        Kind::Counter => tollgate_common::host::count_n(Some(id), value),
-        Kind::Histogram => {
-            let _ = hostcalls::record_metric(id, value);
-        }
+        Kind::Counter => tollgate_common::host::count_n(id, value),
+        Kind::Histogram => tollgate_common::host::record(id, value),
     }
 }
 
