@@ -22,7 +22,9 @@ from typing import Any
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WASM_DIR = ROOT / "target" / "wasm32-wasip1" / "release"
+# TOLLGATE_WASM_DIR: other builds of the filters (e.g. an older commit's, to show a test fails
+# there).
+WASM_DIR = pathlib.Path(os.environ.get("TOLLGATE_WASM_DIR", ROOT / "target" / "wasm32-wasip1" / "release"))
 TARGET = ROOT / "target"
 
 

@@ -103,34 +103,76 @@ def test_a_root_context_without_an_http_context_type_is_refused(host, gateways, 
     assert all(500 <= c < 600 for c in codes), codes
 
 
-BAD_WRITES = [
-    {"name": "x-ok", "value": "fine"},
-    {"name": "x-crlf", "value": "a\r\nx-injected: yes"},
-    {"name": "x-lf", "value": "a\nx-injected: yes"},
-    {"name": "x-nul", "value": "a\u0000b"},
-    {"name": "bad name", "value": "v"},
-    {"name": "x-injected: yes\r\nx-a", "value": "v"},
+def test_a_field_nominated_by_connection_never_reaches_the_upstream_unseen(host, gateways, upstream, answer_server):
+    """`Connection: x-forged` makes `X-Forged` hop-by-hop: the filters do not see it, so the
+    upstream must not get it either (Envoy drops it; nginx would forward it)."""
+    g = probe_gateway(host, gateways, upstream, answer_server)
+    port = int(g.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /fwd HTTP/1.1\r\nHost: t\r\nConnection: x-forged\r\nX-Forged: admin\r\n"
+                  b"Proxy-Connection: keep-alive\r\nX-End: 1\r\n\r\n")
+        data = b""
+        while not data.endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    seen = json.loads(data.partition(b"\r\n\r\n")[2].decode())["headers"]
+    assert "x-end" in seen
+    assert "x-forged" not in seen and "proxy-connection" not in seen, seen
+
+
+OK, BAD = 0, 2  # proxy-wasm statuses: Ok, BadArgument
+WRITES = [
+    ({"name": "x-ok", "value": "fine"}, OK),
+    ({"name": "x-crlf", "value": "a\r\nx-injected: yes"}, BAD),
+    ({"name": "x-lf", "value": "a\nx-injected: yes"}, BAD),
+    ({"name": "x-nul", "value": "a\u0000b"}, BAD),
+    ({"name": "bad name", "value": "v"}, BAD),
+    ({"name": "x-injected: yes\r\nx-a", "value": "v"}, BAD),
 ]
 
 
 @pytest.mark.parametrize("op", ["add", "replace"])
 def test_header_writes_refuse_cr_lf_nul_and_non_token_names(host, gateways, upstream, answer_server, op):
-    writes = [dict(w, map=m, op=op) for m in ("request", "response") for w in BAD_WRITES]
+    if host.name == "envoy":
+        pytest.skip("Envoy accepts these writes: see the tests below")
+    writes = [dict(w, map=m, op=op) for m in ("request", "response") for w, _ in WRITES]
     g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=writes)
     r = requests.get(g.url + "/h", timeout=10)
     assert r.status_code == 200
     seen = {k.lower() for k in r.json()["headers"]}
     assert "x-ok" in seen and "x-injected" not in seen, "the upstream got no injected header"
-    assert r.headers["x-probe-request-status"] == "0,2,2,2,2,2"
-    assert r.headers["x-probe-status"] == "0,2,2,2,2,2"
+    expected = ",".join(str(code) for _, code in WRITES)
+    assert r.headers["x-probe-request-status"] == expected
+    assert r.headers["x-probe-status"] == expected
     assert "x-injected" not in {k.lower() for k in r.headers}
 
 
 def test_a_local_response_with_a_bad_header_is_refused(host, gateways, upstream, answer_server):
+    if host.name == "envoy":
+        pytest.skip("Envoy accepts it: see test_envoy_accepts_cr_lf_in_written_header_values")
     g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers",
                       writes=[{"map": "local", "op": "add", "name": "x-a", "value": "1\r\nx-injected: yes"}])
     r = requests.get(g.url + "/", timeout=10)
     assert "x-injected" not in {k.lower() for k in r.headers}
-    assert r.headers.get("x-probe-status") == "refused"
+    assert r.headers.get("x-probe-status") == str(BAD), "proxy_send_local_response answered BadArgument"
 
 
+def test_envoy_accepts_cr_lf_in_written_header_values(host, gateways, upstream, answer_server):
+    """Measured difference (Envoy 1.40, V8): Envoy's proxy-wasm host answers Ok to a value with
+    CR LF. On the request map its HTTP/1 codec then refuses to send the request upstream (503
+    `invalid header value`); on the response map and in a local response the CR LF reaches the
+    client, which then sees an injected header. nginx-compat refuses the write (BadArgument)."""
+    if host.name != "envoy":
+        pytest.skip("Envoy's own behaviour")
+    crlf = {"name": "x-crlf", "value": "a\r\nx-injected: yes", "op": "add"}
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=[dict(crlf, map="request")])
+    r = requests.get(g.url + "/", timeout=10)
+    assert r.status_code == 503 and "invalid header value" in r.text
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=[dict(crlf, map="response")])
+    r = requests.get(g.url + "/", timeout=10)
+    assert r.status_code == 200 and r.headers.get("x-injected") == "yes"
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=[dict(crlf, map="local")])
+    r = requests.get(g.url + "/", timeout=10)
+    assert r.headers.get("x-injected") == "yes"

@@ -75,8 +75,37 @@ thread_local! {
     static METRICS_STATUS: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
+/// The ABI's map serialization: count, (name length, value length) pairs, then each name and
+/// value followed by a NUL.
+fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, v) in pairs {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    }
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
 #[link(wasm_import_module = "env")]
 extern "C" {
+    #[allow(clippy::too_many_arguments)]
+    fn proxy_send_local_response(
+        status: u32,
+        details: *const u8,
+        details_len: usize,
+        body: *const u8,
+        body_len: usize,
+        headers: *const u8,
+        headers_len: usize,
+        grpc_status: i32,
+    ) -> u32;
     fn proxy_define_metric(kind: u32, np: *const u8, nl: usize, ret: *mut u32) -> u32;
 }
 
@@ -351,13 +380,28 @@ impl Probe {
                         .iter()
                         .map(|w| (w.name.as_str(), w.value.as_str()))
                         .collect();
-                    // Goes through proxy_send_local_response: a refused header fails the call.
-                    let status =
-                        proxy_wasm::hostcalls::send_http_response(200, pairs, Some(b"local"));
-                    if status.is_err() {
+                    // Raw proxy_send_local_response: a refused header fails the call (the SDK
+                    // would panic on that status).
+                    let headers = serialize_map(&pairs);
+                    let body = b"local";
+                    // SAFETY: pointers and lengths of live buffers.
+                    let status = unsafe {
+                        proxy_send_local_response(
+                            200,
+                            std::ptr::null(),
+                            0,
+                            body.as_ptr(),
+                            body.len(),
+                            headers.as_ptr(),
+                            headers.len(),
+                            -1,
+                        )
+                    };
+                    if status != 0 {
+                        let s = status.to_string();
                         self.send_http_response(
                             200,
-                            vec![("x-probe-status", "refused")],
+                            vec![("x-probe-status", &s)],
                             Some(b"refused"),
                         );
                     }
