@@ -119,12 +119,16 @@ const OUT_FIELDS: &[(&[u8], usize)] = &[
     (b"etag", offset_of!(ngx_http_headers_out_t, etag)),
 ];
 
-/// The request's header map (see the module documentation).
+/// The request's header map (see the module documentation), and whether the request carries
+/// hop-by-hop fields that must not reach the upstream either (`proxy-connection`, fields
+/// nominated by `Connection`): the caller then writes the map back, which drops them (nginx's
+/// proxy module would forward them, unseen by the filters).
 ///
 /// # Safety
 /// `r` must be a live request.
-pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
+pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
     let mut map: HeaderMap = Vec::with_capacity(16);
+    let mut drops = false;
     // SAFETY: reading the live request.
     unsafe {
         let hin = &mut (*r).headers_in;
@@ -143,6 +147,7 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
             b"http"
         };
         map.push((b":scheme".to_vec(), scheme.to_vec()));
+        let hop = HopByHop::of(&raw mut hin.headers);
         for h in table_elts(&raw mut hin.headers) {
             if (*h).hash == 0 {
                 continue;
@@ -151,10 +156,78 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> HeaderMap {
             if name == b"host" {
                 continue;
             }
+            if hop.hides(&name) {
+                drops |= !hop.nginx_keeps(&name);
+                continue;
+            }
             map.push((name, bytes(&(*h).value).to_vec()));
         }
     }
-    map
+    (map, drops)
+}
+
+/// The request's hop-by-hop header fields (RFC 9110 §7.6.1), which filters do not see, as in
+/// Envoy (its connection manager removes them before the filters run): `connection`,
+/// `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade` (unless the request asks
+/// for an upgrade: `Connection: upgrade` with an `Upgrade` field, when both stay), and every
+/// field that `Connection` nominates. nginx keeps those it needs for its own framing
+/// (`connection`, `keep-alive`, `transfer-encoding`, `upgrade`; its proxy module does not
+/// forward them as they are) across a write-back of the map; the others are dropped from the
+/// request, as Envoy drops them, so that the upstream never gets a field the filters did not
+/// see (e.g. `Connection: x-user` hiding a forged `X-User` from them).
+struct HopByHop {
+    /// Lower-case names nominated by `Connection`.
+    nominated: Vec<Vec<u8>>,
+    upgrade: bool,
+}
+
+impl HopByHop {
+    /// Reads `Connection` from a header list.
+    ///
+    /// # Safety
+    /// `list` must be a live, initialised `ngx_list_t` of `ngx_table_elt_t`.
+    unsafe fn of(list: *mut ngx_list_t) -> HopByHop {
+        let mut nominated = Vec::new();
+        let mut has_upgrade = false;
+        // SAFETY: the caller's list.
+        unsafe {
+            for h in table_elts(list) {
+                if (*h).hash == 0 {
+                    continue;
+                }
+                let key = bytes(&(*h).key);
+                if key.eq_ignore_ascii_case(b"upgrade") {
+                    has_upgrade = true;
+                } else if key.eq_ignore_ascii_case(b"connection") {
+                    for token in bytes(&(*h).value).split(|b| *b == b',') {
+                        let t = token.trim_ascii().to_ascii_lowercase();
+                        if !t.is_empty() {
+                            nominated.push(t);
+                        }
+                    }
+                }
+            }
+        }
+        let upgrade = has_upgrade && nominated.iter().any(|t| t == b"upgrade");
+        HopByHop { nominated, upgrade }
+    }
+
+    /// Whether nginx keeps the hidden field `name` when the map is written back.
+    fn nginx_keeps(&self, name: &[u8]) -> bool {
+        matches!(
+            name,
+            b"connection" | b"keep-alive" | b"transfer-encoding" | b"upgrade"
+        )
+    }
+
+    /// Whether a field named `name` (lower-case) is hidden from the filters.
+    fn hides(&self, name: &[u8]) -> bool {
+        match name {
+            b"keep-alive" | b"proxy-connection" | b"transfer-encoding" => true,
+            b"connection" | b"upgrade" => !self.upgrade,
+            _ => self.nominated.iter().any(|t| t == name),
+        }
+    }
 }
 
 /// The request target the upstream gets from `proxy_pass` without a URI part: the client's
@@ -259,7 +332,20 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
         let pool = (*r).pool;
         let hin: *mut ngx_http_headers_in_t = &raw mut (*r).headers_in;
         let list: *mut ngx_list_t = &raw mut (*hin).headers;
-        reset_list(list, pool, map.len()).ok_or("out of memory")?;
+        // The hop-by-hop fields the filters did not see stay (their strings live in the pool).
+        let hop = HopByHop::of(list);
+        let kept: Vec<(Vec<u8>, Vec<u8>)> = table_elts(list)
+            .into_iter()
+            .filter(|h| (**h).hash != 0)
+            .map(|h| {
+                (
+                    bytes(&(*h).key).to_ascii_lowercase(),
+                    bytes(&(*h).value).to_vec(),
+                )
+            })
+            .filter(|(k, _)| hop.hides(k) && hop.nginx_keeps(k))
+            .collect();
+        reset_list(list, pool, map.len().saturating_add(kept.len())).ok_or("out of memory")?;
         for (_, off) in IN_FIELDS {
             *hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();
         }
@@ -269,7 +355,7 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
         (*hin).cookies.nelts = 0;
         (*hin).x_forwarded_for.elts = std::ptr::null_mut();
         (*hin).x_forwarded_for.nelts = 0;
-        for (name, value) in map {
+        for (name, value) in kept.iter().chain(map.iter()) {
             let name: &[u8] = if name == b":authority" { b"host" } else { name };
             if name.first() == Some(&b':') {
                 continue;

@@ -634,12 +634,13 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                     "the worker's filter state is unavailable: refusing the request",
                 );
             };
-            if added && ctx.started == 0 {
-                ctx.stream.request_headers = crate::headers::request_map(r);
-            } else if added {
-                // An internal redirect added filters: they see the request as it is now.
-                ctx.stream.request_headers = crate::headers::request_map(r);
-                ctx.stream.request_headers_changed = false;
+            if added {
+                // Fresh, or an internal redirect added filters: they see the request as it is
+                // now. Hop-by-hop fields the upstream must not get are dropped by writing the
+                // map back.
+                let (map, drops) = crate::headers::request_map(r);
+                ctx.stream.request_headers = map;
+                ctx.stream.request_headers_changed = drops;
             }
         }
         loop {
