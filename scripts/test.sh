@@ -35,6 +35,14 @@ log "demo upstream tests"
 "$ROOT/scripts/apt.sh" wabt   # test_nginx_module.py: wat2wasm for the trap and pause test modules
 # Every suite runs against each host: Envoy, Debian's nginx with the module, nginx on musl.
 export TOLLGATE_HOSTS="${TOLLGATE_HOSTS:-envoy,nginx,nginx-musl}"
-log "end-to-end tests"
 cd "$ROOT/tests/e2e"
+if [ $# -eq 0 ] && [[ ",$TOLLGATE_HOSTS," == *,nginx,* ]]; then
+  # The nginx module's own suites once more with `error_log debug`: nginx's debug log reads the
+  # data of every timer event (a NULL one crashed workers), and logs far more per request.
+  log "end-to-end tests of the nginx module with error_log debug (Debian's nginx)"
+  TOLLGATE_HOSTS=nginx TOLLGATE_NGINX_LOG_LEVEL=debug "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+    test_nginx_module.py test_nginx_guest_limits.py test_nginx_fail_closed.py test_nginx_redirects.py \
+    test_nginx_metrics_overflow.py test_abi_compat.py test_shared_queues.py
+fi
+log "end-to-end tests"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -395,6 +395,7 @@ class NginxHost:
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
         level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
+        level = NGINX_LOG_LEVEL or level
         conf, listen, admin = self.render(spec, level)
         return NginxGateway(conf, listen, admin, timeout, cpus, self.binary)
 
@@ -464,6 +465,11 @@ class NginxMuslHost(NginxHost):
 
 HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost, "nginx-musl": NginxMuslHost}
 
+# TOLLGATE_NGINX_LOG_LEVEL=debug: every nginx the tests start logs at that level (scripts/test.sh
+# runs the nginx module's suites once more so: the debug log reads events' data, and once
+# crashed workers on the module's timers).
+NGINX_LOG_LEVEL = os.environ.get("TOLLGATE_NGINX_LOG_LEVEL", "")
+
 # The nginx builds by host name: (binary, module).
 NGINX_BUILDS = {"nginx": (pathlib.Path(NGINX_BINARY), NGINX_MODULE), "nginx-musl": (NGINX_MUSL_BINARY, NGINX_MUSL_MODULE)}
 
@@ -481,6 +487,7 @@ class RawNginx:
     def __init__(self, tmp: pathlib.Path, wasm: str, http: str, workers: int = 1, host: str = "nginx",
                  log_level: str = "info", extra_http: str = "", main: str = ""):
         binary, module = NGINX_BUILDS[host]
+        log_level = NGINX_LOG_LEVEL or log_level
         self.binary = binary
         self.port = free_port()
         self.prefix = tmp

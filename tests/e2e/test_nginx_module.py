@@ -18,9 +18,9 @@ import pytest
 import requests
 
 import tokens
-from harness import NGINX_BINARY, NGINX_MODULE, WASM_DIR, Process, free_port, selected_hosts, wait_for_port
+from harness import WASM_DIR, RawNginx, selected_nginx_hosts
 
-pytestmark = pytest.mark.skipif("nginx" not in selected_hosts(), reason="nginx module tests (TOLLGATE_HOSTS has no nginx)")
+pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx module tests (TOLLGATE_HOSTS has no nginx build)")
 
 SECRET = "module-e2e-secret-0123456789abcdef0123"
 JWT = '{"providers": {"p": {"issuer": "%s", "hmac_secrets": [{"alg": "HS256", "secret": "%s"}], "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}]}}}' % (tokens.ISSUER, SECRET)
@@ -32,51 +32,14 @@ def token() -> str:
     return pyjwt.encode({"iss": tokens.ISSUER, "sub": "alice", "iat": now, "exp": now + 600}, SECRET, algorithm="HS256")
 
 
-class Nginx:
-    def __init__(self, tmp: pathlib.Path, wasm: str, http: str, workers: int = 1):
-        self.port = free_port()
-        self.prefix = tmp
-        self.log = tmp / "error.log"
-        conf = tmp / "nginx.conf"
-        conf.write_text(f"""load_module {NGINX_MODULE};
-worker_processes {workers};
-master_process on;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {self.log} info;
-events {{ worker_connections 256; }}
-wasm {{
-{wasm}
-}}
-http {{
-    access_log off;
-    client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
-    server {{
-        listen 127.0.0.1:{self.port};
-{http}
-    }}
-}}
-""")
-        self.process = Process([NGINX_BINARY, "-p", str(tmp), "-c", str(conf), "-e", str(self.log)], tmp / "out.log")
-        wait_for_port(self.port, self.process.proc, 30, self.log)
-
-    def get(self, path: str, **kw) -> requests.Response:
-        return requests.get(f"http://127.0.0.1:{self.port}{path}", timeout=10, **kw)
-
-    def workers(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(self.process.proc.pid)], capture_output=True, text=True).stdout
-        return sorted(int(p) for p in out.split())
-
-    def stop(self) -> None:
-        self.process.stop()
-
-
-@pytest.fixture
-def nginx(tmp_path):
+@pytest.fixture(params=selected_nginx_hosts())
+def nginx(request, tmp_path):
     started = []
 
-    def start(wasm: str, http: str, workers: int = 1) -> Nginx:
-        n = Nginx(tmp_path, wasm, http, workers)
+    def start(wasm: str, http: str, workers: int = 1) -> RawNginx:
+        d = tmp_path / f"n{len(started)}"
+        d.mkdir()
+        n = RawNginx(d, wasm, http, workers, host=request.param)
         started.append(n)
         return n
 
@@ -98,7 +61,7 @@ def test_a_trap_fails_the_request_with_500_and_the_worker_keeps_serving(nginx, t
     assert n.get("/trap").status_code == 500
     assert n.workers() == workers, "the worker stayed up"
     log = n.log.read_text()
-    assert 'tollgate: filter "trap" failed: ' in log and "unreachable" in log
+    assert 'tollgate: filter "trap" (module "trap") failed in proxy_on_request_headers: ' in log and "unreachable" in log
     assert 'module "trap" trapped: replacing its instance' in log
 
 
