@@ -147,7 +147,7 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
             b"http"
         };
         map.push((b":scheme".to_vec(), scheme.to_vec()));
-        let hop = HopByHop::of(&raw mut hin.headers);
+        let hop = HopByHop::of(std::ptr::from_mut(hin));
         for h in table_elts(&raw mut hin.headers) {
             if (*h).hash == 0 {
                 continue;
@@ -176,40 +176,47 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
 /// request, as Envoy drops them, so that the upstream never gets a field the filters did not
 /// see (e.g. `Connection: x-user` hiding a forged `X-User` from them).
 struct HopByHop {
-    /// Lower-case names nominated by `Connection`.
+    /// The tokens of every `Connection` field, lower-case: more hop-by-hop field names.
     nominated: Vec<Vec<u8>>,
     upgrade: bool,
 }
 
 impl HopByHop {
-    /// Reads `Connection` from a header list.
+    /// Reads the `Connection` fields (all of them: a client may send several) and `Upgrade`.
+    /// Without a `Connection` field (nginx's typed pointer is null) nothing is nominated and
+    /// the list is not scanned.
     ///
     /// # Safety
-    /// `list` must be a live, initialised `ngx_list_t` of `ngx_table_elt_t`.
-    unsafe fn of(list: *mut ngx_list_t) -> HopByHop {
-        let mut nominated = Vec::new();
-        let mut has_upgrade = false;
-        // SAFETY: the caller's list.
+    /// `hin` must be a live request's `headers_in`.
+    unsafe fn of(hin: *mut ngx_http_headers_in_t) -> HopByHop {
+        let mut hop = HopByHop {
+            nominated: Vec::new(),
+            upgrade: false,
+        };
+        // SAFETY: the caller's live `headers_in`; its typed pointers are null when absent.
         unsafe {
-            for h in table_elts(list) {
-                if (*h).hash == 0 {
+            if (*hin).connection.is_null() {
+                return hop;
+            }
+            for h in table_elts(&raw mut (*hin).headers) {
+                if (*h).hash == 0 || !bytes(&(*h).key).eq_ignore_ascii_case(b"connection") {
                     continue;
                 }
-                let key = bytes(&(*h).key);
-                if key.eq_ignore_ascii_case(b"upgrade") {
-                    has_upgrade = true;
-                } else if key.eq_ignore_ascii_case(b"connection") {
-                    for token in bytes(&(*h).value).split(|b| *b == b',') {
-                        let t = token.trim_ascii().to_ascii_lowercase();
-                        if !t.is_empty() {
-                            nominated.push(t);
-                        }
+                for token in bytes(&(*h).value).split(|b| *b == b',') {
+                    let t = token.trim_ascii();
+                    if !t.is_empty() {
+                        hop.nominated.push(t.to_ascii_lowercase());
                     }
                 }
             }
+            hop.upgrade = !(*hin).upgrade.is_null() && hop.nominates(b"upgrade");
         }
-        let upgrade = has_upgrade && nominated.iter().any(|t| t == b"upgrade");
-        HopByHop { nominated, upgrade }
+        hop
+    }
+
+    /// Whether a `Connection` field names `name` (lower-case).
+    fn nominates(&self, name: &[u8]) -> bool {
+        self.nominated.iter().any(|t| t == name)
     }
 
     /// Whether nginx keeps the hidden field `name` when the map is written back.
@@ -225,7 +232,7 @@ impl HopByHop {
         match name {
             b"keep-alive" | b"proxy-connection" | b"transfer-encoding" => true,
             b"connection" | b"upgrade" => !self.upgrade,
-            _ => self.nominated.iter().any(|t| t == name),
+            _ => self.nominates(name),
         }
     }
 }
@@ -332,19 +339,21 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
         let pool = (*r).pool;
         let hin: *mut ngx_http_headers_in_t = &raw mut (*r).headers_in;
         let list: *mut ngx_list_t = &raw mut (*hin).headers;
-        // The hop-by-hop fields the filters did not see stay (their strings live in the pool).
-        let hop = HopByHop::of(list);
-        let kept: Vec<(Vec<u8>, Vec<u8>)> = table_elts(list)
-            .into_iter()
-            .filter(|h| (**h).hash != 0)
-            .map(|h| {
-                (
-                    bytes(&(*h).key).to_ascii_lowercase(),
-                    bytes(&(*h).value).to_vec(),
-                )
-            })
-            .filter(|(k, _)| hop.hides(k) && hop.nginx_keeps(k))
-            .collect();
+        // The hop-by-hop fields the filters did not see and nginx needs stay.
+        let kept: Vec<(Vec<u8>, Vec<u8>)> = {
+            let hop = HopByHop::of(hin);
+            table_elts(list)
+                .into_iter()
+                .filter(|h| (**h).hash != 0)
+                .map(|h| {
+                    (
+                        bytes(&(*h).key).to_ascii_lowercase(),
+                        bytes(&(*h).value).to_vec(),
+                    )
+                })
+                .filter(|(k, _)| hop.hides(k) && hop.nginx_keeps(k))
+                .collect()
+        };
         reset_list(list, pool, map.len().saturating_add(kept.len())).ok_or("out of memory")?;
         for (_, off) in IN_FIELDS {
             *hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();

@@ -367,13 +367,12 @@ impl RequestCtx {
             let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
                 continue;
             };
-            let Some(def) = w.filters.get(filter).cloned() else {
+            let Some(module) = w.filters.get(filter).map(|d| d.module) else {
                 continue;
             };
             let created: Result<(VmRef, HttpId), String> = match isolation {
                 Isolation::None => {
                     let root = w.roots.get(filter).copied().flatten();
-                    let module = def.module;
                     let r = match w.vms.get_mut(module) {
                         None => Err("no instance of its module".to_owned()),
                         Some(slot) => {
@@ -393,7 +392,7 @@ impl RequestCtx {
                     }
                     r
                 }
-                Isolation::Stream | Isolation::Filter => self.create_owned(w, isolation, i, &def),
+                Isolation::Stream | Isolation::Filter => self.create_owned(w, isolation, i, filter),
             };
             let Some(s) = self.slots.get_mut(i) else {
                 continue;
@@ -421,13 +420,11 @@ impl RequestCtx {
                 }
                 Err(e) => {
                     s.failed = true;
+                    let name = w.filters.get(filter).map_or("?", |d| d.name.as_str());
                     log(
                         level::ERR,
                         req_log,
-                        &format!(
-                            "tollgate: filter \"{}\" cannot run on this request: {e}; refusing it",
-                            def.name
-                        ),
+                        &format!("tollgate: filter \"{name}\" cannot run on this request: {e}; refusing it"),
                     );
                 }
             }
@@ -442,8 +439,13 @@ impl RequestCtx {
         w: &mut Worker,
         isolation: Isolation,
         i: usize,
-        def: &crate::worker::FilterDef,
+        filter: usize,
     ) -> Result<(VmRef, HttpId), String> {
+        let def = w
+            .filters
+            .get(filter)
+            .cloned()
+            .ok_or_else(|| "no such filter".to_owned())?;
         let reuse = if isolation == Isolation::Stream {
             self.slots.iter().take(i).find_map(|s| match s.vm {
                 VmRef::Owned(k)
