@@ -240,3 +240,16 @@ def test_writes_to_request_trailers_are_refused_with_bad_argument(nginx, tmp_pat
             data += chunk
     head = data.partition(b"\r\n\r\n")[0].decode().lower()
     assert head.startswith("http/1.1 200") and "\r\nx-request-trailer-write: 2" in head, head
+
+
+def test_a_request_paused_until_on_queue_ready_resumes(nginx):
+    """The probe filter pauses the request, enqueues a message on its shared queue, and resumes
+    the request from its root context's on_queue_ready (proxy_set_effective_context then
+    proxy_continue_stream): the third way a filter resumes, beside a call's response and a tick."""
+    import json
+    from harness import PROBE_WASM, nginx_quote
+    n = nginx(f"    module probe {PROBE_WASM};\n    shm_queue probe 64k;",
+              "        location / { proxy_wasm probe %s; return 200 resumed; }" % nginx_quote(json.dumps({"request_headers": "pause_queue"})))
+    for _ in range(3):
+        r = n.get("/q", timeout=5)
+        assert r.status_code == 200 and r.text == "resumed"

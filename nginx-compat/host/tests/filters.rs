@@ -697,7 +697,7 @@ fn per_request_cost() {
 #[ignore = "a measurement behind GuestLimits' defaults; run with --release --ignored --nocapture"]
 fn guest_limits_headroom() {
     use std::time::{Duration, Instant};
-    fn slowest(times: &mut Vec<Duration>) -> String {
+    fn slowest(times: &mut [Duration]) -> String {
         times.sort();
         let p = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
         format!(
@@ -750,28 +750,30 @@ fn guest_limits_headroom() {
     // Request path: jwt-auth verifying HS256 (caches on), cost reading a 1 MiB response body.
     let host = Rc::new(MemoryHost::new());
     host.level.set(tollgate_host::LogLevel::Warn);
-    let mut vm = vm("jwt_auth", &host);
-    let root = vm.create_root("jwt_auth", jwt.as_bytes()).unwrap();
+    let mut jwt_vm = vm("jwt_auth", &host);
+    let root = jwt_vm.create_root("jwt_auth", jwt.as_bytes()).unwrap();
     let auth = format!("Bearer {}", hs256(&demo_claims(), SECRET));
     let mut times = Vec::new();
     for _ in 0..2000 {
-        let id = vm.create_http(root).unwrap();
+        let id = jwt_vm.create_http(root).unwrap();
         let mut s = request("GET", "/api/things", &[("authorization", &auth)]);
         let t = Instant::now();
-        vm.on_request_headers(id, &mut s, true).unwrap();
+        jwt_vm.on_request_headers(id, &mut s, true).unwrap();
         times.push(t.elapsed());
-        vm.on_log_and_delete(id, &mut s).unwrap();
+        jwt_vm.on_log_and_delete(id, &mut s).unwrap();
     }
     println!(
         "jwt_auth on_request_headers (HS256): {}; linear memory: {} KiB",
         slowest(&mut times),
-        vm.memory_size() >> 10
+        jwt_vm.memory_size() >> 10
     );
     let mut vm = vm("cost", &host);
     let root = vm.create_root("cost", cost_config.as_bytes()).unwrap();
     let mut body = br#"{"id":"chatcmpl-1","object":"chat.completion","model":"model-7","choices":[{"message":{"content":""#.to_vec();
     body.extend(std::iter::repeat_n(b'x', 1 << 20));
-    body.extend_from_slice(br#""}}],"usage":{"prompt_tokens":1000,"completion_tokens":500,"total_tokens":1500}}"#);
+    body.extend_from_slice(
+        br#""}}],"usage":{"prompt_tokens":1000,"completion_tokens":500,"total_tokens":1500}}"#,
+    );
     let mut times = Vec::new();
     for _ in 0..50 {
         let id = vm.create_http(root).unwrap();
