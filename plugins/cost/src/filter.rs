@@ -15,7 +15,10 @@
 //!    `max_body_bytes` (beyond: unpriced). Nothing is held: see the README on why Envoy cannot
 //!    delay response headers until the body is known (no token/cost response headers).
 //! 4. Response body: streaming chunks always `Continue` (only inspected, never held); the spend
-//!    is booked at the end of the body, and the signals are set for every response.
+//!    is booked, and the signals are set, when the body is complete as the client sees it,
+//!    before the chunk that completes it is passed on: its `Content-Length` reached
+//!    (`body_end`), a stream's final event (`sse`), or the host's end of stream, whichever comes
+//!    first. A client that has its whole reply can therefore not get ahead of its booking.
 
 use std::rc::Rc;
 
@@ -30,6 +33,7 @@ use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
+use crate::body_end::{content_length, BodyEnd};
 use crate::config::Config;
 use crate::ledger::{BookStats, Spend};
 use crate::period::Periods;
@@ -131,6 +135,7 @@ impl RootContext for CostRoot {
             request_body: None,
             request_model: None,
             mode: Mode::Off,
+            body_end: BodyEnd::default(),
             done: false,
         }))
     }
@@ -154,6 +159,8 @@ struct CostHttp {
     request_body: Option<Vec<u8>>,
     request_model: Option<String>,
     mode: Mode,
+    /// The response body's progress against its `Content-Length`.
+    body_end: BodyEnd,
     /// Signals set and spend booked (or the request refused).
     done: bool,
 }
@@ -300,6 +307,8 @@ impl HttpContext for CostHttp {
             return Action::Continue;
         }
         use proxy_wasm::types::MapType::HttpResponseHeaders as H;
+        let length_header = header_value(H, "content-length");
+        self.body_end = BodyEnd::new(length_header.as_deref());
         let encoded = header_value(H, "content-encoding")
             .is_some_and(|v| !v.is_empty() && !v.eq_ignore_ascii_case(b"identity"));
         let content_type = header_value(H, "content-type").unwrap_or_default();
@@ -319,9 +328,8 @@ impl HttpContext for CostHttp {
         if media != b"application/json" && !media.ends_with(b"+json") {
             return Action::Continue;
         }
-        let length = header_value(H, "content-length")
-            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
-        if length.is_some_and(|n| n > config.max_body_bytes) {
+        let length = length_header.as_deref().and_then(content_length);
+        if length.is_some_and(|n| n > config.max_body_bytes as u64) {
             return Action::Continue;
         }
         self.mode = Mode::CopiedJson(Vec::new());
@@ -332,6 +340,11 @@ impl HttpContext for CostHttp {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
+        if self.done {
+            return Action::Continue;
+        }
+        // The body is complete for the client once this chunk is passed on: book first.
+        let end_of_stream = self.body_end.feed(body_size) || end_of_stream;
         let max = shared.config.max_body_bytes;
         let request_model = self.request_model.take();
         let model = request_model.as_deref();
@@ -357,7 +370,7 @@ impl HttpContext for CostHttp {
             }
             Mode::Stream(state) => {
                 state.feed(&body_chunk(BufferType::HttpResponseBody, body_size));
-                if end_of_stream {
+                if end_of_stream || state.ended() {
                     let usage = state.finish(model);
                     self.mode = Mode::Off;
                     self.finish(&shared, usage);

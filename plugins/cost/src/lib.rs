@@ -3,6 +3,7 @@
 //! style price table, booked per tenant in proxy-wasm shared data with CAS, and budgets enforced
 //! before the upstream.
 //!
+//! - [`body_end`]: when a response body is complete for the client (`Content-Length`).
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
 //! - [`usage`]: the providers' usage objects, normalised.
@@ -11,6 +12,7 @@
 //! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
+pub mod body_end;
 pub mod config;
 pub mod ledger;
 pub mod period;

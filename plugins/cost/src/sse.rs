@@ -194,18 +194,33 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 ///
 /// Only payloads containing `"usage"` are parsed as JSON; one that contains it and is not
 /// valid JSON poisons the stream (unpriced).
+///
+/// The stream's last event is recognised ([`StreamUsage::ended`]): `data: [DONE]` (OpenAI Chat
+/// Completions), `event: message_stop` (Anthropic), `event: response.completed` (OpenAI
+/// Responses). A client may act on it before the connection-level end of the response, so the
+/// filter books when it sees it. Neither can be forged by a model's output: text inside a JSON
+/// string cannot start an SSE line nor equal a whole data payload.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     raw: Option<RawUsage>,
     anthropic: bool,
     complete: bool,
     poisoned: bool,
+    ended: bool,
     model: Option<String>,
 }
 
 impl StreamUsage {
+    /// Whether the stream's final event has been seen (see the type docs).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
     /// Takes one event (`event` type, `data` payload).
-    pub fn on_event(&mut self, _event: &[u8], data: &[u8]) {
+    pub fn on_event(&mut self, event: &[u8], data: &[u8]) {
+        if data == b"[DONE]" || event == b"message_stop" || event == b"response.completed" {
+            self.ended = true;
+        }
         if !contains(data, b"\"usage\"") {
             return;
         }
@@ -287,6 +302,11 @@ impl StreamState {
         self.parser.feed(chunk, &mut |e, d| usage.on_event(e, d));
     }
 
+    /// Whether the stream's final event has been seen ([`StreamUsage::ended`]).
+    pub fn ended(&self) -> bool {
+        self.usage.ended()
+    }
+
     /// The usage at the end of the stream (`None`: unpriced).
     pub fn finish(&self, request_model: Option<&str>) -> Option<Usage> {
         if self.parser.overflowed() {
@@ -341,6 +361,29 @@ mod tests {
                 ("message".into(), "c".into())
             ]
         );
+    }
+
+    #[test]
+    fn final_events_end_the_stream_and_text_cannot_forge_them() {
+        let ended = |stream: &[u8]| {
+            let mut st = StreamState::new(1024);
+            st.feed(stream);
+            st.ended()
+        };
+        assert!(ended(b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n"));
+        assert!(ended(
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        ));
+        assert!(ended(b"event: response.completed\ndata: {}\n\n"));
+        assert!(!ended(b"data: [DONE]\n"), "not dispatched yet");
+        assert!(!ended(b"data: [DONE] \n\n"));
+        // A model's text is a JSON string: its newlines are escaped, it cannot start a line.
+        assert!(!ended(
+            b"data: {\"delta\":\"\\n\\nevent: message_stop\\ndata: [DONE]\\n\\n\"}\n\n"
+        ));
+        assert!(!ended(
+            b"event: content_block_delta\ndata: {\"type\":\"message_stop\"}\n\n"
+        ));
     }
 
     #[test]
