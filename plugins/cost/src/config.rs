@@ -19,7 +19,8 @@
 //!   "max_event_bytes": 65536,
 //!   "spend_headers": false,
 //!   "cas_retries": 32,
-//!   "max_tenants": 100000
+//!   "max_tenants": 100000,
+//!   "store_full": {"action": "refuse", "status": 503}
 //! }
 //! ```
 //!
@@ -48,6 +49,8 @@ pub const DEFAULT_CAS_RETRIES: u32 = 32;
 pub const MAX_CAS_RETRIES: u32 = 1_000;
 /// Default `max_tenants`.
 pub const DEFAULT_MAX_TENANTS: u64 = 100_000;
+/// Default `store_full.status` (RFC 9110 section 15.6.4).
+pub const DEFAULT_STORE_FULL_STATUS: u32 = 503;
 /// Longest tenant and ledger name (bytes).
 pub const MAX_TENANT_BYTES: usize = 128;
 
@@ -84,6 +87,54 @@ struct RawConfig {
     cas_retries: u32,
     #[serde(default = "default_max_tenants")]
     max_tenants: u64,
+    #[serde(default)]
+    store_full: RawStoreFull,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStoreFull {
+    #[serde(default)]
+    action: StoreFullAction,
+    #[serde(default = "default_store_full_status")]
+    status: u32,
+}
+
+impl Default for RawStoreFull {
+    fn default() -> Self {
+        RawStoreFull {
+            action: StoreFullAction::default(),
+            status: DEFAULT_STORE_FULL_STATUS,
+        }
+    }
+}
+
+fn default_store_full_status() -> u32 {
+    DEFAULT_STORE_FULL_STATUS
+}
+
+/// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
+/// (a full nginx zone with `eviction=none`). A tenant without a budget is always admitted, its
+/// spend booked into the overflow record. A tenant with a budget whose spend cannot be read at
+/// all is always refused.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreFullAction {
+    /// Refused before the upstream with `store_full.status` (default).
+    #[default]
+    Refuse,
+    /// Admitted with its budget checked against the pooled spend of the overflow record, into
+    /// which its spend is booked (reached sooner, never later).
+    Pool,
+}
+
+/// The `store_full` policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreFullPolicy {
+    /// What to do.
+    pub action: StoreFullAction,
+    /// Status of a refusal (4xx or 5xx).
+    pub status: u32,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,6 +218,8 @@ pub struct Config {
     pub spend_headers: bool,
     /// The shared-data ledger.
     pub ledger: Ledger,
+    /// What a tenant with a budget gets when its record cannot be created.
+    pub store_full: StoreFullPolicy,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -292,6 +345,12 @@ impl Config {
         if raw.max_tenants == 0 {
             return Err(ConfigError::new("max_tenants", "must be at least 1"));
         }
+        if !(400..=599).contains(&raw.store_full.status) {
+            return Err(ConfigError::new(
+                "store_full.status",
+                "must be a 4xx or 5xx status code",
+            ));
+        }
         Ok(Config {
             prices,
             tenant,
@@ -308,6 +367,10 @@ impl Config {
             max_event_bytes: bounded(raw.max_event_bytes, "max_event_bytes", 256)?,
             spend_headers: raw.spend_headers,
             ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
+            store_full: StoreFullPolicy {
+                action: raw.store_full.action,
+                status: raw.store_full.status,
+            },
         })
     }
 

@@ -29,13 +29,14 @@ use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
     request_header_bytes, send_json_error,
 };
+use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
-use tollgate_common::shared_data::HostSharedData;
+use tollgate_common::shared_data::{HostSharedData, StoreError};
 use tollgate_common::signals;
 
 use crate::body_end::{content_length, BodyEnd};
-use crate::config::Config;
-use crate::ledger::{BookStats, Spend};
+use crate::config::{Config, StoreFullAction};
+use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
 use crate::sse::StreamState;
@@ -47,6 +48,10 @@ const BOOKING_FAILURES: &str = "tollgate_cost_booking_failures_total";
 const TENANTS_CREATED: &str = "tollgate_cost_tenants_created_total";
 const OVERFLOWED: &str = "tollgate_cost_overflow_total";
 const LOCKS_LOST: &str = "tollgate_cost_creation_locks_lost_total";
+const STORE_FULL: &str = "tollgate_cost_store_full_total";
+
+/// How often a worker logs a ledger that cannot be stored or read (ms).
+const STORE_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
 pub const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
@@ -60,11 +65,15 @@ struct Counters {
     priced: Option<u32>,
     unpriced: Option<u32>,
     budget_exceeded: Option<u32>,
+    store_failure: Option<u32>,
     cas_retries: Option<u32>,
     booking_failures: Option<u32>,
     tenants_created: Option<u32>,
     overflowed: Option<u32>,
     locks_lost: Option<u32>,
+    store_full: Option<u32>,
+    /// When this worker last logged a ledger store failure.
+    store_log: LogEvery,
 }
 
 impl Counters {
@@ -74,11 +83,14 @@ impl Counters {
             priced: status("priced"),
             unpriced: status("unpriced"),
             budget_exceeded: status("budget_exceeded"),
+            store_failure: status("store_failure"),
             cas_retries: define_counter(CAS_RETRIES),
             booking_failures: define_counter(BOOKING_FAILURES),
             tenants_created: define_counter(TENANTS_CREATED),
             overflowed: define_counter(OVERFLOWED),
             locks_lost: define_counter(LOCKS_LOST),
+            store_full: define_counter(STORE_FULL),
+            store_log: LogEvery::new(STORE_LOG_INTERVAL_MS),
         }
     }
 
@@ -87,6 +99,17 @@ impl Counters {
         count_n(self.tenants_created, u64::from(stats.created));
         count_n(self.overflowed, u64::from(stats.overflowed));
         count_n(self.locks_lost, u64::from(stats.lock_lost));
+        count_n(self.store_full, u64::from(stats.store_full));
+    }
+
+    /// Logs a store failure (at most once per interval and worker).
+    fn store_failed(&self, what: &str, status: u32) {
+        if let Some(unlogged) = self.store_log.due(now_unix_millis()) {
+            log::warn!(
+                "cost: {what} (shared data: host status {status}, a full zone?); \
+                 {unlogged} more since the last line"
+            );
+        }
     }
 }
 
@@ -111,11 +134,18 @@ impl RootContext for CostRoot {
                 return false;
             }
         };
-        config.ledger.ensure(
+        // The ledger's records exist before this worker serves a request, so that a zone that
+        // fills up later still has them.
+        if let Err((key, e)) = config.ledger.ensure(
             &HostSharedData,
             config.tenant_budgets.keys().map(String::as_str),
             now_unix_millis(),
-        );
+        ) {
+            log::error!(
+                "cost: cannot create the ledger record {key} in shared data ({e:?}); \
+                 tenants with a budget follow store_full until it can be"
+            );
+        }
         self.shared = Some(Rc::new(Shared {
             config,
             counters: Counters::define(),
@@ -169,6 +199,14 @@ fn header_value(map: proxy_wasm::types::MapType, name: &str) -> Option<Vec<u8>> 
     hostcalls::get_map_value_bytes(map, name).ok().flatten()
 }
 
+/// The proxy-wasm status of a store error.
+fn status_of(e: StoreError) -> u32 {
+    match e {
+        StoreError::CasMismatch => tollgate_common::shared_data::status::CAS_MISMATCH,
+        StoreError::Failed(status) => status,
+    }
+}
+
 fn body_chunk(buffer: BufferType, size: usize) -> Vec<u8> {
     hostcalls::get_buffer(buffer, 0, size)
         .ok()
@@ -209,19 +247,65 @@ impl CostHttp {
             .book(&HostSharedData, &key, now_unix_millis(), nano)
         {
             Ok(stats) => shared.counters.add(&stats),
-            Err(c) => {
-                shared.counters.add(&c.0);
+            Err(not) => {
+                shared.counters.add(&not.stats);
                 count(shared.counters.booking_failures);
-                log::warn!(
-                    "cost: tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
-                    self.tenant
-                );
+                match not.failed {
+                    Some(status) => shared.counters.store_failed(
+                        &format!("tenant {}: {nano} nano-USD not booked", self.tenant),
+                        status,
+                    ),
+                    None => log::warn!(
+                        "cost: tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
+                        self.tenant
+                    ),
+                }
             }
         }
         let cost = nano.to_string();
         signals::set(signals::COST_NANO_USD, &cost);
         signals::set(signals::COST_STATUS, "priced");
         count(shared.counters.priced);
+    }
+
+    /// The tenant's spend for the budget check. A tenant with a budget (`limited`) and no record
+    /// yet gets one now, before its request goes upstream; `Err(status)` when its spend cannot be
+    /// known or its record cannot be created and `store_full` says refuse. A tenant without a
+    /// budget is never refused for the ledger (its spend then goes to the overflow record).
+    fn read_spend(
+        &self,
+        shared: &Shared,
+        limited: bool,
+        now_ms: u64,
+        now: &Periods,
+    ) -> Result<Spend, u32> {
+        let ledger = &shared.config.ledger;
+        let key = ledger.key(&self.tenant);
+        let lookup = match ledger.spend(&HostSharedData, &key, now) {
+            Ok(lookup) => lookup,
+            Err(_) if !limited => return Ok(Spend::default()),
+            Err(e) => return Err(status_of(e)),
+        };
+        match lookup {
+            Lookup {
+                standing: Standing::New,
+                ..
+            } if limited => {}
+            Lookup { spend, .. } => return Ok(spend),
+        }
+        let mut stats = BookStats::default();
+        let opened = ledger.open(&HostSharedData, &key, now_ms, &mut stats);
+        shared.counters.add(&stats);
+        // The tenant shares the overflow record: `max_tenants` reached, or its record refused
+        // and `store_full` pools it.
+        match opened {
+            Ok(Standing::Pooled) => {}
+            Ok(_) => return Ok(Spend::default()),
+            Err(OpenError::StoreFull(_))
+                if shared.config.store_full.action == StoreFullAction::Pool => {}
+            Err(OpenError::StoreFull(status) | OpenError::Failed(status)) => return Err(status),
+        }
+        ledger.pooled(&HostSharedData, now).map_err(status_of)
     }
 
     fn spend_headers(&self, shared: &Shared) {
@@ -245,11 +329,34 @@ impl HttpContext for CostHttp {
         };
         let config = &shared.config;
         self.tenant = config.tenant(request_header_bytes(config.tenant_header()).as_deref());
-        let now = Periods::at(now_unix_millis() / 1_000);
-        let key = config.ledger.key(&self.tenant);
-        let spend = config.ledger.spend(&HostSharedData, &key, &now);
+        let now_ms = now_unix_millis();
+        let now = Periods::at(now_ms / 1_000);
+        let budget = config.budget(&self.tenant);
+        let spend = match self.read_spend(&shared, budget.is_limited(), now_ms, &now) {
+            Ok(spend) => spend,
+            Err(status) => {
+                self.done = true;
+                count(shared.counters.store_failure);
+                signals::set(signals::COST_TENANT, &self.tenant);
+                signals::set(signals::COST_STATUS, "store_failure");
+                shared.counters.store_failed(
+                    &format!(
+                        "tenant {}: ledger unavailable, request refused",
+                        self.tenant
+                    ),
+                    status,
+                );
+                send_json_error(
+                    config.store_full.status,
+                    &[("retry-after", "1")],
+                    "budget_unavailable",
+                    "the spend of this tenant cannot be read or stored; retry later",
+                );
+                return Action::Pause;
+            }
+        };
         self.spend = Some(spend);
-        if let Some(exceeded) = config.budget(&self.tenant).check(&spend, &now) {
+        if let Some(exceeded) = budget.check(&spend, &now) {
             self.done = true;
             count(shared.counters.budget_exceeded);
             signals::set(signals::COST_TENANT, &self.tenant);
