@@ -37,12 +37,16 @@ CONFIG = {
 }
 
 
-@pytest.fixture(scope="module")
-def gateway(host, upstream):
-    spec = GatewaySpec(filters=[FilterSpec("cost", CONFIG)], upstreams={"upstream": upstream.port}, workers=WORKERS)
-    g = host.start(spec)
+def cost_gateway(host, upstream, config: dict, workers: int):
+    """A gateway with the cost filter alone, for a module's tests."""
+    g = host.start(GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port}, workers=workers))
     yield g
     g.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(host, upstream):
+    yield from cost_gateway(host, upstream, CONFIG, WORKERS)
 
 
 @pytest.mark.parametrize("kind,model", [("chat", "gpt-4o-mini"), ("embeddings", "text-embedding-3-small"),
@@ -126,10 +130,7 @@ BYPASS_CONFIG = {
 
 @pytest.fixture(scope="module")
 def bypass(host, upstream):
-    spec = GatewaySpec(filters=[FilterSpec("cost", BYPASS_CONFIG)], upstreams={"upstream": upstream.port}, workers=2)
-    g = host.start(spec)
-    yield g
-    g.stop()
+    yield from cost_gateway(host, upstream, BYPASS_CONFIG, 2)
 
 
 def chat_stream(url: str, tenant: str, body: dict, **headers) -> requests.Response:

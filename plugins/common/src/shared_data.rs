@@ -45,6 +45,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
 /// proxy-wasm `Status` codes (ABI 0.2.1) that this module names.
 pub mod status {
     /// `NotFound`.
@@ -355,6 +359,58 @@ impl SharedStore for MemoryStore {
         inner.map.insert(key.to_string(), (value.to_vec(), token));
         inner.ops.writes = inner.ops.writes.saturating_add(1);
         Ok(())
+    }
+}
+
+/// Default `store_full.status` (RFC 9110 section 15.6.4: the server cannot handle the request
+/// for now).
+pub const DEFAULT_STORE_FULL_STATUS: u32 = 503;
+
+fn default_store_full_status() -> u32 {
+    DEFAULT_STORE_FULL_STATUS
+}
+
+/// The `store_full` setting of a filter whose enforcing state lives in shared data: what a
+/// request gets when that state cannot be read or stored (`action`, the filter's own choices;
+/// the default refuses) and the status of a refusal (`status`, default 503, 4xx or 5xx).
+/// JSON: `{"action": "...", "status": 503}`, both optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    bound(deserialize = "A: Deserialize<'de> + Default")
+)]
+pub struct StoreFull<A> {
+    /// What to do.
+    #[serde(default)]
+    pub action: A,
+    /// Status of a refusal.
+    #[serde(default = "default_store_full_status")]
+    pub status: u32,
+}
+
+impl<A: Default> Default for StoreFull<A> {
+    fn default() -> Self {
+        StoreFull {
+            action: A::default(),
+            status: DEFAULT_STORE_FULL_STATUS,
+        }
+    }
+}
+
+impl<A> StoreFull<A> {
+    /// The setting, checked.
+    ///
+    /// # Errors
+    /// A status that is not 4xx or 5xx (field `store_full.status`).
+    pub fn checked(self) -> Result<Self, ConfigError> {
+        if (400..=599).contains(&self.status) {
+            Ok(self)
+        } else {
+            Err(ConfigError::new(
+                "store_full.status",
+                "must be a 4xx or 5xx status code",
+            ))
+        }
     }
 }
 

@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
+use tollgate_common::shared_data::StoreFull;
 
 use crate::ledger::{Budget, Ledger};
 use crate::price::{parse_usd_per_token, ModelPrice};
@@ -58,8 +59,6 @@ pub const DEFAULT_CAS_RETRIES: u32 = 32;
 pub const MAX_CAS_RETRIES: u32 = 1_000;
 /// Default `max_tenants`.
 pub const DEFAULT_MAX_TENANTS: u64 = 100_000;
-/// Default `store_full.status` (RFC 9110 section 15.6.4).
-pub const DEFAULT_STORE_FULL_STATUS: u32 = 503;
 /// Longest tenant and ledger name (bytes).
 pub const MAX_TENANT_BYTES: usize = 128;
 
@@ -105,29 +104,7 @@ struct RawConfig {
     #[serde(default = "default_max_tenants")]
     max_tenants: u64,
     #[serde(default)]
-    store_full: RawStoreFull,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStoreFull {
-    #[serde(default)]
-    action: StoreFullAction,
-    #[serde(default = "default_store_full_status")]
-    status: u32,
-}
-
-impl Default for RawStoreFull {
-    fn default() -> Self {
-        RawStoreFull {
-            action: StoreFullAction::default(),
-            status: DEFAULT_STORE_FULL_STATUS,
-        }
-    }
-}
-
-fn default_store_full_status() -> u32 {
-    DEFAULT_STORE_FULL_STATUS
+    store_full: StoreFull<StoreFullAction>,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -143,15 +120,6 @@ pub enum StoreFullAction {
     /// Admitted with its budget checked against the pooled spend of the overflow record, into
     /// which its spend is booked (reached sooner, never later).
     Pool,
-}
-
-/// The `store_full` policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreFullPolicy {
-    /// What to do.
-    pub action: StoreFullAction,
-    /// Status of a refusal (4xx or 5xx).
-    pub status: u32,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -307,7 +275,7 @@ pub struct Config {
     /// The shared-data ledger.
     pub ledger: Ledger,
     /// What a tenant with a budget gets when its record cannot be created.
-    pub store_full: StoreFullPolicy,
+    pub store_full: StoreFull<StoreFullAction>,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -455,12 +423,7 @@ impl Config {
         if raw.max_tenants == 0 {
             return Err(ConfigError::new("max_tenants", "must be at least 1"));
         }
-        if !(400..=599).contains(&raw.store_full.status) {
-            return Err(ConfigError::new(
-                "store_full.status",
-                "must be a 4xx or 5xx status code",
-            ));
-        }
+        let store_full = raw.store_full.checked()?;
         Ok(Config {
             prices,
             tenant,
@@ -485,10 +448,7 @@ impl Config {
             max_event_bytes: bounded(raw.max_event_bytes, "max_event_bytes", 256)?,
             spend_headers: raw.spend_headers,
             ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
-            store_full: StoreFullPolicy {
-                action: raw.store_full.action,
-                status: raw.store_full.status,
-            },
+            store_full,
         })
     }
 

@@ -35,6 +35,7 @@ use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::http::split_path_query;
 use tollgate_common::route::RouteMatch;
+use tollgate_common::shared_data::StoreFull;
 
 use crate::algorithm::{Limit, Period, MAX_UNITS};
 use crate::headers::policy_item;
@@ -42,7 +43,7 @@ use crate::key::{
     key_prefix, rule_zone_key, shared_key, KeyPart, RequestView, DEFAULT_IPV6_PREFIX,
     MISSING_BUCKET, OVERFLOW_BUCKET,
 };
-use crate::limiter::{OnContention, StoreFull};
+use crate::limiter::{OnContention, OnStoreFull};
 
 /// Default zone name.
 pub const DEFAULT_ZONE: &str = "default";
@@ -54,9 +55,6 @@ pub const DEFAULT_CAS_RETRIES: u32 = 8;
 pub const MAX_CAS_RETRIES: u32 = 64;
 /// Default bound on the client keys of a rule.
 pub const DEFAULT_MAX_KEYS: u64 = 100_000;
-/// Default status of a request refused because its state cannot be stored (RFC 9110 section
-/// 15.6.4: the server is temporarily unable to handle it).
-pub const DEFAULT_STORE_FULL_STATUS: u32 = 503;
 /// Largest `max_keys`.
 pub const MAX_MAX_KEYS: u64 = 100_000_000;
 /// Longest zone, rule and limit name (bytes).
@@ -83,29 +81,7 @@ struct RawConfig {
     #[serde(default = "default_max_keys")]
     max_keys: u64,
     #[serde(default)]
-    store_full: RawStoreFull,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStoreFull {
-    #[serde(default)]
-    action: StoreFullAction,
-    #[serde(default = "default_store_full_status")]
-    status: u32,
-}
-
-impl Default for RawStoreFull {
-    fn default() -> Self {
-        RawStoreFull {
-            action: StoreFullAction::default(),
-            status: DEFAULT_STORE_FULL_STATUS,
-        }
-    }
-}
-
-fn default_store_full_status() -> u32 {
-    DEFAULT_STORE_FULL_STATUS
+    store_full: StoreFull<StoreFullAction>,
 }
 
 /// What a request gets when the state of one of its limits cannot be read or stored (a store
@@ -123,21 +99,12 @@ pub enum StoreFullAction {
     Allow,
 }
 
-/// The `store_full` policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreFullPolicy {
-    /// What to do.
-    pub action: StoreFullAction,
-    /// Status of a refusal (4xx or 5xx).
-    pub status: u32,
-}
-
-impl StoreFullPolicy {
+impl StoreFullAction {
     /// Where the limiter sends a client whose new key is refused.
-    pub fn limiter(&self) -> StoreFull {
-        match self.action {
-            StoreFullAction::Overflow => StoreFull::Overflow,
-            StoreFullAction::Deny | StoreFullAction::Allow => StoreFull::Deny,
+    pub fn limiter(self) -> OnStoreFull {
+        match self {
+            StoreFullAction::Overflow => OnStoreFull::Overflow,
+            StoreFullAction::Deny | StoreFullAction::Allow => OnStoreFull::Deny,
         }
     }
 }
@@ -366,7 +333,7 @@ pub struct Config {
     /// The default of `rules[].max_keys`.
     pub max_keys: u64,
     /// What a request gets when its state cannot be read or stored.
-    pub store_full: StoreFullPolicy,
+    pub store_full: StoreFull<StoreFullAction>,
 }
 
 impl Config {
@@ -400,12 +367,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         ));
     }
     check_max_keys(raw.max_keys, "max_keys")?;
-    if !(400..=599).contains(&raw.store_full.status) {
-        return Err(ConfigError::new(
-            "store_full.status",
-            "must be a 4xx or 5xx status code",
-        ));
-    }
+    let store_full = raw.store_full.checked()?;
     let mut names = HashSet::new();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for (i, r) in raw.rules.into_iter().enumerate() {
@@ -430,10 +392,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             RawContention::Deny => OnContention::Deny,
         },
         max_keys: raw.max_keys,
-        store_full: StoreFullPolicy {
-            action: raw.store_full.action,
-            status: raw.store_full.status,
-        },
+        store_full,
     })
 }
 

@@ -292,7 +292,7 @@ impl RateLimitHttp {
             cas_retries: config.cas_retries,
             on_contention: config.on_contention,
             max_keys: rule.max_keys,
-            store_full: config.store_full.limiter(),
+            store_full: config.store_full.action.limiter(),
         };
         let report = check(
             &HostSharedData,

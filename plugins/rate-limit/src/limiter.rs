@@ -66,9 +66,9 @@
 //! An nginx zone with `eviction=none` refuses a new key once full; any host may fail a call
 //! (`tollgate_common::shared_data::StoreError::Failed`). The limiter never takes a failure for
 //! "no state" (which would admit the request uncharged): a client key the store refuses goes to
-//! the rule limit's overflow bucket when [`StoreFull::Overflow`] is set (that bucket is created in
+//! the rule limit's overflow bucket when [`OnStoreFull::Overflow`] is set (that bucket is created in
 //! `on_configure`, before the zone can fill up), and every other failure, or a refused key under
-//! [`StoreFull::Deny`], gives [`Verdict::StoreFailed`], after refunding what the request had
+//! [`OnStoreFull::Deny`], gives [`Verdict::StoreFailed`], after refunding what the request had
 //! already been charged. The key-creation lease is released even when the key's write fails.
 
 use tollgate_common::shared_data::{
@@ -91,7 +91,7 @@ pub enum OnContention {
 
 /// Where a new client goes when the store refuses its key (an nginx zone full, `eviction=none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StoreFull {
+pub enum OnStoreFull {
     /// [`Verdict::StoreFailed`]: the filter's `store_full` policy answers the request.
     #[default]
     Deny,
@@ -111,7 +111,7 @@ pub struct Settings<'a> {
     /// Largest number of client keys of the rule.
     pub max_keys: u64,
     /// Where a client goes whose new key the store refuses.
-    pub store_full: StoreFull,
+    pub store_full: OnStoreFull,
 }
 
 /// One limit to charge for a request.
@@ -143,7 +143,7 @@ pub enum Verdict {
     ContentionAllowed,
     /// CAS retries ran out and `on_contention` is `deny`.
     ContentionDenied,
-    /// The store failed (this host status), or refused a new key under [`StoreFull::Deny`];
+    /// The store failed (this host status), or refused a new key under [`OnStoreFull::Deny`];
     /// nothing stays charged.
     StoreFailed(u32),
 }
@@ -285,7 +285,7 @@ fn unreadable<S: SharedStore + ?Sized>(
 
 /// The current state of `target` and its CAS token, creating the key if it is missing (and
 /// switching to the overflow bucket if the rule's keys are all taken, or the store refuses the
-/// key under [`StoreFull::Overflow`]).
+/// key under [`OnStoreFull::Overflow`]).
 fn read<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
@@ -319,7 +319,7 @@ fn read<S: SharedStore + ?Sized>(
             Created::ZoneFull => true,
             Created::StoreFull(status) => {
                 stats.store_full = stats.store_full.saturating_add(1);
-                if settings.store_full == StoreFull::Deny || !target.counted {
+                if settings.store_full == OnStoreFull::Deny || !target.counted {
                     return Err(Unreadable::Failed(status));
                 }
                 true

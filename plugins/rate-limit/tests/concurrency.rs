@@ -23,7 +23,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
 use tollgate_rate_limit::limiter::{
-    check, ensure_zone, OnContention, Settings, StoreFull, Target, Verdict,
+    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict,
 };
 use tollgate_rate_limit::state::{decode, ZoneRecord};
 
@@ -146,7 +146,7 @@ impl Sim<'_> {
             cas_retries: self.cas_retries,
             on_contention: self.on_contention,
             max_keys: self.max_keys,
-            store_full: StoreFull::Deny,
+            store_full: OnStoreFull::Deny,
         };
         let tallies: Vec<Tally> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..WORKERS)

@@ -18,7 +18,7 @@ use std::cell::{Cell, RefCell};
 use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
 use tollgate_rate_limit::limiter::{
-    check, ensure_zone, OnContention, Settings, StoreFull, Target, Verdict, CREATION_LEASE_MS,
+    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict, CREATION_LEASE_MS,
 };
 use tollgate_rate_limit::state::{decode, encode, ZoneRecord};
 
@@ -32,7 +32,7 @@ fn settings(cas_retries: u32, on_contention: OnContention, max_keys: u64) -> Set
         cas_retries,
         on_contention,
         max_keys,
-        store_full: StoreFull::Deny,
+        store_full: OnStoreFull::Deny,
     }
 }
 
@@ -532,7 +532,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
 #[test]
 fn a_full_store_lifts_no_limit_and_leaves_no_lease() {
     for sem in BOTH {
-        for policy in [StoreFull::Deny, StoreFull::Overflow] {
+        for policy in [OnStoreFull::Deny, OnStoreFull::Overflow] {
             let s = store(sem);
             let limits = [
                 Limit::fixed_window(2, Period::Minute).unwrap(),
@@ -550,10 +550,10 @@ fn a_full_store_lifts_no_limit_and_leaves_no_lease() {
             s.set_capacity(Some(s.len()));
             let report = check(&s, &st, &mut targets(&limits, "new"), T0, 1);
             // Deny stops at the first refused key; overflow goes on to the second limit.
-            let refused = if policy == StoreFull::Deny { 1 } else { 2 };
+            let refused = if policy == OnStoreFull::Deny { 1 } else { 2 };
             assert_eq!(report.stats.store_full, refused, "{sem:?} {policy:?}");
             match policy {
-                StoreFull::Deny => {
+                OnStoreFull::Deny => {
                     assert_eq!(report.verdict, Verdict::StoreFailed(10));
                     assert_eq!(
                         state(&s, &limits[0], OVERFLOW[0]),
@@ -561,7 +561,7 @@ fn a_full_store_lifts_no_limit_and_leaves_no_lease() {
                         "nothing charged"
                     );
                 }
-                StoreFull::Overflow => {
+                OnStoreFull::Overflow => {
                     assert!(allowed(&report.verdict));
                     assert_eq!(report.stats.overflowed, 2);
                     // The overflow bucket (2 per minute) is shared by every new client.
