@@ -498,12 +498,11 @@ impl CostHttp {
             from = at;
         });
         held.extend_from_slice(chunk.get(from..).unwrap_or_default());
-        if end || held.len() > max_held {
-            // The end, or an event too large to hold: pass everything on from here.
+        // The end of the body or of the stream (nothing after the final event is read), or an
+        // event too large to hold: what is held goes on, and everything after it as it comes.
+        if end || state.ended() || held.len() > max_held {
             out.append(held);
-            if !end {
-                self.strip = None;
-            }
+            self.strip = None;
         }
         out
     }
@@ -712,6 +711,7 @@ impl HttpContext for CostHttp {
         let chunk = body_chunk(BufferType::HttpResponseBody, body_size);
         if self.strip.is_some() {
             let out = self.strip_chunk(&chunk, complete, shared.config.max_event_bytes);
+            // (`strip_chunk` fed the stream parser.)
             self.response_bytes = self
                 .response_bytes
                 .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
