@@ -42,6 +42,11 @@
 //! than [`CREATION_LEASE_MS`] between re-reading the missing key and writing it, while another
 //! takes the expired lock, creates the key and books, would reset it once. Under ngx_wasm_module
 //! a write without CAS never overwrites an existing key, so the bound there is 0.
+//!
+//! A booking cannot wait (proxy-wasm has no sleep): one that finds the lease held through all
+//! its tries (its holder descheduled inside it, seen on a loaded 2-core machine) books into the
+//! overflow record, counted as overflowed. That spend is shared, never lost; the tenant's own
+//! record lacks that one booking.
 
 use tollgate_common::shared_data::{
     create_once, ensure_key, CreateError, Created, SharedStore, StoreError, Zone,
@@ -348,8 +353,9 @@ impl Ledger {
     }
 
     /// Adds `nano` nano-USD to the spend of `tenant_key` at Unix time `now_ms`, creating the key
-    /// (or, zone full or the key refused by the store, booking to the overflow record). At most
-    /// `cas_retries + 1` CAS attempts.
+    /// (or, zone full, the key refused by the store, or the creation lease held by another
+    /// worker through every try, booking to the overflow record). At most `cas_retries + 1` CAS
+    /// attempts.
     ///
     /// # Errors
     /// [`NotBooked`] when the CAS attempts ran out or the store failed (its status).
@@ -400,6 +406,14 @@ impl Ledger {
                         if store.get(key).is_ok_and(|(v, _)| v.is_some()) =>
                     {
                         continue
+                    }
+                    // Another worker held the creation lease through every try (it was
+                    // descheduled inside it): the spend goes to the overflow record rather than
+                    // being lost, as when the zone is full.
+                    Err(CreateError::Contended) if !stats.overflowed => {
+                        stats.overflowed = true;
+                        key = &self.overflow_key;
+                        continue;
                     }
                     Err(CreateError::Contended) => {
                         return Err(NotBooked {
@@ -592,6 +606,26 @@ mod tests {
             "pooled"
         );
         assert_eq!(store.len(), 4);
+    }
+
+    #[test]
+    fn a_creation_lease_held_elsewhere_pools_the_spend_instead_of_losing_it() {
+        for sem in [Semantics::Envoy, Semantics::NgxWasm] {
+            let store = MemoryStore::new(sem);
+            let l = Ledger::new("t", 2, 100);
+            l.ensure(&store, std::iter::empty(), 0).unwrap();
+            // Another worker took the lease at t=1000 ms and was descheduled inside it.
+            let (_, cas) = store.get(&l.zone_key).unwrap();
+            let held = ZoneRecord {
+                keys: 0,
+                locked_until_ms: 1_000 + CREATION_LEASE_MS,
+            };
+            store.set(&l.zone_key, &held.encode(), cas).unwrap();
+            let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();
+            assert!(stats.overflowed && !stats.created, "{sem:?}: {stats:?}");
+            assert_eq!(l.pooled(&store, &Periods::at(1)).unwrap().total, 42);
+            assert_eq!(store.get(&l.key("new")).unwrap().0, None);
+        }
     }
 
     #[test]
