@@ -18,6 +18,9 @@ cargo clippy -q --target wasm32-wasip1 "${pkgs[@]}" -- -D warnings
 log "unit tests (native)"
 cargo test -q --workspace
 
+log "fuzz targets: a short seeded run of each (scripts/fuzz.sh; long runs: bench/fuzz_long.sh)"
+"$ROOT/scripts/fuzz.sh" smoke 5
+
 log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; fmt, clippy, unit tests"
 "$ROOT/scripts/build-nginx-module.sh"
 "$ROOT/scripts/build-nginx-musl.sh"

@@ -124,6 +124,7 @@ class GatewaySpec:
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
     stats_config: dict[str, Any] | None = None  # Envoy bootstrap `stats_config` (e.g. stats_tags), rendered as given
+    kv_zones: dict[str, str] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}); Envoy's shared data has no zones
 
 
 class Gateway:
@@ -320,7 +321,8 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     else:
         target = f"http://{default}"
         route_map = ""
-    modules_conf = "\n".join(f"    module {n} {p};" for n, p in modules.items())
+    modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
+                             + [f"    shm_kv {n} {args};" for n, args in (spec.kv_zones or {}).items()])
     chain_conf = "\n".join(chain)
     return f"""# Rendered by tests/e2e/harness.py (NginxHost)
 load_module {module};

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod http;
+pub mod log_every;
 pub mod metrics;
 pub mod route;
 pub mod shared_data;

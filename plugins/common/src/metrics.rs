@@ -8,7 +8,7 @@
 /// Every label name Tollgate's metric families use. Envoy restores them from the metric names
 /// with one `stats_tags` rule each (`plugins/metrics/stats_tags.json`); the nginx host's
 /// exposition (`nginx-compat/services`) restores exactly these, so both show the same labels.
-pub const LABELS: [&str; 10] = [
+pub const LABELS: [&str; 11] = [
     "method",
     "status_class",
     "route",
@@ -19,6 +19,7 @@ pub const LABELS: [&str; 10] = [
     "model",
     "type",
     "status",
+    "reason",
 ];
 
 /// `family` followed by `.label.value` for each label, values sanitised.

@@ -20,38 +20,150 @@
 //! and the later write silently replaces the earlier one (see [`MemoryStore`]'s tests).
 //! Neither host deletes keys through this interface in the form used here, so every key written
 //! stays until the proxy restarts.
+//!
+//! # Full stores and failures
+//!
+//! | | Envoy | nginx (`shm_kv NAME SIZE [eviction=...]`) |
+//! |---|---|---|
+//! | size | unbounded (process memory) | the zone's `SIZE` |
+//! | full, `eviction=none` | never full | a write of a new key (or a larger value) fails: `InternalFailure` |
+//! | full, `eviction=lru` (the default) | never full | other keys are **evicted silently** to make room |
+//! | value too large for the zone | - | `BadArgument` |
+//!
+//! An evicted key reads as missing, exactly like one never written: a budget or a limit kept in an
+//! evicting zone can be reset by whoever fills it. State that enforces something therefore lives
+//! in zones declared with `eviction=none` (the shipped nginx configurations give each filter's
+//! namespace, `ratelimit/` and `cost/`, its own zone), sized for its keys, and the filters treat
+//! a failed write as "cannot store", with an explicit policy.
+//!
+//! The proxy-wasm Rust SDK's `hostcalls::get_shared_data` / `set_shared_data` `panic!` on any
+//! status other than `Ok`, `NotFound` (read) or `CasMismatch` (write), and a panic is a trap:
+//! the guest would die in the middle of a request, possibly holding a key-creation lease.
+//! [`HostSharedData`] therefore calls the ABI functions itself and returns every status as a
+//! [`StoreError`].
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-/// A CAS write was refused: the key changed since it was read (or, in ngx_wasm_module, a write
-/// without CAS met an existing key).
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// proxy-wasm `Status` codes (ABI 0.2.1) that this module names.
+pub mod status {
+    /// `NotFound`.
+    pub const NOT_FOUND: u32 = 1;
+    /// `BadArgument` (nginx: a value larger than the zone).
+    pub const BAD_ARGUMENT: u32 = 2;
+    /// `CasMismatch`.
+    pub const CAS_MISMATCH: u32 = 8;
+    /// `InternalFailure` (nginx: the zone is full and evicts nothing, or is corrupt).
+    pub const INTERNAL_FAILURE: u32 = 10;
+}
+
+/// Why a shared-data call did not do what was asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CasMismatch;
+pub enum StoreError {
+    /// A write's CAS token did not match: the key changed since it was read (or, in
+    /// ngx_wasm_module, a write without CAS met an existing key). Read again and retry.
+    CasMismatch,
+    /// The host refused the call with this proxy-wasm status (e.g. `InternalFailure`: an nginx
+    /// zone is full and evicts nothing; `BadArgument`: the value can never fit). Retrying does
+    /// not help; the caller's policy decides (see each filter's `store_full` setting).
+    Failed(u32),
+}
+
+/// What a read returns: the value (`None`: no such key) and its CAS token.
+pub type Read = (Option<Vec<u8>>, Option<u32>);
 
 /// The shared-data operations a filter needs: one read, one conditional write.
 pub trait SharedStore {
-    /// The value of `key` and its CAS token; `(None, None)` when the key does not exist.
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>);
+    /// The value of `key` and its CAS token; `Ok((None, None))` when the key does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Failed`] when the host could not answer (the key may exist).
+    fn get(&self, key: &str) -> Result<Read, StoreError>;
 
     /// Writes `value` under `key`. With `cas: Some(token)` the write succeeds only if the key
     /// still carries `token`; with `None` see the host table in the module documentation.
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch>;
+    ///
+    /// # Errors
+    /// [`StoreError::CasMismatch`]; [`StoreError::Failed`] (nothing was written).
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError>;
 }
 
-/// The host's shared data through the proxy-wasm ABI.
+/// The host's shared data through the proxy-wasm ABI, never trapping (module documentation).
 #[cfg(target_arch = "wasm32")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostSharedData;
 
 #[cfg(target_arch = "wasm32")]
 impl SharedStore for HostSharedData {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        proxy_wasm::hostcalls::get_shared_data(key).unwrap_or((None, None))
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
+        match abi::get_shared_data(key) {
+            (0, value, cas) => Ok((value, (cas != 0).then_some(cas))),
+            (status::NOT_FOUND, _, _) => Ok((None, None)),
+            (status, _, _) => Err(StoreError::Failed(status)),
+        }
     }
 
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
-        proxy_wasm::hostcalls::set_shared_data(key, Some(value), cas).map_err(|_| CasMismatch)
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        match abi::set_shared_data(key, value, cas.unwrap_or(0)) {
+            0 => Ok(()),
+            status::CAS_MISMATCH => Err(StoreError::CasMismatch),
+            status => Err(StoreError::Failed(status)),
+        }
+    }
+}
+
+/// The two shared-data functions of the proxy-wasm ABI 0.2.1, with the status as the host
+/// returned it (the SDK's wrappers panic on statuses they do not expect, and read the status
+/// into an enum, which is undefined behaviour for a value outside it).
+#[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
+mod abi {
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        fn proxy_get_shared_data(
+            key_data: *const u8,
+            key_size: usize,
+            return_value_data: *mut *mut u8,
+            return_value_size: *mut usize,
+            return_cas: *mut u32,
+        ) -> u32;
+        fn proxy_set_shared_data(
+            key_data: *const u8,
+            key_size: usize,
+            value_data: *const u8,
+            value_size: usize,
+            cas: u32,
+        ) -> u32;
+    }
+
+    /// `(status, value, cas)`; the value only with status 0 (`Ok`).
+    pub fn get_shared_data(key: &str) -> (u32, Option<Vec<u8>>, u32) {
+        let mut data: *mut u8 = std::ptr::null_mut();
+        let mut size: usize = 0;
+        let mut cas: u32 = 0;
+        // SAFETY: the key is a live buffer of key.len() bytes; the out-pointers are live locals.
+        let status = unsafe {
+            proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas)
+        };
+        let value = if status == 0 && !data.is_null() {
+            // SAFETY: on Ok the host returns `size` bytes it allocated through this module's
+            // `proxy_on_memory_allocate` (the SDK's: a `Vec<u8>` of exactly that capacity, then
+            // forgotten), and hands their ownership to the guest, as the SDK's own wrapper assumes.
+            Some(unsafe { Vec::from_raw_parts(data, size, size) })
+        } else {
+            None
+        };
+        (status, value, cas)
+    }
+
+    /// The status of the write.
+    pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> u32 {
+        // SAFETY: key and value are live buffers of their lengths; the host copies them.
+        unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) }
     }
 }
 
@@ -60,11 +172,15 @@ impl SharedStore for HostSharedData {
 pub struct Contended {
     /// CAS mismatches seen (one per failed attempt).
     pub retries: u32,
+    /// The host status that stopped the update (a failed read or write), if any; `None`: the
+    /// retries ran out.
+    pub failed: Option<u32>,
 }
 
 /// Read-modify-write of one existing key with bounded retries: `f` gets the current value and
-/// returns the new one (`None`: nothing to write). Tries at most `attempts` times (at least once).
-/// Returns the number of CAS mismatches on success.
+/// returns the new one (`None`: nothing to write). Tries at most `attempts` times (at least once);
+/// a host failure ([`StoreError::Failed`]) stops at once. Returns the number of CAS mismatches on
+/// success.
 ///
 /// Only safe for keys that already exist: on a missing key the write carries no CAS token, which
 /// Envoy applies unconditionally (see the module documentation).
@@ -74,18 +190,35 @@ where
     F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
 {
     let mut retries = 0u32;
+    let failed = |retries, status| Contended {
+        retries,
+        failed: Some(status),
+    };
     loop {
-        let (value, cas) = store.get(key);
+        let (value, cas) = store.get(key).map_err(|e| failed(retries, code(e)))?;
         let Some(new) = f(value.as_deref()) else {
             return Ok(retries);
         };
-        if store.set(key, &new, cas).is_ok() {
-            return Ok(retries);
+        match store.set(key, &new, cas) {
+            Ok(()) => return Ok(retries),
+            Err(StoreError::Failed(status)) => return Err(failed(retries, status)),
+            Err(StoreError::CasMismatch) => {}
         }
         retries = retries.saturating_add(1);
         if retries >= attempts.max(1) {
-            return Err(Contended { retries });
+            return Err(Contended {
+                retries,
+                failed: None,
+            });
         }
+    }
+}
+
+/// The proxy-wasm status of an error.
+fn code(e: StoreError) -> u32 {
+    match e {
+        StoreError::CasMismatch => status::CAS_MISMATCH,
+        StoreError::Failed(status) => status,
     }
 }
 
@@ -105,8 +238,10 @@ pub struct OpCounts {
     pub reads: u64,
     /// `set` calls that wrote.
     pub writes: u64,
-    /// `set` calls refused with [`CasMismatch`].
+    /// `set` calls refused with [`StoreError::CasMismatch`].
     pub mismatches: u64,
+    /// `get` and `set` calls refused with [`StoreError::Failed`].
+    pub failures: u64,
 }
 
 #[derive(Debug, Default)]
@@ -114,10 +249,15 @@ struct Inner {
     map: HashMap<String, (Vec<u8>, u32)>,
     next_cas: u32,
     ops: OpCounts,
+    /// Most keys (a full nginx zone with `eviction=none`); `None`: unbounded (Envoy).
+    capacity: Option<usize>,
+    /// Reads fail with `InternalFailure` (a corrupt or unreachable zone).
+    failing_reads: bool,
 }
 
 /// An in-memory shared-data store with a host's CAS rules, for native tests of CAS logic
-/// (thread-safe, so several threads can play the workers).
+/// (thread-safe, so several threads can play the workers). It can also play a full nginx zone
+/// that evicts nothing ([`MemoryStore::set_capacity`]) and a store whose reads fail.
 #[derive(Debug)]
 pub struct MemoryStore {
     semantics: Semantics,
@@ -131,6 +271,17 @@ impl MemoryStore {
             semantics,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// Bounds the store to `keys` keys (`None`: unbounded): beyond, writing a new key fails with
+    /// `Failed(InternalFailure)`, as in an nginx zone with `eviction=none`.
+    pub fn set_capacity(&self, keys: Option<usize>) {
+        self.lock().capacity = keys;
+    }
+
+    /// Makes every read fail (`true`) or work again.
+    pub fn set_failing_reads(&self, failing: bool) {
+        self.lock().failing_reads = failing;
     }
 
     /// The rules this store follows.
@@ -171,16 +322,20 @@ impl MemoryStore {
 }
 
 impl SharedStore for MemoryStore {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
         let mut inner = self.lock();
+        if inner.failing_reads {
+            inner.ops.failures = inner.ops.failures.saturating_add(1);
+            return Err(StoreError::Failed(status::INTERNAL_FAILURE));
+        }
         inner.ops.reads = inner.ops.reads.saturating_add(1);
-        match inner.map.get(key) {
+        Ok(match inner.map.get(key) {
             Some((value, cas)) => (Some(value.clone()), Some(*cas)),
             None => (None, None),
-        }
+        })
     }
 
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let current = inner.map.get(key).map(|(_, c)| *c);
         let accepted = match (self.semantics, current, cas) {
@@ -192,7 +347,11 @@ impl SharedStore for MemoryStore {
         };
         if !accepted {
             inner.ops.mismatches = inner.ops.mismatches.saturating_add(1);
-            return Err(CasMismatch);
+            return Err(StoreError::CasMismatch);
+        }
+        if current.is_none() && inner.capacity.is_some_and(|c| inner.map.len() >= c) {
+            inner.ops.failures = inner.ops.failures.saturating_add(1);
+            return Err(StoreError::Failed(status::INTERNAL_FAILURE));
         }
         // Tokens start at 1 and skip 0, as in both hosts (0 means "no CAS" on the ABI).
         inner.next_cas = inner.next_cas.wrapping_add(1).max(1);
@@ -200,6 +359,58 @@ impl SharedStore for MemoryStore {
         inner.map.insert(key.to_string(), (value.to_vec(), token));
         inner.ops.writes = inner.ops.writes.saturating_add(1);
         Ok(())
+    }
+}
+
+/// Default `store_full.status` (RFC 9110 section 15.6.4: the server cannot handle the request
+/// for now).
+pub const DEFAULT_STORE_FULL_STATUS: u32 = 503;
+
+fn default_store_full_status() -> u32 {
+    DEFAULT_STORE_FULL_STATUS
+}
+
+/// The `store_full` setting of a filter whose enforcing state lives in shared data: what a
+/// request gets when that state cannot be read or stored (`action`, the filter's own choices;
+/// the default refuses) and the status of a refusal (`status`, default 503, 4xx or 5xx).
+/// JSON: `{"action": "...", "status": 503}`, both optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    bound(deserialize = "A: Deserialize<'de> + Default")
+)]
+pub struct StoreFull<A> {
+    /// What to do.
+    #[serde(default)]
+    pub action: A,
+    /// Status of a refusal.
+    #[serde(default = "default_store_full_status")]
+    pub status: u32,
+}
+
+impl<A: Default> Default for StoreFull<A> {
+    fn default() -> Self {
+        StoreFull {
+            action: A::default(),
+            status: DEFAULT_STORE_FULL_STATUS,
+        }
+    }
+}
+
+impl<A> StoreFull<A> {
+    /// The setting, checked.
+    ///
+    /// # Errors
+    /// A status that is not 4xx or 5xx (field `store_full.status`).
+    pub fn checked(self) -> Result<Self, ConfigError> {
+        if (400..=599).contains(&self.status) {
+            Ok(self)
+        } else {
+            Err(ConfigError::new(
+                "store_full.status",
+                "must be a 4xx or 5xx status code",
+            ))
+        }
     }
 }
 
@@ -256,15 +467,35 @@ impl ZoneRecord {
     }
 }
 
-/// Creates the zone record if it is missing (root contexts call this in `on_configure`, before
-/// their worker serves requests). Returns whether this call wrote it.
-pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> bool {
-    if store.get(zone_key).0.is_some() {
-        return false;
+/// Creates `key` with `value` if it is missing (root contexts call this in `on_configure`,
+/// before their worker serves requests, for the records and shared buckets that must exist
+/// before the store can fill up). Returns whether this call wrote it.
+///
+/// # Errors
+/// The store's error when it could neither read the key nor write it (e.g. an nginx zone
+/// already full): the caller logs it; its filter then runs with the key missing.
+pub fn ensure_key<S: SharedStore + ?Sized>(
+    store: &S,
+    key: &str,
+    value: &[u8],
+) -> Result<bool, StoreError> {
+    if store.get(key)?.0.is_some() {
+        return Ok(false);
     }
-    store
-        .set(zone_key, &ZoneRecord::default().encode(), None)
-        .is_ok()
+    match store.set(key, value, None) {
+        Ok(()) => Ok(true),
+        // Another worker created it meanwhile (ngx_wasm_module's rule for a write without CAS).
+        Err(StoreError::CasMismatch) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`ensure_key`] for a zone record (a free lease, no key counted).
+///
+/// # Errors
+/// See [`ensure_key`].
+pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> Result<bool, StoreError> {
+    ensure_key(store, zone_key, &ZoneRecord::default().encode())
 }
 
 /// The outcome of [`create_once`].
@@ -274,6 +505,9 @@ pub enum Created {
     Ready,
     /// The zone already holds `max_keys` counted keys: nothing was created.
     ZoneFull,
+    /// The store refused to write the key (this host status: an nginx zone full with
+    /// `eviction=none`, or a value too large): nothing was created and the lease was released.
+    StoreFull(u32),
 }
 
 /// Where [`create_once`] creates keys: the zone record's key, the bound on counted keys, and
@@ -299,17 +533,34 @@ pub struct Creation {
     pub lock_lost: bool,
 }
 
+/// Why [`create_once`] created nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateError {
+    /// The tries ran out (another worker held the lease); the key may exist by then.
+    Contended,
+    /// The zone record could not be read or written: this host status.
+    Failed(u32),
+}
+
 /// Creates `key` with `initial` exactly once across workers, under the zone's creation lease:
 /// take the lease with a CAS write of the zone record, re-read `key`, write it only if still
 /// missing, release the lease with CAS while counting the key (when `counted`). This is how a
 /// filter creates keys without Envoy's unconditional first insert losing updates: two workers
 /// that both saw the key missing cannot both write it while the lease holds.
 ///
+/// A write of `key` that the store refuses ([`StoreError::Failed`]) releases the lease without
+/// counting and returns [`Created::StoreFull`]: a full store never leaves the lease held (it
+/// would block every other creation for [`CREATION_LEASE_MS`]).
+///
 /// Bound: a worker stalled for more than [`CREATION_LEASE_MS`] between taking the lease and
 /// writing can lose the lease to another worker, which may then create the same key first; the
 /// later write replaces it once (`lock_lost` is set). Under ngx_wasm_module's semantics the
-/// second write is a mismatch instead. Gives up (`None`) after `attempts` failed tries, e.g. while
-/// another worker holds the lease; the key may exist by then (re-read it).
+/// second write is a mismatch instead.
+///
+/// # Errors
+/// [`CreateError::Contended`] after `attempts` failed tries, e.g. while another worker holds
+/// the lease (the key may exist by then: re-read it); [`CreateError::Failed`] when the zone
+/// record cannot be read, created or locked.
 pub fn create_once<S: SharedStore + ?Sized>(
     store: &S,
     zone: &Zone<'_>,
@@ -317,20 +568,26 @@ pub fn create_once<S: SharedStore + ?Sized>(
     initial: &[u8],
     counted: bool,
     now_ms: u64,
-) -> (Option<Created>, Creation) {
+) -> (Result<Created, CreateError>, Creation) {
     let (zone_key, max_keys, attempts) = (zone.key, zone.max_keys, zone.attempts);
     let mut out = Creation::default();
     let mut failures = 0u32;
+    let failed = |e: StoreError| CreateError::Failed(code(e));
     // One more turn for creating a missing zone record.
     for _ in 0..attempts.saturating_add(1) {
-        let (value, zone_cas) = store.get(zone_key);
+        let (value, zone_cas) = match store.get(zone_key) {
+            Ok(read) => read,
+            Err(e) => return (Err(failed(e)), out),
+        };
         let Some(value) = value else {
-            let _ = store.set(zone_key, &ZoneRecord::default().encode(), None);
+            if let Err(e) = ensure_zone(store, zone_key) {
+                return (Err(failed(e)), out);
+            }
             continue;
         };
         let zone = ZoneRecord::decode(&value).unwrap_or_default();
         if counted && zone.keys >= max_keys {
-            return (Some(Created::ZoneFull), out);
+            return (Ok(Created::ZoneFull), out);
         }
         let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
         let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
@@ -340,17 +597,34 @@ pub fn create_once<S: SharedStore + ?Sized>(
             locked_until_ms: lease_end,
         }
         .encode();
-        if held || zone_cas.is_none() || store.set(zone_key, &locked, zone_cas).is_err() {
+        let taken = !held && zone_cas.is_some() && {
+            match store.set(zone_key, &locked, zone_cas) {
+                Ok(()) => true,
+                Err(StoreError::CasMismatch) => false,
+                Err(e) => return (Err(failed(e)), out),
+            }
+        };
+        if !taken {
             out.cas_retries = out.cas_retries.saturating_add(1);
             failures = failures.saturating_add(1);
             if failures >= attempts {
-                return (None, out);
+                return (Err(CreateError::Contended), out);
             }
             continue;
         }
-        // Lease held: check and create.
-        out.created = store.get(key).0.is_none() && store.set(key, initial, None).is_ok();
-        let (now_value, release_cas) = store.get(zone_key);
+        // Lease held: check and create. A failed read counts as "exists" (nothing is written
+        // over a key that may hold state) and is reported after the release.
+        let mut result = Ok(Created::Ready);
+        match store.get(key) {
+            Ok((None, _)) => match store.set(key, initial, None) {
+                Ok(()) => out.created = true,
+                // Another worker's write met ours (only when the lease was lost).
+                Err(StoreError::CasMismatch) => {}
+                Err(StoreError::Failed(status)) => result = Ok(Created::StoreFull(status)),
+            },
+            Ok((Some(_), _)) => {}
+            Err(e) => result = Err(failed(e)),
+        }
         let keys = if out.created && counted {
             zone.keys.saturating_add(1)
         } else {
@@ -361,14 +635,16 @@ pub fn create_once<S: SharedStore + ?Sized>(
             locked_until_ms: 0,
         }
         .encode();
-        if now_value.as_deref() != Some(&locked[..])
-            || store.set(zone_key, &released, release_cas).is_err()
-        {
-            out.lock_lost = true;
-        }
-        return (Some(Created::Ready), out);
+        let still_ours = match store.get(zone_key) {
+            Ok((now_value, release_cas)) if now_value.as_deref() == Some(&locked[..]) => {
+                store.set(zone_key, &released, release_cas).is_ok()
+            }
+            _ => false,
+        };
+        out.lock_lost = !still_ours;
+        return (result, out);
     }
-    (None, out)
+    (Err(CreateError::Contended), out)
 }
 
 #[cfg(test)]
@@ -400,22 +676,22 @@ mod tests {
     fn keys_are_created_once_and_counted_under_both_semantics() {
         for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
             let s = MemoryStore::new(semantics);
-            assert!(ensure_zone(&s, "z"));
-            assert!(!ensure_zone(&s, "z"), "only once");
+            assert_eq!(ensure_zone(&s, "z"), Ok(true));
+            assert_eq!(ensure_zone(&s, "z"), Ok(false), "only once");
             let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
             assert_eq!(
                 (r, c.created, c.lock_lost),
-                (Some(Created::Ready), true, false)
+                (Ok(Created::Ready), true, false)
             );
-            s.set("k", b"used", s.get("k").1).unwrap();
+            s.set("k", b"used", s.get("k").unwrap().1).unwrap();
             let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_001);
             assert_eq!(
                 (r, c.created),
-                (Some(Created::Ready), false),
+                (Ok(Created::Ready), false),
                 "an existing key is kept"
             );
-            assert_eq!(s.get("k").0.as_deref(), Some(&b"used"[..]));
-            let zone = ZoneRecord::decode(&s.get("z").0.unwrap()).unwrap();
+            assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"used"[..]));
+            let zone = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert_eq!(
                 zone,
                 ZoneRecord {
@@ -442,11 +718,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             create_once(&s, &zone(2), "k", b"i", true, 0).0,
-            Some(Created::ZoneFull)
+            Ok(Created::ZoneFull)
         );
         assert_eq!(
             create_once(&s, &zone(2), "k", b"i", false, 0).0,
-            Some(Created::Ready),
+            Ok(Created::Ready),
             "uncounted keys"
         );
         let held = ZoneRecord {
@@ -455,8 +731,8 @@ mod tests {
         };
         s.set("z", &held.encode(), None).unwrap();
         let (r, c) = create_once(&s, &zone(9), "k2", b"i", true, 4_000);
-        assert_eq!((r, c.cas_retries), (None, 3));
-        assert!(s.get("k2").0.is_none());
+        assert_eq!((r, c.cas_retries), (Err(CreateError::Contended), 3));
+        assert!(s.get("k2").unwrap().0.is_none());
         // A lease ending further ahead than a lease plus the clock tolerance is stale.
         let stale = ZoneRecord {
             keys: 0,
@@ -465,53 +741,83 @@ mod tests {
         s.set("z", &stale.encode(), None).unwrap();
         assert_eq!(
             create_once(&s, &zone(9), "k2", b"i", true, 4_000).0,
-            Some(Created::Ready)
+            Ok(Created::Ready)
         );
+    }
+
+    #[test]
+    fn a_store_that_cannot_write_the_key_releases_the_lease_and_counts_nothing() {
+        for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
+            let s = MemoryStore::new(semantics);
+            ensure_zone(&s, "z").unwrap();
+            s.set_capacity(Some(1));
+            let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
+            assert_eq!(r, Ok(Created::StoreFull(status::INTERNAL_FAILURE)));
+            assert!(!c.created && !c.lock_lost);
+            let z = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            assert_eq!(z, ZoneRecord::default(), "lease released, nothing counted");
+            // Room again: the very next creation goes through (no lease left behind).
+            s.set_capacity(None);
+            let (r, _) = create_once(&s, &zone(10), "k", b"init", true, 1_001);
+            assert_eq!(r, Ok(Created::Ready));
+            // Reads that fail: an error, never a write over a key that may exist.
+            s.set_failing_reads(true);
+            let (r, _) = create_once(&s, &zone(10), "k3", b"init", true, 1_002);
+            assert_eq!(r, Err(CreateError::Failed(status::INTERNAL_FAILURE)));
+            assert_eq!(
+                ensure_zone(&s, "y"),
+                Err(StoreError::Failed(status::INTERNAL_FAILURE))
+            );
+        }
     }
 
     #[test]
     fn envoy_inserts_missing_keys_whatever_the_cas_and_overwrites_without_cas() {
         let s = MemoryStore::new(Semantics::Envoy);
-        assert_eq!(s.get("k"), (None, None));
+        assert_eq!(s.get("k"), Ok((None, None)));
         s.set("k", b"a", Some(12345)).unwrap();
-        let (v, cas) = s.get("k");
+        let (v, cas) = s.get("k").unwrap();
         assert_eq!(v.as_deref(), Some(&b"a"[..]));
         let cas = cas.unwrap();
         assert_ne!(cas, 0);
         s.set("k", b"b", None).unwrap();
-        assert_eq!(s.set("k", b"c", Some(cas)), Err(CasMismatch));
-        let (_, cas2) = s.get("k");
+        assert_eq!(s.set("k", b"c", Some(cas)), Err(StoreError::CasMismatch));
+        let (_, cas2) = s.get("k").unwrap();
         s.set("k", b"c", cas2).unwrap();
-        assert_eq!(s.get("k").0.as_deref(), Some(&b"c"[..]));
+        assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"c"[..]));
         assert_eq!(s.ops().mismatches, 1);
     }
 
     #[test]
     fn ngx_refuses_blind_writes_to_existing_keys_and_cas_writes_to_missing_ones() {
         let s = MemoryStore::new(Semantics::NgxWasm);
-        assert_eq!(s.set("k", b"a", Some(1)), Err(CasMismatch));
+        assert_eq!(s.set("k", b"a", Some(1)), Err(StoreError::CasMismatch));
         s.set("k", b"a", None).unwrap();
-        assert_eq!(s.set("k", b"b", None), Err(CasMismatch));
-        let (_, cas) = s.get("k");
+        assert_eq!(s.set("k", b"b", None), Err(StoreError::CasMismatch));
+        let (_, cas) = s.get("k").unwrap();
         s.set("k", b"b", cas).unwrap();
-        assert_eq!(s.set("k", b"c", cas), Err(CasMismatch));
-        assert_eq!(s.get("k").0.as_deref(), Some(&b"b"[..]));
+        assert_eq!(s.set("k", b"c", cas), Err(StoreError::CasMismatch));
+        assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"b"[..]));
     }
 
     #[test]
     fn envoy_first_insert_race_loses_an_update() {
         // Two workers read the counter as missing, both write "1": one increment is lost.
         let s = MemoryStore::new(Semantics::Envoy);
-        let (a, a_cas) = s.get("n");
-        let (b, b_cas) = s.get("n");
+        let (a, a_cas) = s.get("n").unwrap();
+        let (b, b_cas) = s.get("n").unwrap();
         assert!(a.is_none() && b.is_none());
         s.set("n", b"1", a_cas).unwrap();
         s.set("n", b"1", b_cas).unwrap();
-        assert_eq!(s.get("n").0.as_deref(), Some(&b"1"[..]), "lost update");
+        assert_eq!(
+            s.get("n").unwrap().0.as_deref(),
+            Some(&b"1"[..]),
+            "lost update"
+        );
         // ngx_wasm_module refuses the second insert instead.
         let s = MemoryStore::new(Semantics::NgxWasm);
         s.set("n", b"1", None).unwrap();
-        assert_eq!(s.set("n", b"1", None), Err(CasMismatch));
+        assert_eq!(s.set("n", b"1", None), Err(StoreError::CasMismatch));
     }
 
     #[test]
@@ -521,23 +827,34 @@ mod tests {
         let inc =
             |v: Option<&[u8]>| Some(vec![v.and_then(|b| b.first()).copied().unwrap_or(0) + 1]);
         assert_eq!(cas_update(&s, "n", 3, inc), Ok(0));
-        assert_eq!(s.get("n").0, Some(vec![1]));
+        assert_eq!(s.get("n").unwrap().0, Some(vec![1]));
         // A writer that always interferes between the read and the write.
         struct Meddler<'a>(&'a MemoryStore);
         impl SharedStore for Meddler<'_> {
-            fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+            fn get(&self, key: &str) -> Result<Read, StoreError> {
                 let got = self.0.get(key);
                 self.0.set(key, &[9], None).unwrap();
                 got
             }
-            fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+            fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
                 self.0.set(key, value, cas)
             }
         }
         assert_eq!(
             cas_update(&Meddler(&s), "n", 3, inc),
-            Err(Contended { retries: 3 })
+            Err(Contended {
+                retries: 3,
+                failed: None
+            })
         );
         assert_eq!(cas_update(&s, "n", 1, |_| None), Ok(0), "nothing to write");
+        s.set_failing_reads(true);
+        assert_eq!(
+            cas_update(&s, "n", 3, inc),
+            Err(Contended {
+                retries: 0,
+                failed: Some(status::INTERNAL_FAILURE)
+            })
+        );
     }
 }

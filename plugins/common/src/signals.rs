@@ -22,7 +22,10 @@ pub const COST_INPUT_TOKENS: &str = "tollgate.cost.input_tokens";
 pub const COST_OUTPUT_TOKENS: &str = "tollgate.cost.output_tokens";
 /// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
 pub const COST_NANO_USD: &str = "tollgate.cost.cost_nano_usd";
-/// cost: `priced`, `unpriced` (unknown model, no usage, malformed body) or `budget_exceeded`.
+/// cost: `priced`, `estimated` (an LLM response that could not be priced, charged the estimate),
+/// `unpriced` (not charged), or a refusal before the upstream: `budget_exceeded`,
+/// `store_failure` (the ledger could not be read or stored), `unknown_model`,
+/// `request_too_large`.
 pub const COST_STATUS: &str = "tollgate.cost.status";
 
 /// Sets a property for the current request; a host error is logged, never fatal.

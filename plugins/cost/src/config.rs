@@ -14,12 +14,17 @@
 //!   "budgets": {"default": {"day_nano_usd": 1000000000},
 //!               "tenants": {"alice": {"day_nano_usd": 5000000000, "month_nano_usd": 50000000000}}},
 //!   "over_budget_status": 402,
-//!   "max_body_bytes": 1048576,
-//!   "max_request_body_bytes": 65536,
+//!   "unknown_model": {"action": "refuse_budgeted", "status": 400, "default_price": null},
+//!   "add_stream_usage": true,
+//!   "identity_encoding": true,
+//!   "unpriced_charge": "bytes",
+//!   "max_request_body_bytes": 1048576,
 //!   "max_event_bytes": 65536,
+//!   "max_decoded_bytes": 67108864,
 //!   "spend_headers": false,
 //!   "cas_retries": 32,
-//!   "max_tenants": 100000
+//!   "max_tenants": 100000,
+//!   "store_full": {"action": "refuse", "status": 503}
 //! }
 //! ```
 //!
@@ -30,16 +35,22 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
+use tollgate_common::shared_data::StoreFull;
 
 use crate::ledger::{Budget, Ledger};
 use crate::price::{parse_usd_per_token, ModelPrice};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 
-/// Default `max_body_bytes` (Envoy's default connection buffer limit: keep it at or below the
-/// listener's `per_connection_buffer_limit_bytes`, or Envoy answers 500 when buffering).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Default `max_request_body_bytes`.
-pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
+/// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
+/// the request body until it has read it; keep it at or below the listener's
+/// `per_connection_buffer_limit_bytes`, beyond which Envoy answers 413 itself).
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
+/// Default `max_decoded_bytes` (a compressed response's decoded size read at most).
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest `max_decoded_bytes` (4 GiB).
+pub const MAX_DECODED_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Default `unknown_model.status` (RFC 9110 section 15.5.1).
+pub const DEFAULT_UNKNOWN_MODEL_STATUS: u32 = 400;
 /// Largest of the byte bounds.
 pub const MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Default CAS retries per update.
@@ -72,18 +83,43 @@ struct RawConfig {
     budgets: RawBudgets,
     #[serde(default = "default_status")]
     over_budget_status: u32,
-    #[serde(default = "default_max_body")]
-    max_body_bytes: usize,
+    #[serde(default)]
+    unknown_model: RawUnknownModel,
+    #[serde(default = "default_true")]
+    add_stream_usage: bool,
+    #[serde(default = "default_true")]
+    identity_encoding: bool,
+    #[serde(default)]
+    unpriced_charge: UnpricedCharge,
     #[serde(default = "default_max_request_body")]
     max_request_body_bytes: usize,
     #[serde(default = "default_max_event")]
     max_event_bytes: usize,
+    #[serde(default = "default_max_decoded")]
+    max_decoded_bytes: u64,
     #[serde(default)]
     spend_headers: bool,
     #[serde(default = "default_cas_retries")]
     cas_retries: u32,
     #[serde(default = "default_max_tenants")]
     max_tenants: u64,
+    #[serde(default)]
+    store_full: StoreFull<StoreFullAction>,
+}
+
+/// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
+/// (a full nginx zone with `eviction=none`). A tenant without a budget is always admitted, its
+/// spend booked into the overflow record. A tenant with a budget whose spend cannot be read at
+/// all is always refused.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreFullAction {
+    /// Refused before the upstream with `store_full.status` (default).
+    #[default]
+    Refuse,
+    /// Admitted with its budget checked against the pooled spend of the overflow record, into
+    /// which its spend is booked (reached sooner, never later).
+    Pool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,8 +152,71 @@ fn default_ledger() -> String {
 fn default_status() -> u32 {
     402
 }
-fn default_max_body() -> usize {
-    DEFAULT_MAX_BODY_BYTES
+fn default_true() -> bool {
+    true
+}
+fn default_max_decoded() -> u64 {
+    DEFAULT_MAX_DECODED_BYTES
+}
+fn default_unknown_model_status() -> u32 {
+    DEFAULT_UNKNOWN_MODEL_STATUS
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnknownModel {
+    #[serde(default)]
+    action: UnknownModelAction,
+    #[serde(default = "default_unknown_model_status")]
+    status: u32,
+    #[serde(default)]
+    default_price: Option<BTreeMap<String, Box<RawValue>>>,
+}
+
+impl Default for RawUnknownModel {
+    fn default() -> Self {
+        RawUnknownModel {
+            action: UnknownModelAction::default(),
+            status: DEFAULT_UNKNOWN_MODEL_STATUS,
+            default_price: None,
+        }
+    }
+}
+
+/// What a request naming a model that has no price gets (when no `default_price` is set).
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownModelAction {
+    /// Refused before the upstream for tenants with a budget (default); others pass, counted.
+    #[default]
+    RefuseBudgeted,
+    /// Refused before the upstream for every tenant.
+    Refuse,
+    /// Passed on (counted `unknown_model`; a tenant's spend then misses it).
+    Allow,
+}
+
+/// What is booked for an LLM response that could not be priced exactly (see the README).
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnpricedCharge {
+    /// The request's model price for one input token per byte of the request body and one
+    /// output token per byte of the response body (default).
+    #[default]
+    Bytes,
+    /// Nothing (counted and logged only).
+    None,
+}
+
+/// The `unknown_model` policy.
+#[derive(Debug, Clone)]
+pub struct UnknownModel {
+    /// What to do.
+    pub action: UnknownModelAction,
+    /// Status of a refusal (4xx or 5xx).
+    pub status: u32,
+    /// The price of every model missing from `prices`; with it, no model is unknown.
+    pub default_price: Option<ModelPrice>,
 }
 fn default_max_request_body() -> usize {
     DEFAULT_MAX_REQUEST_BODY_BYTES
@@ -157,16 +256,26 @@ pub struct Config {
     pub tenant_budgets: HashMap<String, Budget>,
     /// Status of a refused request (402 or 429).
     pub over_budget_status: u32,
-    /// Largest non-streaming response body buffered to be priced (bytes).
-    pub max_body_bytes: usize,
-    /// Largest request body prefix kept to read `model` (bytes).
+    /// Requests naming a model without a price.
+    pub unknown_model: UnknownModel,
+    /// Add `stream_options.include_usage` to streaming OpenAI requests that lack it.
+    pub add_stream_usage: bool,
+    /// Ask the upstream for `Accept-Encoding: identity`.
+    pub identity_encoding: bool,
+    /// What LLM responses that cannot be priced exactly are charged.
+    pub unpriced_charge: UnpricedCharge,
+    /// Largest request body the filter holds to read it (bytes).
     pub max_request_body_bytes: usize,
-    /// Largest SSE line / event (bytes).
+    /// Largest captured `usage`/`model` value, and SSE event held back (bytes).
     pub max_event_bytes: usize,
+    /// Largest decoded size of a compressed response read (bytes).
+    pub max_decoded_bytes: u64,
     /// Whether to add the tenant's spend (read at the request) as `x-tollgate-spend-*` headers.
     pub spend_headers: bool,
     /// The shared-data ledger.
     pub ledger: Ledger,
+    /// What a tenant with a budget gets when its record cannot be created.
+    pub store_full: StoreFull<StoreFullAction>,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -177,9 +286,27 @@ pub fn valid_tenant(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
 }
 
+/// A LiteLLM price entry; errors name `prices.<model>.<field>` (`label` is `prices.<model>`).
+fn model_price(
+    entry: &BTreeMap<String, Box<RawValue>>,
+    label: &str,
+) -> Result<ModelPrice, ConfigError> {
+    let get = |f: &str| price_field(entry, label, f);
+    let required = |f: &str| {
+        get(f)?.ok_or_else(|| ConfigError::new(format!("{label}.{f}"), "missing (USD per token)"))
+    };
+    Ok(ModelPrice {
+        input: required("input_cost_per_token")?,
+        output: required("output_cost_per_token")?,
+        cache_read: get("cache_read_input_token_cost")?,
+        cache_creation: get("cache_creation_input_token_cost")?,
+        reasoning: get("output_cost_per_reasoning_token")?,
+    })
+}
+
 fn price_field(
     entry: &BTreeMap<String, Box<RawValue>>,
-    model: &str,
+    label: &str,
     field: &str,
 ) -> Result<Option<u64>, ConfigError> {
     let Some(raw) = entry.get(field) else {
@@ -189,7 +316,7 @@ fn price_field(
     if text == "null" {
         return Ok(None);
     }
-    let path = format!("prices.{model}.{field}");
+    let path = format!("{label}.{field}");
     if !text.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
         return Err(ConfigError::new(
             path,
@@ -230,22 +357,26 @@ impl Config {
         }
         let mut prices = HashMap::with_capacity(raw.prices.len());
         for (model, entry) in &raw.prices {
-            let get = |f: &str| price_field(entry, model, f);
-            let required = |f: &str| {
-                get(f)?.ok_or_else(|| {
-                    ConfigError::new(format!("prices.{model}.{f}"), "missing (USD per token)")
-                })
-            };
             prices.insert(
                 model.clone(),
-                ModelPrice {
-                    input: required("input_cost_per_token")?,
-                    output: required("output_cost_per_token")?,
-                    cache_read: get("cache_read_input_token_cost")?,
-                    cache_creation: get("cache_creation_input_token_cost")?,
-                    reasoning: get("output_cost_per_reasoning_token")?,
-                },
+                model_price(entry, &format!("prices.{model}"))?,
             );
+        }
+        let default_price = match &raw.unknown_model.default_price {
+            Some(entry) => Some(model_price(entry, "unknown_model.default_price")?),
+            None => None,
+        };
+        if !(1024..=MAX_DECODED_BYTES).contains(&raw.max_decoded_bytes) {
+            return Err(ConfigError::new(
+                "max_decoded_bytes",
+                format!("must be from 1024 to {MAX_DECODED_BYTES} bytes"),
+            ));
+        }
+        if !(400..=599).contains(&raw.unknown_model.status) {
+            return Err(ConfigError::new(
+                "unknown_model.status",
+                "must be a 4xx or 5xx status code",
+            ));
         }
         let tenant = match (&raw.tenant.header, &raw.tenant.api_key_header) {
             (Some(h), None) => TenantSource::Header(header_name(h, "tenant.header")?),
@@ -292,6 +423,7 @@ impl Config {
         if raw.max_tenants == 0 {
             return Err(ConfigError::new("max_tenants", "must be at least 1"));
         }
+        let store_full = raw.store_full.checked()?;
         Ok(Config {
             prices,
             tenant,
@@ -299,7 +431,15 @@ impl Config {
             default_budget: raw.budgets.default.map(budget).unwrap_or_default(),
             tenant_budgets,
             over_budget_status: raw.over_budget_status,
-            max_body_bytes: bounded(raw.max_body_bytes, "max_body_bytes", 0)?,
+            unknown_model: UnknownModel {
+                action: raw.unknown_model.action,
+                status: raw.unknown_model.status,
+                default_price,
+            },
+            add_stream_usage: raw.add_stream_usage,
+            identity_encoding: raw.identity_encoding,
+            unpriced_charge: raw.unpriced_charge,
+            max_decoded_bytes: raw.max_decoded_bytes,
             max_request_body_bytes: bounded(
                 raw.max_request_body_bytes,
                 "max_request_body_bytes",
@@ -308,7 +448,28 @@ impl Config {
             max_event_bytes: bounded(raw.max_event_bytes, "max_event_bytes", 256)?,
             spend_headers: raw.spend_headers,
             ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
+            store_full,
         })
+    }
+
+    /// The price of `model`: its entry in `prices`, else `unknown_model.default_price`.
+    pub fn price(&self, model: Option<&str>) -> Option<&ModelPrice> {
+        model
+            .and_then(|m| self.prices.get(m))
+            .or(self.unknown_model.default_price.as_ref())
+    }
+
+    /// Whether a request of a tenant (`budgeted`: it has a budget) naming `model` is refused
+    /// before the upstream by the `unknown_model` policy.
+    pub fn refuses_model(&self, model: &str, budgeted: bool) -> bool {
+        if self.price(Some(model)).is_some() {
+            return false;
+        }
+        match self.unknown_model.action {
+            UnknownModelAction::Refuse => true,
+            UnknownModelAction::RefuseBudgeted => budgeted,
+            UnknownModelAction::Allow => false,
+        }
     }
 
     /// The budget of `tenant`.

@@ -5,44 +5,65 @@
 //! handled, never through the SDK's trait helpers that unwrap (a non-UTF-8 header traps there).
 //!
 //! Per request:
-//! 1. Request headers: the tenant; one shared-data read of its spend; over budget → a local
-//!    reply (402/429, JSON error, `x-tollgate-budget-reset`, `retry-after`) before the upstream.
-//! 2. Request body (POST only): a copy of at most `max_request_body_bytes`, for `model` when the
-//!    response lacks it. The body itself passes on untouched (`Continue`).
-//! 3. Response headers: `content-encoding` other than `identity` → not inspected (unpriced);
-//!    `text/event-stream` → streaming; `application/json` (or `+json`) with a `content-length`
-//!    of at most `max_body_bytes` (or none) → non-streaming: chunks are copied as they pass, up to
-//!    `max_body_bytes` (beyond: unpriced). Nothing is held: see the README on why Envoy cannot
-//!    delay response headers until the body is known (no token/cost response headers).
-//! 4. Response body: streaming chunks always `Continue` (only inspected, never held); the spend
-//!    is booked at the end of the body, and the signals are set for every response.
+//! 1. Request headers: the tenant; one shared-data read of its spend (a tenant with a budget and
+//!    no record yet gets one, see `ledger`); over budget → a local reply (402/429, JSON error,
+//!    `x-tollgate-budget-reset`, `retry-after`) before the upstream. Then, unless disabled:
+//!    `accept-encoding: identity` (the filter must read the response), and for a POST with a
+//!    body the body is held (`max_request_body_bytes`) until it has been read; on an OpenAI
+//!    completions path its `content-length` is removed, since the body may change size.
+//! 2. Request body, whole: its `model` (a model without a price is refused before the upstream
+//!    by `unknown_model`), and for a stream on an OpenAI completions path without
+//!    `stream_options.include_usage`, the body rewritten to ask for it (`request`).
+//! 3. Response headers: the status; `content-encoding` (decoded if gzip/deflate, `decode`);
+//!    `text/event-stream` → an event stream (`sse`), JSON → a document scanned incrementally
+//!    (`json_scan`): no size bound skips the count. Nothing is held (see the README on why Envoy
+//!    cannot delay response headers until the body is known).
+//! 4. Response body: chunks pass on as they come (`Continue`); only when the filter added
+//!    `include_usage` is the usage event it caused removed from the stream, each event being
+//!    held until it is complete. The spend is booked, and the signals set, when the body is
+//!    complete as the client sees it, before the chunk that completes it is passed on: its
+//!    `Content-Length` reached (`body_end`), a stream's final event (`sse`), or the host's end of
+//!    stream, whichever comes first. A response that cannot be priced exactly is counted by
+//!    reason and charged per `unpriced_charge` (`unpriced`).
+//! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
 
 use std::rc::Rc;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
 use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
-    request_header_bytes, send_json_error,
+    request_header_bytes, send_json_error, set_request_header,
 };
+use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
-use tollgate_common::shared_data::HostSharedData;
+use tollgate_common::shared_data::{HostSharedData, StoreError};
 use tollgate_common::signals;
 
-use crate::config::Config;
-use crate::ledger::{BookStats, Spend};
+use crate::body_end::BodyEnd;
+use crate::config::{Config, StoreFullAction, UnpricedCharge};
+use crate::decode::{Coding, DecodeError, Decoder};
+use crate::json_scan::{JsonScan, ScanError};
+use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
+use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
-use crate::usage::{parse_json_body, request_model, Usage};
+use crate::unpriced::{estimate, Reason};
+use crate::usage::{scanned_body_usage, Usage};
 
 const REQUESTS: &str = "tollgate_cost_requests_total";
+const UNPRICED: &str = "tollgate_cost_unpriced_total";
 const CAS_RETRIES: &str = "tollgate_cost_cas_retries_total";
 const BOOKING_FAILURES: &str = "tollgate_cost_booking_failures_total";
 const TENANTS_CREATED: &str = "tollgate_cost_tenants_created_total";
 const OVERFLOWED: &str = "tollgate_cost_overflow_total";
 const LOCKS_LOST: &str = "tollgate_cost_creation_locks_lost_total";
+const STORE_FULL: &str = "tollgate_cost_store_full_total";
+
+/// How often a worker logs one kind of recurring problem (ms).
+const LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
 pub const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
@@ -54,13 +75,23 @@ proxy_wasm::main! {{
 
 struct Counters {
     priced: Option<u32>,
+    estimated: Option<u32>,
     unpriced: Option<u32>,
     budget_exceeded: Option<u32>,
+    store_failure: Option<u32>,
+    unknown_model: Option<u32>,
+    request_too_large: Option<u32>,
+    reasons: Vec<(Reason, Option<u32>)>,
     cas_retries: Option<u32>,
     booking_failures: Option<u32>,
     tenants_created: Option<u32>,
     overflowed: Option<u32>,
     locks_lost: Option<u32>,
+    store_full: Option<u32>,
+    /// When this worker last logged a ledger store failure.
+    store_log: LogEvery,
+    /// When this worker last logged an unpriceable response.
+    unpriced_log: LogEvery,
 }
 
 impl Counters {
@@ -68,13 +99,27 @@ impl Counters {
         let status = |s: &str| define_counter(&metric_name(REQUESTS, &[("status", s)]));
         Counters {
             priced: status("priced"),
+            estimated: status("estimated"),
             unpriced: status("unpriced"),
             budget_exceeded: status("budget_exceeded"),
+            store_failure: status("store_failure"),
+            unknown_model: status("unknown_model"),
+            request_too_large: status("request_too_large"),
+            reasons: Reason::ALL
+                .iter()
+                .map(|r| {
+                    let name = metric_name(UNPRICED, &[("reason", r.label())]);
+                    (*r, define_counter(&name))
+                })
+                .collect(),
             cas_retries: define_counter(CAS_RETRIES),
             booking_failures: define_counter(BOOKING_FAILURES),
             tenants_created: define_counter(TENANTS_CREATED),
             overflowed: define_counter(OVERFLOWED),
             locks_lost: define_counter(LOCKS_LOST),
+            store_full: define_counter(STORE_FULL),
+            store_log: LogEvery::new(LOG_INTERVAL_MS),
+            unpriced_log: LogEvery::new(LOG_INTERVAL_MS),
         }
     }
 
@@ -83,6 +128,23 @@ impl Counters {
         count_n(self.tenants_created, u64::from(stats.created));
         count_n(self.overflowed, u64::from(stats.overflowed));
         count_n(self.locks_lost, u64::from(stats.lock_lost));
+        count_n(self.store_full, u64::from(stats.store_full));
+    }
+
+    fn reason(&self, reason: Reason) {
+        if let Some((_, id)) = self.reasons.iter().find(|(r, _)| *r == reason) {
+            count(*id);
+        }
+    }
+
+    /// Logs a store failure (at most once per interval and worker).
+    fn store_failed(&self, what: &str, status: u32) {
+        if let Some(unlogged) = self.store_log.due(now_unix_millis()) {
+            log::warn!(
+                "cost: {what} (shared data: host status {status}, a full zone?); \
+                 {unlogged} more since the last line"
+            );
+        }
     }
 }
 
@@ -107,11 +169,18 @@ impl RootContext for CostRoot {
                 return false;
             }
         };
-        config.ledger.ensure(
+        // The ledger's records exist before this worker serves a request, so that a zone that
+        // fills up later still has them.
+        if let Err((key, e)) = config.ledger.ensure(
             &HostSharedData,
             config.tenant_budgets.keys().map(String::as_str),
             now_unix_millis(),
-        );
+        ) {
+            log::error!(
+                "cost: cannot create the ledger record {key} in shared data ({e:?}); \
+                 tenants with a budget follow store_full until it can be"
+            );
+        }
         self.shared = Some(Rc::new(Shared {
             config,
             counters: Counters::define(),
@@ -128,21 +197,36 @@ impl RootContext for CostRoot {
             shared: self.shared.clone(),
             tenant: String::new(),
             spend: None,
-            request_body: None,
+            budgeted: false,
+            hold_request: false,
+            completions_path: false,
             request_model: None,
+            request_bytes: 0,
+            strip_usage: false,
+            success: false,
             mode: Mode::Off,
+            decoder: None,
+            undecodable: false,
+            strip: None,
+            body_end: BodyEnd::default(),
+            response_bytes: 0,
             done: false,
         }))
     }
 }
 
 enum Mode {
-    /// Not inspected (yet): no response, compressed or another content type.
+    /// No response yet, or one whose content type carries no usage.
     Off,
-    /// Non-streaming JSON: our copy of the body so far.
-    CopiedJson(Vec<u8>),
+    /// A JSON document, scanned as it passes.
+    Json(Box<JsonScan>),
     /// Server-sent events.
     Stream(Box<StreamState>),
+}
+
+/// The bytes of the current event, held while the filter removes the usage event it caused.
+struct Strip {
+    held: Vec<u8>,
 }
 
 struct CostHttp {
@@ -150,16 +234,43 @@ struct CostHttp {
     tenant: String,
     /// The tenant's spend read at the request headers.
     spend: Option<Spend>,
-    /// The request body prefix kept so far (`None`: not kept).
-    request_body: Option<Vec<u8>>,
+    /// Whether the tenant has a budget.
+    budgeted: bool,
+    /// The request body is being held to be read.
+    hold_request: bool,
+    /// The path is an OpenAI completions API (`request::stream_usage_on_request`).
+    completions_path: bool,
+    /// The request body's `model`.
     request_model: Option<String>,
+    /// The request body's size (bytes).
+    request_bytes: u64,
+    /// The filter added `include_usage`: the usage event is removed from the response.
+    strip_usage: bool,
+    /// The response status is 2xx.
+    success: bool,
     mode: Mode,
+    decoder: Option<Decoder>,
+    /// A content coding the filter cannot decode.
+    undecodable: bool,
+    strip: Option<Strip>,
+    /// The response body's progress against its `Content-Length`.
+    body_end: BodyEnd,
+    /// Response body bytes read (decoded), for the estimate.
+    response_bytes: u64,
     /// Signals set and spend booked (or the request refused).
     done: bool,
 }
 
-fn header_value(map: proxy_wasm::types::MapType, name: &str) -> Option<Vec<u8>> {
+fn header_value(map: MapType, name: &str) -> Option<Vec<u8>> {
     hostcalls::get_map_value_bytes(map, name).ok().flatten()
+}
+
+/// The proxy-wasm status of a store error.
+fn status_of(e: StoreError) -> u32 {
+    match e {
+        StoreError::CasMismatch => tollgate_common::shared_data::status::CAS_MISMATCH,
+        StoreError::Failed(status) => status,
+    }
 }
 
 fn body_chunk(buffer: BufferType, size: usize) -> Vec<u8> {
@@ -170,31 +281,103 @@ fn body_chunk(buffer: BufferType, size: usize) -> Vec<u8> {
 }
 
 impl CostHttp {
+    /// The response's usage, or why there is none (see `unpriced`).
+    fn outcome(&self) -> Result<Usage, Reason> {
+        if self.undecodable {
+            return Err(Reason::Encoding);
+        }
+        match self.decoder.as_ref().and_then(Decoder::error) {
+            Some(DecodeError::Corrupt) => return Err(Reason::Encoding),
+            Some(DecodeError::TooLarge) => return Err(Reason::DecodeLimit),
+            None => {}
+        }
+        let model = self.request_model.as_deref();
+        match &self.mode {
+            Mode::Off => Err(Reason::ContentType),
+            Mode::Json(scan) => match scan.finish() {
+                Ok(captured) => scanned_body_usage(&captured, model).ok_or(Reason::NoUsage),
+                Err(ScanError::Invalid) => Err(Reason::Malformed),
+                Err(ScanError::Incomplete) => Err(Reason::Incomplete),
+                Err(ScanError::TooLarge) => Err(Reason::TooLarge),
+            },
+            Mode::Stream(state) => state.finish(model).ok_or(if state.usage.poisoned() {
+                Reason::Malformed
+            } else if state.ended() {
+                Reason::NoUsage
+            } else {
+                Reason::Incomplete
+            }),
+        }
+    }
+
     /// Books and publishes the outcome of the response (once).
-    fn finish(&mut self, shared: &Shared, usage: Option<Usage>) {
+    fn finish(&mut self, shared: &Shared) {
         if self.done {
             return;
         }
         self.done = true;
         let config = &shared.config;
         signals::set(signals::COST_TENANT, &self.tenant);
-        let Some(usage) = usage else {
-            count(shared.counters.unpriced);
-            signals::set(signals::COST_STATUS, "unpriced");
-            return;
-        };
-        if let Some(model) = &usage.model {
-            signals::set(signals::COST_MODEL, model);
-        }
-        let input = usage.input_tokens.to_string();
-        let output = usage.output_tokens.to_string();
-        signals::set(signals::COST_INPUT_TOKENS, &input);
-        signals::set(signals::COST_OUTPUT_TOKENS, &output);
-        let price = usage.model.as_ref().and_then(|m| config.prices.get(m));
-        let Some(nano) = price.and_then(|p| cost_nano(&usage, p).ok()) else {
-            count(shared.counters.unpriced);
-            signals::set(signals::COST_STATUS, "unpriced");
-            return;
+        // What providers bill: a 2xx answer to a request that named a model.
+        let llm_call = self.success && self.request_model.is_some();
+        let outcome = self.outcome();
+        let priced = outcome.and_then(|usage| {
+            // The response's model, else the request's (a provider may answer with a dated
+            // variant of the requested name), else the default price.
+            let price = usage
+                .model
+                .as_deref()
+                .and_then(|m| config.prices.get(m))
+                .or_else(|| config.price(self.request_model.as_deref()))
+                .or_else(|| config.price(usage.model.as_deref()));
+            let price = price.ok_or(Reason::UnknownModel)?;
+            let nano = cost_nano(&usage, price).map_err(|_| Reason::Inconsistent)?;
+            Ok((usage, nano))
+        });
+        let (nano, status) = match priced {
+            Ok((usage, nano)) => {
+                if let Some(model) = &usage.model {
+                    signals::set(signals::COST_MODEL, model);
+                }
+                signals::set(signals::COST_INPUT_TOKENS, &usage.input_tokens.to_string());
+                signals::set(
+                    signals::COST_OUTPUT_TOKENS,
+                    &usage.output_tokens.to_string(),
+                );
+                count(shared.counters.priced);
+                (nano, "priced")
+            }
+            Err(_) if !llm_call => {
+                count(shared.counters.unpriced);
+                signals::set(signals::COST_STATUS, "unpriced");
+                return;
+            }
+            Err(reason) => {
+                shared.counters.reason(reason);
+                let charge = match config.unpriced_charge {
+                    UnpricedCharge::Bytes => config
+                        .price(self.request_model.as_deref())
+                        .and_then(|p| estimate(p, self.request_bytes, self.response_bytes)),
+                    UnpricedCharge::None => None,
+                };
+                if let Some(unlogged) = shared.counters.unpriced_log.due(now_unix_millis()) {
+                    log::warn!(
+                        "cost: tenant {}: a {} response could not be priced ({}); charged {} \
+                         nano-USD ({unlogged} more since the last line)",
+                        self.tenant,
+                        self.request_model.as_deref().unwrap_or("?"),
+                        reason.label(),
+                        charge.map_or_else(|| "nothing".to_string(), |n| n.to_string()),
+                    );
+                }
+                let Some(nano) = charge else {
+                    count(shared.counters.unpriced);
+                    signals::set(signals::COST_STATUS, "unpriced");
+                    return;
+                };
+                count(shared.counters.estimated);
+                (nano, "estimated")
+            }
         };
         let key = config.ledger.key(&self.tenant);
         match config
@@ -202,19 +385,63 @@ impl CostHttp {
             .book(&HostSharedData, &key, now_unix_millis(), nano)
         {
             Ok(stats) => shared.counters.add(&stats),
-            Err(c) => {
-                shared.counters.add(&c.0);
+            Err(not) => {
+                shared.counters.add(&not.stats);
                 count(shared.counters.booking_failures);
-                log::warn!(
-                    "cost: tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
-                    self.tenant
-                );
+                match not.failed {
+                    Some(status) => shared.counters.store_failed(
+                        &format!("tenant {}: {nano} nano-USD not booked", self.tenant),
+                        status,
+                    ),
+                    None => log::warn!(
+                        "cost: tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
+                        self.tenant
+                    ),
+                }
             }
         }
-        let cost = nano.to_string();
-        signals::set(signals::COST_NANO_USD, &cost);
-        signals::set(signals::COST_STATUS, "priced");
-        count(shared.counters.priced);
+        signals::set(signals::COST_NANO_USD, &nano.to_string());
+        signals::set(signals::COST_STATUS, status);
+    }
+
+    /// The tenant's spend for the budget check. A tenant with a budget (`limited`) and no record
+    /// yet gets one now, before its request goes upstream; `Err(status)` when its spend cannot be
+    /// known or its record cannot be created and `store_full` says refuse. A tenant without a
+    /// budget is never refused for the ledger (its spend then goes to the overflow record).
+    fn read_spend(
+        &self,
+        shared: &Shared,
+        limited: bool,
+        now_ms: u64,
+        now: &Periods,
+    ) -> Result<Spend, u32> {
+        let ledger = &shared.config.ledger;
+        let key = ledger.key(&self.tenant);
+        let lookup = match ledger.spend(&HostSharedData, &key, now) {
+            Ok(lookup) => lookup,
+            Err(_) if !limited => return Ok(Spend::default()),
+            Err(e) => return Err(status_of(e)),
+        };
+        match lookup {
+            Lookup {
+                standing: Standing::New,
+                ..
+            } if limited => {}
+            Lookup { spend, .. } => return Ok(spend),
+        }
+        let mut stats = BookStats::default();
+        let opened = ledger.open(&HostSharedData, &key, now_ms, &mut stats);
+        shared.counters.add(&stats);
+        // The tenant shares the overflow record: `max_tenants` reached, or its record refused
+        // and `store_full` pools it.
+        match opened {
+            Ok(Standing::Pooled) => {}
+            Ok(_) => return Ok(Spend::default()),
+            Err(OpenError::StoreFull(_))
+                if shared.config.store_full.action == StoreFullAction::Pool => {}
+            Err(OpenError::StoreFull(status) | OpenError::Failed(status)) => return Err(status),
+        }
+        ledger.pooled(&HostSharedData, now).map_err(status_of)
     }
 
     fn spend_headers(&self, shared: &Shared) {
@@ -223,6 +450,61 @@ impl CostHttp {
             add_response_header("x-tollgate-spend-month-nano-usd", &s.month.to_string());
             add_response_header("x-tollgate-spend-total-nano-usd", &s.total.to_string());
         }
+    }
+
+    /// Refuses the request before the upstream (the stream ends here).
+    fn refuse(
+        &mut self,
+        counter: Option<u32>,
+        status: &str,
+        reply: (u32, &[(&str, &str)], &str, &str),
+    ) -> Action {
+        self.done = true;
+        count(counter);
+        signals::set(signals::COST_TENANT, &self.tenant);
+        signals::set(signals::COST_STATUS, status);
+        let (code, headers, error, message) = reply;
+        send_json_error(code, headers, error, message);
+        Action::Pause
+    }
+
+    /// Feeds decoded response bytes to the parser of the response's content type.
+    fn inspect(mode: &mut Mode, seen: &mut u64, bytes: &[u8]) {
+        *seen = seen.saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+        match mode {
+            Mode::Off => {}
+            Mode::Json(scan) => scan.feed(bytes),
+            Mode::Stream(state) => state.feed(bytes),
+        }
+    }
+
+    /// Streams with the usage event this filter caused: the chunk as it goes on (events
+    /// complete, the usage-only one removed, an incomplete last event held for the next chunk).
+    fn strip_chunk(&mut self, chunk: &[u8], end: bool, max_held: usize) -> Vec<u8> {
+        let (Mode::Stream(state), Some(strip)) = (&mut self.mode, self.strip.as_mut()) else {
+            return chunk.to_vec();
+        };
+        let mut out = Vec::with_capacity(chunk.len().saturating_add(strip.held.len()));
+        let mut from = 0usize;
+        let held = &mut strip.held;
+        state.feed_events(chunk, &mut |at, usage_only| {
+            let piece = chunk.get(from..at).unwrap_or_default();
+            if usage_only {
+                held.clear();
+            } else {
+                out.append(held);
+                out.extend_from_slice(piece);
+            }
+            from = at;
+        });
+        held.extend_from_slice(chunk.get(from..).unwrap_or_default());
+        // The end of the body or of the stream (nothing after the final event is read), or an
+        // event too large to hold: what is held goes on, and everything after it as it comes.
+        if end || state.ended() || held.len() > max_held {
+            out.append(held);
+            self.strip = None;
+        }
+        out
     }
 }
 
@@ -238,49 +520,138 @@ impl HttpContext for CostHttp {
         };
         let config = &shared.config;
         self.tenant = config.tenant(request_header_bytes(config.tenant_header()).as_deref());
-        let now = Periods::at(now_unix_millis() / 1_000);
-        let key = config.ledger.key(&self.tenant);
-        let spend = config.ledger.spend(&HostSharedData, &key, &now);
+        let now_ms = now_unix_millis();
+        let now = Periods::at(now_ms / 1_000);
+        let budget = config.budget(&self.tenant);
+        self.budgeted = budget.is_limited();
+        let spend = match self.read_spend(&shared, self.budgeted, now_ms, &now) {
+            Ok(spend) => spend,
+            Err(status) => {
+                shared.counters.store_failed(
+                    &format!(
+                        "tenant {}: ledger unavailable, request refused",
+                        self.tenant
+                    ),
+                    status,
+                );
+                return self.refuse(
+                    shared.counters.store_failure,
+                    "store_failure",
+                    (
+                        config.store_full.status,
+                        &[("retry-after", "1")],
+                        "budget_unavailable",
+                        "the spend of this tenant cannot be read or stored; retry later",
+                    ),
+                );
+            }
+        };
         self.spend = Some(spend);
-        if let Some(exceeded) = config.budget(&self.tenant).check(&spend, &now) {
-            self.done = true;
-            count(shared.counters.budget_exceeded);
-            signals::set(signals::COST_TENANT, &self.tenant);
-            signals::set(signals::COST_STATUS, "budget_exceeded");
+        if let Some(exceeded) = budget.check(&spend, &now) {
             let reset = exceeded.reset_secs.to_string();
             let message = format!(
                 "the {} budget of tenant {} is spent; it resets in {reset} s",
                 exceeded.period, self.tenant
             );
-            send_json_error(
-                config.over_budget_status,
-                &[(BUDGET_RESET_HEADER, &reset), ("retry-after", &reset)],
+            return self.refuse(
+                shared.counters.budget_exceeded,
                 "budget_exceeded",
-                &message,
+                (
+                    config.over_budget_status,
+                    &[(BUDGET_RESET_HEADER, &reset), ("retry-after", &reset)],
+                    "budget_exceeded",
+                    &message,
+                ),
             );
-            return Action::Pause;
+        }
+        if config.identity_encoding {
+            // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
+            set_request_header("accept-encoding", Some("identity"));
         }
         if !end_of_stream
             && config.max_request_body_bytes > 0
             && request_header_bytes(":method").as_deref() == Some(b"POST")
         {
-            self.request_body = Some(Vec::new());
+            self.hold_request = true;
+            self.completions_path = request_header_bytes(":path")
+                .as_deref()
+                .is_some_and(stream_usage_on_request);
+            if config.add_stream_usage && self.completions_path {
+                // The body may be rewritten: the host frames it anew (chunked in Envoy, from
+                // the new length in nginx).
+                set_request_header("content-length", None);
+            }
         }
         Action::Continue
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let (Some(shared), Some(buf)) = (self.shared.as_ref(), self.request_body.as_mut()) else {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        if buf.len().saturating_add(body_size) > shared.config.max_request_body_bytes {
-            self.request_body = None;
+        if !self.hold_request || self.done {
             return Action::Continue;
         }
-        buf.extend_from_slice(&body_chunk(BufferType::HttpRequestBody, body_size));
-        if end_of_stream {
-            self.request_model = request_model(buf);
-            self.request_body = None;
+        let config = &shared.config;
+        self.request_bytes = u64::try_from(body_size).unwrap_or(u64::MAX);
+        if body_size > config.max_request_body_bytes {
+            self.hold_request = false;
+            if self.budgeted {
+                let message = format!(
+                    "request bodies over {} bytes cannot be priced for a tenant with a budget",
+                    config.max_request_body_bytes
+                );
+                return self.refuse(
+                    shared.counters.request_too_large,
+                    "request_too_large",
+                    (413, &[], "request_too_large", &message),
+                );
+            }
+            count(shared.counters.request_too_large);
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            // Held (buffered by the host) until the whole body is here.
+            return Action::Pause;
+        }
+        self.hold_request = false;
+        let body = body_chunk(BufferType::HttpRequestBody, body_size);
+        let Some(request) = RequestBody::parse(&body) else {
+            return Action::Continue;
+        };
+        let model = request.model();
+        if let Some(m) = model
+            .as_deref()
+            .filter(|m| config.refuses_model(m, self.budgeted))
+        {
+            let message = format!("model {m} has no price at this gateway");
+            signals::set(signals::COST_MODEL, m);
+            return self.refuse(
+                shared.counters.unknown_model,
+                "unknown_model",
+                (
+                    config.unknown_model.status,
+                    &[],
+                    "model_not_priced",
+                    &message,
+                ),
+            );
+        }
+        self.request_model = model;
+        if config.add_stream_usage
+            && self.completions_path
+            && request.stream()
+            && request.include_usage() != Some(true)
+        {
+            if let Some(rewritten) = request.with_stream_usage() {
+                match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &rewritten) {
+                    Ok(()) => {
+                        self.strip_usage = true;
+                        self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
+                    }
+                    Err(e) => log::warn!("cost: could not add stream_options.include_usage: {e:?}"),
+                }
+            }
         }
         Action::Continue
     }
@@ -292,16 +663,20 @@ impl HttpContext for CostHttp {
         if self.done {
             return Action::Continue;
         }
-        self.request_body = None;
         let config = &shared.config;
         self.spend_headers(&shared);
+        use MapType::HttpResponseHeaders as H;
+        let status = header_value(H, ":status").unwrap_or_default();
+        self.success = status.len() == 3 && status.first() == Some(&b'2');
         if end_of_stream {
-            self.finish(&shared, None);
+            self.finish(&shared);
             return Action::Continue;
         }
-        use proxy_wasm::types::MapType::HttpResponseHeaders as H;
-        let encoded = header_value(H, "content-encoding")
-            .is_some_and(|v| !v.is_empty() && !v.eq_ignore_ascii_case(b"identity"));
+        let length_header = header_value(H, "content-length");
+        self.body_end = BodyEnd::new(length_header.as_deref());
+        let coding = Coding::of(header_value(H, "content-encoding").as_deref());
+        self.undecodable = coding == Coding::Unsupported;
+        self.decoder = Decoder::new(coding, config.max_decoded_bytes);
         let content_type = header_value(H, "content-type").unwrap_or_default();
         let media = content_type
             .split(|&b| b == b';')
@@ -309,22 +684,18 @@ impl HttpContext for CostHttp {
             .unwrap_or_default()
             .trim_ascii()
             .to_ascii_lowercase();
-        if encoded {
-            return Action::Continue;
-        }
         if media == b"text/event-stream" {
             self.mode = Mode::Stream(Box::new(StreamState::new(config.max_event_bytes)));
-            return Action::Continue;
+            if self.strip_usage && coding == Coding::Identity {
+                self.strip = Some(Strip { held: Vec::new() });
+                // The stream changes size: the host frames it anew.
+                if length_header.is_some() {
+                    let _ = hostcalls::set_map_value(H, "content-length", None);
+                }
+            }
+        } else if media == b"application/json" || media.ends_with(b"+json") {
+            self.mode = Mode::Json(Box::new(JsonScan::new(config.max_event_bytes)));
         }
-        if media != b"application/json" && !media.ends_with(b"+json") {
-            return Action::Continue;
-        }
-        let length = header_value(H, "content-length")
-            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
-        if length.is_some_and(|n| n > config.max_body_bytes) {
-            return Action::Continue;
-        }
-        self.mode = Mode::CopiedJson(Vec::new());
         Action::Continue
     }
 
@@ -332,52 +703,51 @@ impl HttpContext for CostHttp {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        let max = shared.config.max_body_bytes;
-        let request_model = self.request_model.take();
-        let model = request_model.as_deref();
-        match &mut self.mode {
-            Mode::Off => {
-                if end_of_stream {
-                    self.finish(&shared, None);
-                }
-            }
-            Mode::CopiedJson(buf) => {
-                if buf.len().saturating_add(body_size) > max {
-                    self.mode = Mode::Off;
-                } else {
-                    buf.extend_from_slice(&body_chunk(BufferType::HttpResponseBody, body_size));
-                }
-                if end_of_stream {
-                    let usage = match std::mem::replace(&mut self.mode, Mode::Off) {
-                        Mode::CopiedJson(buf) => parse_json_body(&buf, model),
-                        _ => None,
-                    };
-                    self.finish(&shared, usage);
-                }
-            }
-            Mode::Stream(state) => {
-                state.feed(&body_chunk(BufferType::HttpResponseBody, body_size));
-                if end_of_stream {
-                    let usage = state.finish(model);
-                    self.mode = Mode::Off;
-                    self.finish(&shared, usage);
-                }
-            }
+        if self.done {
+            return Action::Continue;
         }
-        if !end_of_stream {
-            self.request_model = request_model;
+        // The body is complete for the client once this chunk is passed on: book first.
+        let complete = self.body_end.feed(body_size) || end_of_stream;
+        let chunk = body_chunk(BufferType::HttpResponseBody, body_size);
+        if self.strip.is_some() {
+            let out = self.strip_chunk(&chunk, complete, shared.config.max_event_bytes);
+            // (`strip_chunk` fed the stream parser.)
+            self.response_bytes = self
+                .response_bytes
+                .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            if out != chunk {
+                if let Err(e) =
+                    hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out)
+                {
+                    log::warn!("cost: could not remove the usage event: {e:?}");
+                }
+            }
+        } else if let Some(decoder) = self.decoder.as_mut() {
+            let (mode, seen) = (&mut self.mode, &mut self.response_bytes);
+            decoder.feed(&chunk, &mut |b| Self::inspect(mode, seen, b));
+            if complete {
+                decoder.finish(&mut |b| Self::inspect(mode, seen, b));
+            }
+        } else if self.undecodable {
+            // Not readable: only its size counts (for the estimate).
+            self.response_bytes = self
+                .response_bytes
+                .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+        } else {
+            Self::inspect(&mut self.mode, &mut self.response_bytes, &chunk);
+        }
+        let ended = matches!(&self.mode, Mode::Stream(state) if state.ended());
+        if complete || ended {
+            self.finish(&shared);
         }
         Action::Continue
     }
 
     fn on_log(&mut self) {
-        // A response that never reached its end (reset, upstream failure): count it once.
+        // A response that never reached its end (reset, upstream failure): booked from what
+        // was seen (a stream's usage if it came, else per `unpriced_charge`).
         if let Some(shared) = self.shared.clone() {
-            let usage = match &self.mode {
-                Mode::Stream(state) => state.finish(self.request_model.as_deref()),
-                _ => None,
-            };
-            self.finish(&shared, usage);
+            self.finish(&shared);
         }
     }
 }

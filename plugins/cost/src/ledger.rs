@@ -18,6 +18,18 @@
 //! So the ledger holds at most `max_tenants + 2` keys of at most 33 bytes plus the key names.
 //! Keys are never deleted (Envoy's shared data cannot delete them), until the proxy restarts.
 //!
+//! # A store that cannot take a new key
+//!
+//! An nginx zone declared with `eviction=none` refuses a new key once full
+//! (`tollgate_common::shared_data`); an evicting zone would instead drop other tenants' records,
+//! resetting their spend, which is why the ledger must live in such a zone (`shm_kv cost SIZE
+//! eviction=none`, sized with [`KEY_BYTES`]). A tenant whose key cannot be created is
+//! booked into the overflow record (which, like the zone record and
+//! the keys of tenants with a configured budget, is created in `on_configure`, before the zone
+//! can fill up): its spend is never lost, only shared, and a budget checked against the pooled
+//! spend is reached sooner, never later. The filter decides per request whether such a tenant
+//! is refused instead (`store_full`); a read that fails is an error, never a zero spend.
+//!
 //! # Key creation
 //!
 //! In Envoy, a write to a missing key is applied unconditionally whatever its CAS token, so two
@@ -30,15 +42,27 @@
 //! than [`CREATION_LEASE_MS`] between re-reading the missing key and writing it, while another
 //! takes the expired lock, creates the key and books, would reset it once. Under ngx_wasm_module
 //! a write without CAS never overwrites an existing key, so the bound there is 0.
+//!
+//! A booking cannot wait (proxy-wasm has no sleep): one that finds the lease held through all
+//! its tries (its holder descheduled inside it, seen on a loaded 2-core machine) books into the
+//! overflow record, counted as overflowed. That spend is shared, never lost; the tenant's own
+//! record lacks that one booking.
 
-use tollgate_common::shared_data::{create_once, Created, SharedStore, Zone};
+use tollgate_common::shared_data::{
+    create_once, ensure_key, CreateError, Created, SharedStore, StoreError, Zone,
+};
 pub use tollgate_common::shared_data::{ZoneRecord, CREATION_LEASE_MS};
 
 use crate::period::Periods;
 
-/// How long the key-creation lock is held at most (milliseconds).
 /// Encoded [`Spend`] size (bytes).
 pub const SPEND_LEN: usize = 33;
+/// Bytes a tenant's key and value take in an nginx `shm_kv` zone with the longest names
+/// (`cost/` + 128-byte ledger + `/t/` + 128-byte tenant + 33-byte value = 297 bytes of key and
+/// value: 1 + 5 blocks of 64 bytes plus the zone's per-block share of its index, ~66 bytes a
+/// block, see nginx-compat/services/src/kv.rs). Typical names (`cost/default/t/` + a 36-byte
+/// tenant id: 84 bytes) take 2 blocks, ~133 bytes. Size the zone as `max_tenants` times this.
+pub const KEY_BYTES: usize = 400;
 const VERSION: u8 = 1;
 
 /// A tenant's spend (nano-USD) in the current day and month and in total.
@@ -151,15 +175,52 @@ pub struct BookStats {
     pub cas_retries: u32,
     /// Whether this booking created the tenant's key.
     pub created: bool,
-    /// Whether the spend went to the overflow record (zone full).
+    /// Whether the spend went to the overflow record (zone full or the key refused).
     pub overflowed: bool,
+    /// Whether the store refused the tenant's new key (nginx: a full zone).
+    pub store_full: bool,
     /// Whether the creation lock was found taken over on release (lease exceeded).
     pub lock_lost: bool,
 }
 
-/// A booking that ran out of CAS attempts: the spend was not recorded.
+/// Whether the spend is in its own record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Contended(pub BookStats);
+pub enum Standing {
+    /// The tenant's own key exists.
+    Own,
+    /// The tenant has no key and shares the overflow record (zone full: `max_tenants` reached,
+    /// or the store refused its key); its budget is checked against the pooled spend.
+    Pooled,
+    /// The tenant has no key yet (spend 0); the first booking creates it.
+    New,
+}
+
+/// A tenant's spend as read at a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    /// The spend, rolled to the request's periods.
+    pub spend: Spend,
+    /// Where it was read.
+    pub standing: Standing,
+}
+
+/// Why [`Ledger::open`] could not give a tenant its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// The store refused the new key (this host status; nginx: a full zone that evicts nothing).
+    StoreFull(u32),
+    /// The store could not be read or written (this host status).
+    Failed(u32),
+}
+
+/// A booking that did not happen: the spend was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotBooked {
+    /// What the attempt did.
+    pub stats: BookStats,
+    /// The host status that stopped it; `None`: the CAS attempts ran out.
+    pub failed: Option<u32>,
+}
 
 impl Ledger {
     /// A ledger named `name` (keys under `cost/<name>/`).
@@ -183,70 +244,144 @@ impl Ledger {
 
     /// Creates the zone record and the overflow record if missing (the root context calls this
     /// in `on_configure`, before its worker serves requests), and the keys of `tenants` (those
-    /// with a configured budget), so that they never need the creation lock.
+    /// with a configured budget), so that they never need the creation lock and exist before the
+    /// store can fill up.
+    ///
+    /// # Errors
+    /// The first key that could not be read or written, and why (the filter logs it).
     pub fn ensure<'a, S: SharedStore + ?Sized>(
         &self,
         store: &S,
         tenants: impl Iterator<Item = &'a str>,
         now_ms: u64,
-    ) {
-        if store.get(&self.zone_key).0.is_none() {
-            let _ = store.set(&self.zone_key, &ZoneRecord::default().encode(), None);
-        }
+    ) -> Result<(), (String, StoreError)> {
+        ensure_key(store, &self.zone_key, &ZoneRecord::default().encode())
+            .map_err(|e| (self.zone_key.clone(), e))?;
         for key in std::iter::once(self.overflow_key.clone()).chain(tenants.map(|t| self.key(t))) {
-            if store.get(&key).0.is_none() {
-                let mut stats = BookStats::default();
-                let _ = self.create(store, &key, false, now_ms, &mut stats);
+            let mut stats = BookStats::default();
+            let missing = store.get(&key).map_err(|e| (key.clone(), e))?.0.is_none();
+            if missing {
+                match self.create(store, &key, false, now_ms, &mut stats) {
+                    Ok(Created::Ready | Created::ZoneFull) | Err(CreateError::Contended) => {}
+                    Ok(Created::StoreFull(status)) | Err(CreateError::Failed(status)) => {
+                        return Err((key, StoreError::Failed(status)))
+                    }
+                }
             }
         }
+        Ok(())
     }
 
-    /// The spend of `tenant` in `now`'s periods: one read (two for a tenant never seen: then the
-    /// zone record tells whether it would be pooled in the overflow record, whose spend counts).
+    /// The spend of `tenant` in `now`'s periods: one read (two or three for a tenant without a
+    /// key: then the zone record tells whether it is pooled in the overflow record, whose spend
+    /// counts).
+    ///
+    /// # Errors
+    /// A read that failed: the spend is unknown (never taken as 0).
     pub fn spend<S: SharedStore + ?Sized>(
         &self,
         store: &S,
         tenant_key: &str,
         now: &Periods,
-    ) -> Spend {
-        let value = match store.get(tenant_key).0 {
-            Some(v) => Some(v),
+    ) -> Result<Lookup, StoreError> {
+        let (value, standing) = match store.get(tenant_key)?.0 {
+            Some(v) => (Some(v), Standing::Own),
             None => {
                 let full = store
-                    .get(&self.zone_key)
+                    .get(&self.zone_key)?
                     .0
                     .and_then(|z| ZoneRecord::decode(&z))
                     .is_some_and(|z| z.keys >= self.max_tenants);
                 if full {
-                    store.get(&self.overflow_key).0
+                    (store.get(&self.overflow_key)?.0, Standing::Pooled)
                 } else {
-                    None
+                    (None, Standing::New)
                 }
             }
         };
-        value
+        Ok(Lookup {
+            spend: value
+                .and_then(|v| Spend::decode(&v))
+                .unwrap_or_default()
+                .rolled(now),
+            standing,
+        })
+    }
+
+    /// The pooled spend (the overflow record) in `now`'s periods.
+    ///
+    /// # Errors
+    /// A read that failed.
+    pub fn pooled<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        now: &Periods,
+    ) -> Result<Spend, StoreError> {
+        Ok(store
+            .get(&self.overflow_key)?
+            .0
             .and_then(|v| Spend::decode(&v))
             .unwrap_or_default()
-            .rolled(now)
+            .rolled(now))
+    }
+
+    /// Gives a tenant without a key ([`Standing::New`]) its own key now, before its request goes
+    /// upstream, so that a store that cannot take it is known while the request can still be
+    /// refused. Returns the tenant's standing afterwards: [`Standing::Own`] (created here or by
+    /// another worker, or the lease was busy: the booking will create it), or
+    /// [`Standing::Pooled`] (`max_tenants` reached).
+    ///
+    /// # Errors
+    /// [`OpenError::StoreFull`] when the store refused the key; [`OpenError::Failed`] when the
+    /// zone record could not be read or written.
+    pub fn open<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        tenant_key: &str,
+        now_ms: u64,
+        stats: &mut BookStats,
+    ) -> Result<Standing, OpenError> {
+        match self.create(store, tenant_key, true, now_ms, stats) {
+            Ok(Created::Ready) | Err(CreateError::Contended) => Ok(Standing::Own),
+            Ok(Created::ZoneFull) => Ok(Standing::Pooled),
+            Ok(Created::StoreFull(status)) => {
+                stats.store_full = true;
+                Err(OpenError::StoreFull(status))
+            }
+            Err(CreateError::Failed(status)) => Err(OpenError::Failed(status)),
+        }
     }
 
     /// Adds `nano` nano-USD to the spend of `tenant_key` at Unix time `now_ms`, creating the key
-    /// (or, zone full, booking to the overflow record). At most `cas_retries + 1` CAS attempts.
+    /// (or, zone full, the key refused by the store, or the creation lease held by another
+    /// worker through every try, booking to the overflow record). At most `cas_retries + 1` CAS
+    /// attempts.
+    ///
+    /// # Errors
+    /// [`NotBooked`] when the CAS attempts ran out or the store failed (its status).
     pub fn book<S: SharedStore + ?Sized>(
         &self,
         store: &S,
         tenant_key: &str,
         now_ms: u64,
         nano: u64,
-    ) -> Result<BookStats, Contended> {
+    ) -> Result<BookStats, NotBooked> {
         let now = Periods::at(now_ms / 1_000);
         let attempts = self.cas_retries.saturating_add(1);
         let mut stats = BookStats::default();
         let mut key = tenant_key;
         let mut failures = 0u32;
-        // One more turn for the creation of a missing key.
+        let failed = |stats, status| NotBooked {
+            stats,
+            failed: Some(status),
+        };
+        // One more turn for the creation of a missing key, one for the overflow record.
         for _ in 0..attempts.saturating_add(2) {
-            let (value, cas) = store.get(key);
+            let (value, cas) = match store.get(key) {
+                Ok(read) => read,
+                Err(StoreError::Failed(status)) => return Err(failed(stats, status)),
+                Err(StoreError::CasMismatch) => continue,
+            };
             let Some(value) = value else {
                 match self.create(store, key, !stats.overflowed, now_ms, &mut stats) {
                     Ok(Created::Ready) => continue,
@@ -255,25 +390,61 @@ impl Ledger {
                         key = &self.overflow_key;
                         continue;
                     }
+                    Ok(Created::StoreFull(status)) => {
+                        if stats.overflowed {
+                            // Not even the overflow record (missing, store full): lost.
+                            return Err(failed(stats, status));
+                        }
+                        stats.store_full = true;
+                        stats.overflowed = true;
+                        key = &self.overflow_key;
+                        continue;
+                    }
+                    Err(CreateError::Failed(status)) => return Err(failed(stats, status)),
                     // The lock stayed taken: the holder may have created the key meanwhile.
-                    Err(()) if store.get(key).0.is_some() => continue,
-                    Err(()) => return Err(Contended(stats)),
+                    Err(CreateError::Contended)
+                        if store.get(key).is_ok_and(|(v, _)| v.is_some()) =>
+                    {
+                        continue
+                    }
+                    // Another worker held the creation lease through every try (it was
+                    // descheduled inside it): the spend goes to the overflow record rather than
+                    // being lost, as when the zone is full.
+                    Err(CreateError::Contended) if !stats.overflowed => {
+                        stats.overflowed = true;
+                        key = &self.overflow_key;
+                        continue;
+                    }
+                    Err(CreateError::Contended) => {
+                        return Err(NotBooked {
+                            stats,
+                            failed: None,
+                        })
+                    }
                 }
             };
             let next = Spend::decode(&value)
                 .unwrap_or_default()
                 .rolled(&now)
                 .add(nano);
-            if cas.is_some() && store.set(key, &next.encode(), cas).is_ok() {
-                return Ok(stats);
+            match cas.map(|cas| store.set(key, &next.encode(), Some(cas))) {
+                Some(Ok(())) => return Ok(stats),
+                Some(Err(StoreError::Failed(status))) => return Err(failed(stats, status)),
+                Some(Err(StoreError::CasMismatch)) | None => {}
             }
             stats.cas_retries = stats.cas_retries.saturating_add(1);
             failures = failures.saturating_add(1);
             if failures >= attempts {
-                return Err(Contended(stats));
+                return Err(NotBooked {
+                    stats,
+                    failed: None,
+                });
             }
         }
-        Err(Contended(stats))
+        Err(NotBooked {
+            stats,
+            failed: None,
+        })
     }
 
     /// Creates `key` with a zero [`Spend`] exactly once, under the zone's creation lease
@@ -285,7 +456,7 @@ impl Ledger {
         counted: bool,
         now_ms: u64,
         stats: &mut BookStats,
-    ) -> Result<Created, ()> {
+    ) -> Result<Created, CreateError> {
         // Waiting for another worker's lease costs attempts too: allow more of them than for a
         // CAS update, since the holder needs three host calls to release it.
         let attempts = self.cas_retries.saturating_add(1).saturating_mul(4);
@@ -305,7 +476,7 @@ impl Ledger {
         stats.cas_retries = stats.cas_retries.saturating_add(did.cas_retries);
         stats.created |= did.created;
         stats.lock_lost |= did.lock_lost;
-        result.ok_or(())
+        result
     }
 }
 
@@ -328,6 +499,11 @@ pub struct Exceeded {
 }
 
 impl Budget {
+    /// Whether any period is limited.
+    pub fn is_limited(&self) -> bool {
+        self.day.is_some() || self.month.is_some()
+    }
+
     /// Whether `spend` (already rolled to `now`) has reached the budget: spend ≥ budget.
     pub fn check(&self, spend: &Spend, now: &Periods) -> Option<Exceeded> {
         if self.month.is_some_and(|b| spend.month >= b) {
@@ -374,23 +550,32 @@ mod tests {
         for sem in [Semantics::Envoy, Semantics::NgxWasm] {
             let store = MemoryStore::new(sem);
             let l = Ledger::new("t", 8, 10);
-            l.ensure(&store, std::iter::empty(), 0);
+            l.ensure(&store, std::iter::empty(), 0).unwrap();
             let key = l.key("alice");
             // 2025-01-31T23:00:00Z, then 2025-02-01T01:00:00Z.
             let t0 = 1_738_364_400_000;
             l.book(&store, &key, t0, 5).unwrap();
             l.book(&store, &key, t0, 6).unwrap();
-            let s = l.spend(&store, &key, &Periods::at(t0 / 1000));
+            let s = l
+                .spend(&store, &key, &Periods::at(t0 / 1000))
+                .unwrap()
+                .spend;
             assert_eq!((s.day, s.month, s.total), (11, 11, 11));
             let t1 = t0 + 2 * 3_600_000;
-            let seen = l.spend(&store, &key, &Periods::at(t1 / 1000));
+            let seen = l
+                .spend(&store, &key, &Periods::at(t1 / 1000))
+                .unwrap()
+                .spend;
             assert_eq!(
                 (seen.day, seen.month, seen.total),
                 (0, 0, 11),
                 "read in the new day and month"
             );
             l.book(&store, &key, t1, 1).unwrap();
-            let s = l.spend(&store, &key, &Periods::at(t1 / 1000));
+            let s = l
+                .spend(&store, &key, &Periods::at(t1 / 1000))
+                .unwrap()
+                .spend;
             assert_eq!(
                 (s.day_id, s.day, s.month_id, s.month, s.total),
                 (20250201, 1, 202502, 1, 12)
@@ -408,15 +593,75 @@ mod tests {
     fn zone_full_pools_new_tenants() {
         let store = MemoryStore::new(Semantics::Envoy);
         let l = Ledger::new("t", 8, 2);
-        l.ensure(&store, std::iter::empty(), 0);
+        l.ensure(&store, std::iter::empty(), 0).unwrap();
         let now = Periods::at(0);
         for t in ["a", "b", "c", "d"] {
             let stats = l.book(&store, &l.key(t), 0, 10).unwrap();
             assert_eq!(stats.overflowed, t == "c" || t == "d", "{t}");
         }
-        assert_eq!(l.spend(&store, &l.key("a"), &now).total, 10);
-        assert_eq!(l.spend(&store, &l.key("zz"), &now).total, 20, "pooled");
+        assert_eq!(l.spend(&store, &l.key("a"), &now).unwrap().spend.total, 10);
+        assert_eq!(
+            l.spend(&store, &l.key("zz"), &now).unwrap().spend.total,
+            20,
+            "pooled"
+        );
         assert_eq!(store.len(), 4);
+    }
+
+    #[test]
+    fn a_creation_lease_held_elsewhere_pools_the_spend_instead_of_losing_it() {
+        for sem in [Semantics::Envoy, Semantics::NgxWasm] {
+            let store = MemoryStore::new(sem);
+            let l = Ledger::new("t", 2, 100);
+            l.ensure(&store, std::iter::empty(), 0).unwrap();
+            // Another worker took the lease at t=1000 ms and was descheduled inside it.
+            let (_, cas) = store.get(&l.zone_key).unwrap();
+            let held = ZoneRecord {
+                keys: 0,
+                locked_until_ms: 1_000 + CREATION_LEASE_MS,
+            };
+            store.set(&l.zone_key, &held.encode(), cas).unwrap();
+            let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();
+            assert!(stats.overflowed && !stats.created, "{sem:?}: {stats:?}");
+            assert_eq!(l.pooled(&store, &Periods::at(1)).unwrap().total, 42);
+            assert_eq!(store.get(&l.key("new")).unwrap().0, None);
+        }
+    }
+
+    #[test]
+    fn a_full_store_pools_new_tenants_and_resets_nobody() {
+        use tollgate_common::shared_data::status::INTERNAL_FAILURE;
+        for sem in [Semantics::Envoy, Semantics::NgxWasm] {
+            let store = MemoryStore::new(sem);
+            let l = Ledger::new("t", 8, 100);
+            l.ensure(&store, ["capped"].into_iter(), 0).unwrap();
+            let now = Periods::at(0);
+            l.book(&store, &l.key("capped"), 0, 50).unwrap();
+            l.book(&store, &l.key("old"), 0, 9).unwrap();
+            store.set_capacity(Some(store.len()));
+            let mut stats = BookStats::default();
+            assert_eq!(
+                l.open(&store, &l.key("new"), 0, &mut stats),
+                Err(OpenError::StoreFull(INTERNAL_FAILURE))
+            );
+            assert!(stats.store_full);
+            let zone = ZoneRecord::decode(&store.get(&l.zone_key).unwrap().0.unwrap()).unwrap();
+            assert_eq!(zone.locked_until_ms, 0, "{sem:?}: lease released");
+            // Its spend goes to the overflow record, never lost.
+            let stats = l.book(&store, &l.key("new"), 0, 7).unwrap();
+            assert!(stats.store_full && stats.overflowed);
+            assert_eq!(l.pooled(&store, &now).unwrap().total, 7);
+            // Tenants with a record keep it.
+            l.book(&store, &l.key("capped"), 0, 5).unwrap();
+            let read = l.spend(&store, &l.key("capped"), &now).unwrap();
+            assert_eq!((read.spend.total, read.standing), (55, Standing::Own));
+            assert_eq!(l.spend(&store, &l.key("old"), &now).unwrap().spend.total, 9);
+            // A read that fails is an error, never a zero spend.
+            store.set_failing_reads(true);
+            assert!(l.spend(&store, &l.key("capped"), &now).is_err());
+            let not = l.book(&store, &l.key("capped"), 0, 1).unwrap_err();
+            assert_eq!(not.failed, Some(INTERNAL_FAILURE));
+        }
     }
 
     #[test]

@@ -3,19 +3,29 @@
 //! style price table, booked per tenant in proxy-wasm shared data with CAS, and budgets enforced
 //! before the upstream.
 //!
+//! - [`body_end`]: when a response body is complete for the client (`Content-Length`).
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
+//! - [`decode`]: bounded gzip/deflate decoding of compressed responses.
+//! - [`request`]: the request body (model, stream flags) and the `include_usage` rewrite.
+//! - [`json_scan`]: the incremental JSON scanner that reads `usage` from bodies of any size.
 //! - [`usage`]: the providers' usage objects, normalised.
 //! - [`sse`]: the bounded incremental event-stream parser and the streaming usage accumulator.
+//! - [`unpriced`]: why an LLM response could not be priced, and the estimate it is charged.
 //! - [`period`]: UTC days and months.
 //! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
+pub mod body_end;
 pub mod config;
+pub mod decode;
+pub mod json_scan;
 pub mod ledger;
 pub mod period;
 pub mod price;
+pub mod request;
 pub mod sse;
+pub mod unpriced;
 pub mod usage;
 
 #[cfg(target_arch = "wasm32")]

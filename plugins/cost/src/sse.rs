@@ -2,179 +2,301 @@
 //! "Server-sent events", section 9.2.6 "Interpreting an event stream") and the usage
 //! accumulator fed by its events.
 //!
-//! The stream arrives in chunks split anywhere (inside a line, between CR and LF). The parser
-//! keeps only the current line and the current event's `data` and `event` fields, each bounded
-//! by `max_event_bytes`: a longer line or event stops parsing for good ([`SseParser::overflowed`])
-//! and the response counts as unpriced. It never holds more than that, whatever the stream's
-//! length. Lines end with LF, CRLF or CR; a leading U+FEFF BOM is skipped; lines starting with
-//! `:` are comments; `data` lines are joined with LF; a blank line dispatches the event; fields
-//! other than `data` and `event` (`id`, `retry`) are ignored; an unterminated last event is
-//! discarded, as the standard requires.
+//! The stream arrives in chunks split anywhere (inside a line, between CR and LF). Lines end with
+//! LF, CRLF or CR; a leading U+FEFF BOM is skipped; lines starting with `:` are comments; `data`
+//! lines are joined with LF; a blank line dispatches the event (when it had a `data` line);
+//! fields other than `data` and `event` (`id`, `retry`) are ignored; an unterminated last event
+//! is discarded, as the standard requires.
+//!
+//! **No size bound skips an event**: a `data` value is never buffered. Its bytes go, as they
+//! arrive, into the event's [`JsonScan`], which keeps only the members a price needs (bounded by
+//! `max_event_bytes` each) and whether the payload is well-formed JSON; the parser itself keeps
+//! the first 16 bytes of the payload (to recognise `[DONE]`), the event type (64 bytes at most)
+//! and at most 8 bytes of a field name. So a stream of any length, with events of any size, is
+//! read in bounded memory and still priced.
 
+use crate::json_scan::{Captured, JsonScan, ScanError};
 use crate::usage::{Body, RawUsage, Usage};
 
-/// Default bound on a line and on an event's data (bytes).
+/// Default bound on a captured member (`usage`, `model`) of an event (bytes).
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 * 1024;
 
 /// Longest `event:` value kept (bytes); longer names are truncated (they match nothing).
 const MAX_EVENT_NAME: usize = 64;
+/// Bytes of a data payload kept as they are (enough for `[DONE]`).
+const DATA_HEAD: usize = 16;
+/// Longest field name read (`event` and `data` are shorter).
+const MAX_FIELD: usize = 8;
 
 /// The UTF-8 byte order mark.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
+/// The member name whose presence makes a payload worth pricing.
+const USAGE_NEEDLE: &[u8] = b"\"usage\"";
+
+/// What the parser is doing with the current line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// At the start of a line.
+    Start,
+    /// Reading the field name (`field` so far).
+    Field,
+    /// In the value of a `data` field; `skip_space`: a single leading space is still to drop.
+    Data { skip_space: bool },
+    /// In the value of an `event` field.
+    Event { skip_space: bool },
+    /// In a comment or the value of an ignored field.
+    Ignore,
+}
+
+/// One dispatched event, as the accumulator sees it.
+#[derive(Debug)]
+pub struct Event<'a> {
+    /// The event type (`message` when the event had no `event` field).
+    pub kind: &'a [u8],
+    /// Whether the data payload is exactly `[DONE]`.
+    pub done: bool,
+    /// The first bytes of the payload (at most 16).
+    pub head: &'a [u8],
+    /// Whether the payload contains `"usage"`.
+    pub mentions_usage: bool,
+    /// The payload scanned as JSON.
+    pub json: Result<Captured, ScanError>,
+}
 
 /// The incremental event-stream parser (bounded state, see the module docs).
 #[derive(Debug)]
 pub struct SseParser {
-    line: Vec<u8>,
-    data: Vec<u8>,
-    event: Vec<u8>,
+    line: Line,
+    field: Vec<u8>,
+    /// The previous byte was a CR that ended a line (a LF right after it belongs to it).
     after_cr: bool,
+    /// The BOM check is done; before that, `bom` holds the first bytes.
     started: bool,
-    overflow: bool,
+    bom: Vec<u8>,
+    event: Vec<u8>,
+    /// The `event` value being read on this line.
+    event_value: Vec<u8>,
+    data_lines: u64,
+    data_head: Vec<u8>,
+    data_len: u64,
+    /// The last bytes of the payload, to find `"usage"` across chunks.
+    tail: Vec<u8>,
+    mentions_usage: bool,
+    scan: JsonScan,
     max: usize,
 }
 
 impl SseParser {
-    /// A parser whose line and event data are bounded by `max_event_bytes`.
+    /// A parser whose captured members are bounded by `max_event_bytes` each.
     pub fn new(max_event_bytes: usize) -> Self {
         SseParser {
-            line: Vec::new(),
-            data: Vec::new(),
-            event: Vec::new(),
+            line: Line::Start,
+            field: Vec::new(),
             after_cr: false,
             started: false,
-            overflow: false,
+            bom: Vec::new(),
+            event: Vec::new(),
+            event_value: Vec::new(),
+            data_lines: 0,
+            data_head: Vec::new(),
+            data_len: 0,
+            tail: Vec::new(),
+            mentions_usage: false,
+            scan: JsonScan::new(max_event_bytes),
             max: max_event_bytes,
         }
     }
 
-    /// Whether a line or an event exceeded the bound (parsing stopped).
-    pub fn overflowed(&self) -> bool {
-        self.overflow
-    }
-
-    /// Feeds the next chunk; `on_event(event_type, data)` is called for each complete event
-    /// (`event_type` is `message` when the event had no `event` field; `data` without the final
-    /// LF).
-    pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(&[u8], &[u8])) {
-        if self.overflow {
+    /// Feeds the next chunk; `on_event(end, event)` is called for each complete event, `end`
+    /// being the offset in `chunk` just after the line end that dispatched it.
+    pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(usize, Event<'_>)) {
+        if self.started {
+            return self.feed_started(chunk, 0, on_event);
+        }
+        // The BOM may itself be split across chunks: keep the first bytes until it is decided.
+        let had = self.bom.len();
+        let take = BOM.len().saturating_sub(had).min(chunk.len());
+        let (head, _) = chunk.split_at(take);
+        self.bom.extend_from_slice(head);
+        if self.bom.len() < BOM.len() && BOM.starts_with(&self.bom) {
             return;
         }
-        if !self.started {
-            // The BOM may itself be split across chunks: join the first bytes (once per stream).
-            let mut head = std::mem::take(&mut self.line);
-            head.extend_from_slice(chunk);
-            if head.len() < BOM.len() && BOM.starts_with(&head) {
-                self.line = head;
-                return;
-            }
-            self.started = true;
-            let rest = head.strip_prefix(BOM).unwrap_or(&head);
-            return self.feed_started(rest, on_event);
+        self.started = true;
+        let held = std::mem::take(&mut self.bom);
+        if held.as_slice() == BOM {
+            // Skip the BOM; its bytes of this chunk are consumed.
+            return self.feed_started(chunk.get(take..).unwrap_or(&[]), take, on_event);
         }
-        self.feed_started(chunk, on_event);
+        // Not a BOM: the bytes held from earlier chunks (a prefix of the BOM, so no line end
+        // among them) are stream bytes, then the whole chunk.
+        self.feed_started(held.get(..had).unwrap_or(&[]), 0, on_event);
+        self.feed_started(chunk, 0, on_event);
     }
 
-    fn feed_started(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(&[u8], &[u8])) {
-        if self.after_cr {
-            self.after_cr = false;
-            if let Some(rest) = chunk.strip_prefix(b"\n") {
-                chunk = rest;
-            }
-        }
-        while !chunk.is_empty() {
-            let Some(end) = chunk.iter().position(|&b| b == b'\n' || b == b'\r') else {
-                if self.line.len().saturating_add(chunk.len()) > self.max {
-                    self.stop();
-                } else {
-                    self.line.extend_from_slice(chunk);
+    /// `base`: the offset of `chunk` in the caller's chunk.
+    fn feed_started(
+        &mut self,
+        chunk: &[u8],
+        base: usize,
+        on_event: &mut dyn FnMut(usize, Event<'_>),
+    ) {
+        let mut at = 0usize;
+        while let Some(rest) = chunk.get(at..).filter(|r| !r.is_empty()) {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest.first() == Some(&b'\n') {
+                    at = at.saturating_add(1);
+                    continue;
                 }
+            }
+            let eol = rest.iter().position(|&b| b == b'\n' || b == b'\r');
+            let (body, tail) = rest.split_at(eol.unwrap_or(rest.len()));
+            self.line_bytes(body);
+            let Some(&end) = tail.first() else {
                 return;
             };
-            let (head, tail) = chunk.split_at(end);
-            let cr = tail.first() == Some(&b'\r');
-            let mut rest = tail.get(1..).unwrap_or(&[]);
-            if cr {
-                match rest.first() {
-                    Some(b'\n') => rest = rest.get(1..).unwrap_or(&[]),
-                    None => self.after_cr = true,
-                    Some(_) => {}
-                }
+            at = at.saturating_add(body.len()).saturating_add(1);
+            self.after_cr = end == b'\r';
+            // A CRLF whose LF is in this chunk ends here (one split across chunks leaves its LF
+            // at the start of the next event's bytes, which reads the same).
+            if self.after_cr && chunk.get(at) == Some(&b'\n') {
+                self.after_cr = false;
+                at = at.saturating_add(1);
             }
-            if self.line.is_empty() {
-                self.line_done(head, on_event);
+            self.line_end(base.saturating_add(at), on_event);
+        }
+    }
+
+    /// Bytes of the current line (no line end among them).
+    fn line_bytes(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            match self.line {
+                Line::Start if bytes.first() == Some(&b':') => {
+                    self.line = Line::Ignore;
+                    return;
+                }
+                Line::Start | Line::Field => {
+                    self.line = Line::Field;
+                    let colon = bytes.iter().position(|&b| b == b':');
+                    let (name, rest) = bytes.split_at(colon.unwrap_or(bytes.len()));
+                    if self.field.len().saturating_add(name.len()) > MAX_FIELD {
+                        self.line = Line::Ignore;
+                        return;
+                    }
+                    self.field.extend_from_slice(name);
+                    if rest.is_empty() {
+                        return;
+                    }
+                    // The colon: the value follows.
+                    self.line = match self.field.as_slice() {
+                        b"data" => {
+                            self.data_line();
+                            Line::Data { skip_space: true }
+                        }
+                        b"event" => {
+                            self.event_value.clear();
+                            Line::Event { skip_space: true }
+                        }
+                        _ => Line::Ignore,
+                    };
+                    bytes = rest.get(1..).unwrap_or(&[]);
+                }
+                Line::Data { skip_space } => {
+                    if skip_space && bytes.first() == Some(&b' ') {
+                        bytes = bytes.get(1..).unwrap_or(&[]);
+                    }
+                    self.line = Line::Data { skip_space: false };
+                    self.data(bytes);
+                    return;
+                }
+                Line::Event { skip_space } => {
+                    if skip_space && bytes.first() == Some(&b' ') {
+                        bytes = bytes.get(1..).unwrap_or(&[]);
+                    }
+                    self.line = Line::Event { skip_space: false };
+                    let room = MAX_EVENT_NAME.saturating_sub(self.event_value.len());
+                    self.event_value
+                        .extend_from_slice(bytes.get(..room).unwrap_or(bytes));
+                    return;
+                }
+                Line::Ignore => return,
+            }
+        }
+    }
+
+    /// A `data` line starts: lines after the first are joined with LF.
+    fn data_line(&mut self) {
+        if self.data_lines > 0 {
+            self.data(b"\n");
+        }
+        self.data_lines = self.data_lines.saturating_add(1);
+    }
+
+    /// Payload bytes.
+    fn data(&mut self, bytes: &[u8]) {
+        let room = DATA_HEAD.saturating_sub(self.data_head.len());
+        self.data_head
+            .extend_from_slice(bytes.get(..room).unwrap_or(bytes));
+        self.data_len = self
+            .data_len
+            .saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+        if !self.mentions_usage {
+            let mut window = std::mem::take(&mut self.tail);
+            window.extend_from_slice(bytes.get(..USAGE_NEEDLE.len()).unwrap_or(bytes));
+            self.mentions_usage = contains(&window, USAGE_NEEDLE) || contains(bytes, USAGE_NEEDLE);
+            let keep = USAGE_NEEDLE.len().saturating_sub(1);
+            let source: &[u8] = if bytes.len() >= keep { bytes } else { &window };
+            self.tail = source
+                .get(source.len().saturating_sub(keep)..)
+                .unwrap_or(&[])
+                .to_vec();
+        }
+        self.scan.feed(bytes);
+    }
+
+    fn line_end(&mut self, offset: usize, on_event: &mut dyn FnMut(usize, Event<'_>)) {
+        let line = std::mem::replace(&mut self.line, Line::Start);
+        let field = std::mem::take(&mut self.field);
+        match line {
+            Line::Start => return self.dispatch(offset, on_event),
+            // A field without a colon: an empty value.
+            Line::Field => match field.as_slice() {
+                b"data" => self.data_line(),
+                b"event" => self.event.clear(),
+                _ => {}
+            },
+            Line::Event { .. } => self.event = std::mem::take(&mut self.event_value),
+            Line::Data { .. } | Line::Ignore => {}
+        }
+        self.field = field;
+        self.field.clear();
+    }
+
+    fn dispatch(&mut self, offset: usize, on_event: &mut dyn FnMut(usize, Event<'_>)) {
+        if self.data_lines > 0 {
+            let event: &[u8] = if self.event.is_empty() {
+                b"message"
             } else {
-                if self.line.len().saturating_add(head.len()) > self.max {
-                    return self.stop();
-                }
-                let mut line = std::mem::take(&mut self.line);
-                line.extend_from_slice(head);
-                self.line_done(&line, on_event);
-                line.clear();
-                self.line = line;
-            }
-            if self.overflow {
-                return;
-            }
-            chunk = rest;
+                &self.event
+            };
+            on_event(
+                offset,
+                Event {
+                    kind: event,
+                    done: self.data_len == 6 && self.data_head.as_slice() == b"[DONE]",
+                    head: &self.data_head,
+                    mentions_usage: self.mentions_usage,
+                    json: self.scan.finish(),
+                },
+            );
         }
-    }
-
-    fn stop(&mut self) {
-        self.overflow = true;
-        self.line = Vec::new();
-        self.data = Vec::new();
-        self.event = Vec::new();
-    }
-
-    fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(&[u8], &[u8])) {
-        if line.is_empty() {
-            if !self.data.is_empty() {
-                // The data buffer ends with the LF appended after each data line.
-                let data = self.data.strip_suffix(b"\n").unwrap_or(&self.data);
-                let event: &[u8] = if self.event.is_empty() {
-                    b"message"
-                } else {
-                    &self.event
-                };
-                on_event(event, data);
-            }
-            self.data.clear();
-            self.event.clear();
-            return;
-        }
-        if line.first() == Some(&b':') {
-            return;
-        }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
-            Some(at) => {
-                let (f, v) = line.split_at(at);
-                let v = v.get(1..).unwrap_or(&[]);
-                (f, v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &[][..]),
-        };
-        match field {
-            b"data" => {
-                if self
-                    .data
-                    .len()
-                    .saturating_add(value.len())
-                    .saturating_add(1)
-                    > self.max
-                {
-                    return self.stop();
-                }
-                self.data.extend_from_slice(value);
-                self.data.push(b'\n');
-            }
-            b"event" => {
-                self.event.clear();
-                self.event
-                    .extend_from_slice(value.get(..MAX_EVENT_NAME).unwrap_or(value));
-            }
-            _ => {}
-        }
+        self.event.clear();
+        self.data_lines = 0;
+        self.data_head.clear();
+        self.data_len = 0;
+        self.tail.clear();
+        self.mentions_usage = false;
+        self.scan = JsonScan::new(self.max);
     }
 }
 
@@ -192,26 +314,53 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 ///   output count) then `message_delta` (`usage`, cumulative: its members replace the earlier
 ///   ones). A stream is complete only once a `message_delta` with usage was seen.
 ///
-/// Only payloads containing `"usage"` are parsed as JSON; one that contains it and is not
-/// valid JSON poisons the stream (unpriced).
+/// Only payloads containing `"usage"` are read; one that contains it and is not valid JSON (or
+/// whose usage does not fit the bound) poisons the stream (unpriced).
+///
+/// The stream's last event is recognised ([`StreamUsage::ended`]): `data: [DONE]` (OpenAI Chat
+/// Completions), `event: message_stop` (Anthropic), `event: response.completed` (OpenAI
+/// Responses). A client may act on it before the connection-level end of the response, so the
+/// filter books when it sees it. Neither can be forged by a model's output: text inside a JSON
+/// string cannot start an SSE line nor equal a whole data payload.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     raw: Option<RawUsage>,
     anthropic: bool,
     complete: bool,
     poisoned: bool,
+    ended: bool,
     model: Option<String>,
 }
 
 impl StreamUsage {
-    /// Takes one event (`event` type, `data` payload).
-    pub fn on_event(&mut self, _event: &[u8], data: &[u8]) {
-        if !contains(data, b"\"usage\"") {
-            return;
+    /// Whether the stream's final event has been seen (see the type docs).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Whether a payload that mentions usage could not be read (the stream is unpriced).
+    pub fn poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Takes one event; returns whether it is an OpenAI usage-only chunk (`"choices":[]` and a
+    /// `usage` object: the one `stream_options.include_usage` adds).
+    pub fn on_event(&mut self, event: &Event<'_>) -> bool {
+        if event.done || event.kind == b"message_stop" || event.kind == b"response.completed" {
+            self.ended = true;
         }
-        let Ok(body) = serde_json::from_slice::<Body>(data) else {
+        if !event.mentions_usage {
+            return false;
+        }
+        let Some((body, choices_empty)) = event.json.as_ref().ok().and_then(|c| {
+            let body = Body::from_captured(c)?;
+            Some((
+                body,
+                Body::empty_array(c.get(crate::json_scan::Field::Choices)),
+            ))
+        }) else {
             self.poisoned = true;
-            return;
+            return false;
         };
         let anthropic = body.is_anthropic();
         let kind = body.kind.as_deref().unwrap_or("");
@@ -244,10 +393,12 @@ impl StreamUsage {
                     self.raw = Some(usage);
                     self.model = body.model.or(self.model.take());
                     self.complete = true;
+                    return choices_empty;
                 }
             }
             _ => {}
         }
+        false
     }
 
     /// The stream's usage, if it reported a complete one (see the type docs).
@@ -283,15 +434,25 @@ impl StreamState {
 
     /// Feeds a chunk of the stream.
     pub fn feed(&mut self, chunk: &[u8]) {
+        self.feed_events(chunk, &mut |_, _| {});
+    }
+
+    /// Feeds a chunk; `on_event(end, usage_only)` for each event: its end offset in `chunk` (see
+    /// [`SseParser::feed`]) and whether it is the usage-only chunk (see
+    /// [`StreamUsage::on_event`]).
+    pub fn feed_events(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(usize, bool)) {
         let usage = &mut self.usage;
-        self.parser.feed(chunk, &mut |e, d| usage.on_event(e, d));
+        self.parser
+            .feed(chunk, &mut |end, e| on_event(end, usage.on_event(&e)));
+    }
+
+    /// Whether the stream's final event has been seen ([`StreamUsage::ended`]).
+    pub fn ended(&self) -> bool {
+        self.usage.ended()
     }
 
     /// The usage at the end of the stream (`None`: unpriced).
     pub fn finish(&self, request_model: Option<&str>) -> Option<Usage> {
-        if self.parser.overflowed() {
-            return None;
-        }
         self.usage.finish(request_model)
     }
 }
@@ -300,27 +461,27 @@ impl StreamState {
 mod tests {
     use super::*;
 
-    fn events(chunks: &[&[u8]], max: usize) -> (Vec<(String, String)>, bool) {
+    fn events(chunks: &[&[u8]], max: usize) -> Vec<(String, String)> {
         let mut p = SseParser::new(max);
         let mut out = Vec::new();
         for c in chunks {
-            p.feed(c, &mut |e, d| {
+            p.feed(c, &mut |_, e| {
                 out.push((
-                    String::from_utf8_lossy(e).into_owned(),
-                    String::from_utf8_lossy(d).into_owned(),
+                    String::from_utf8_lossy(e.kind).into_owned(),
+                    String::from_utf8_lossy(e.head).into_owned(),
                 ))
             });
         }
-        (out, p.overflowed())
+        out
     }
 
     #[test]
     fn whatwg_field_rules() {
-        let (ev, over) = events(
+        let ev = events(
             &[b"\xEF\xBB\xBF: comment\nevent: ping\ndata:a\ndata: b\nid: 1\nretry: 5\n\ndata\n\n\n\nevent: x\n\ndata: tail"],
             1024,
         );
-        assert!(!over);
+        // "data" alone gives an empty data line: data buffer "\n" → dispatched as "".
         assert_eq!(
             ev,
             vec![
@@ -328,12 +489,20 @@ mod tests {
                 ("message".into(), "".into()),
             ]
         );
-        // "data" alone gives an empty data line: data buffer "\n" → dispatched as "".
+        // The BOM split across chunks, and a stream that starts like one but is not.
+        let ev = events(&[b"\xEF", b"\xBB", b"\xBFdata: x\n\n"], 1024);
+        assert_eq!(ev, vec![("message".into(), "x".into())]);
+        let ev = events(&[b"\xEF", b"data: x\n\n"], 1024);
+        assert_eq!(ev, vec![], "\\xEFdata is not the data field");
+        let ev = events(&[b"da", b"ta", b":", b" ", b"y\n", b"\n"], 1024);
+        assert_eq!(ev, vec![("message".into(), "y".into())]);
+        let ev = events(&[b"event", b"\ndata:  z\n\n"], 1024);
+        assert_eq!(ev, vec![("message".into(), " z".into())], "one space only");
     }
 
     #[test]
     fn cr_lf_split_between_chunks_is_one_line_end() {
-        let (ev, _) = events(&[b"data: a\r", b"\ndata: b\r", b"\r", b"data: c\r\r"], 1024);
+        let ev = events(&[b"data: a\r", b"\ndata: b\r", b"\r", b"data: c\r\r"], 1024);
         assert_eq!(
             ev,
             vec![
@@ -344,11 +513,67 @@ mod tests {
     }
 
     #[test]
-    fn long_lines_stop_parsing() {
-        let (ev, over) = events(&[b"data: 0123456789", b"0123456789\n\n"], 16);
-        assert!(over);
-        assert!(ev.is_empty());
-        let (_, over) = events(&[b"data: 01234\ndata: 56789\n", b"data: abcdef\n\n"], 16);
-        assert!(over, "the event's data is bounded too");
+    fn events_end_where_their_blank_line_ends() {
+        let mut p = SseParser::new(64);
+        let mut ends = Vec::new();
+        let chunk = b"data: 1\n\ndata: 2\r\n\r\ndata: 3\r\r";
+        p.feed(chunk, &mut |end, _| ends.push(end));
+        assert_eq!(ends, vec![9, 20, 29]);
+        assert_eq!(ends.last(), Some(&chunk.len()));
+    }
+
+    #[test]
+    fn final_events_end_the_stream_and_text_cannot_forge_them() {
+        let ended = |stream: &[u8]| {
+            let mut st = StreamState::new(1024);
+            st.feed(stream);
+            st.ended()
+        };
+        assert!(ended(b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n"));
+        assert!(ended(
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        ));
+        assert!(ended(b"event: response.completed\ndata: {}\n\n"));
+        assert!(!ended(b"data: [DONE]\n"), "not dispatched yet");
+        assert!(!ended(b"data: [DONE] \n\n"));
+        // A model's text is a JSON string: its newlines are escaped, it cannot start a line.
+        assert!(!ended(
+            b"data: {\"delta\":\"\\n\\nevent: message_stop\\ndata: [DONE]\\n\\n\"}\n\n"
+        ));
+        assert!(!ended(
+            b"event: content_block_delta\ndata: {\"type\":\"message_stop\"}\n\n"
+        ));
+    }
+
+    #[test]
+    fn events_of_any_size_are_read_in_bounded_memory() {
+        let mut st = StreamState::new(256);
+        st.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"");
+        for _ in 0..4096 {
+            st.feed(&[b'x'; 1024]);
+        }
+        st.feed(b"\"}}],\"model\":\"m\",\"usage\":{\"prompt_tokens\":7}}\n\ndata: [DONE]\n\n");
+        assert!(st.ended());
+        assert_eq!(st.finish(None).map(|u| u.input_tokens), Some(7));
+        assert!(st.parser.data_head.capacity() <= 64);
+        // A usage larger than the bound: unpriced, not guessed.
+        let mut st = StreamState::new(8);
+        st.feed(b"data: {\"usage\":{\"prompt_tokens\":7}}\n\n");
+        assert!(st.usage.poisoned());
+        assert_eq!(st.finish(None), None);
+    }
+
+    #[test]
+    fn the_usage_only_chunk_is_recognised() {
+        let mut st = StreamState::new(1024);
+        let mut seen = Vec::new();
+        st.feed_events(
+            b"data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n\
+              data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n\
+              data: {\"choices\":[ ],\"usage\":{\"prompt_tokens\":1}}\n\n\
+              data: {\"choices\":[{}],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n",
+            &mut |_, usage_only| seen.push(usage_only),
+        );
+        assert_eq!(seen, vec![false, true, true, false, false]);
     }
 }

@@ -25,6 +25,8 @@
 
 use serde::Deserialize;
 
+use crate::json_scan::{Captured, Field};
+
 /// A response's usage, normalised (all counts in tokens).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -206,27 +208,67 @@ impl Body {
     }
 }
 
-/// The usage of a complete non-streaming JSON body. `None`: not JSON, truncated, no usage,
-/// or impossible counts (the response then counts as unpriced).
+impl Body {
+    /// The members a [`JsonScan`](crate::json_scan::JsonScan) captured, read as `serde_json`
+    /// reads them from the whole document: `None` when one does not have its type (a `model`
+    /// that is not a string, counts that are not whole numbers, ...).
+    pub fn from_captured(c: &Captured) -> Option<Body> {
+        fn read<T: serde::de::DeserializeOwned>(raw: Option<&[u8]>) -> Option<Option<T>> {
+            match raw {
+                None => Some(None),
+                Some(raw) => serde_json::from_slice::<Option<T>>(raw).ok(),
+            }
+        }
+        let inner = |model: Field, usage: Field| -> Option<Option<Inner>> {
+            let (model, usage) = (c.get(model), c.get(usage));
+            if model.is_none() && usage.is_none() {
+                return Some(None);
+            }
+            Some(Some(Inner {
+                model: read(model)?,
+                usage: read(usage)?,
+            }))
+        };
+        Some(Body {
+            model: read(c.get(Field::Model))?,
+            kind: read(c.get(Field::Type))?,
+            usage: read(c.get(Field::Usage))?,
+            message: inner(Field::MessageModel, Field::MessageUsage)?,
+            response: inner(Field::ResponseModel, Field::ResponseUsage)?,
+        })
+    }
+
+    /// Whether a captured value is an empty JSON array (`[]`, whitespace allowed).
+    pub fn empty_array(raw: Option<&[u8]>) -> bool {
+        raw.is_some_and(|r| {
+            r.iter()
+                .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                .eq(b"[]".iter())
+        })
+    }
+
+    /// The usage this non-streaming body reports; `None`: no usage, or impossible counts.
+    pub fn usage(self, request_model: Option<&str>) -> Option<Usage> {
+        let anthropic = self.is_anthropic();
+        let model = self.model.or_else(|| request_model.map(str::to_string));
+        self.usage?.normalise(anthropic, model)
+    }
+}
+
+/// The usage of a complete non-streaming JSON body, parsed whole with `serde_json` (the reference
+/// the incremental [`JsonScan`](crate::json_scan::JsonScan) path is checked against; the filter
+/// uses the scanner). `None`: not JSON, truncated, no usage, or impossible counts.
 pub fn parse_json_body(body: &[u8], request_model: Option<&str>) -> Option<Usage> {
-    let parsed: Body = serde_json::from_slice(body).ok()?;
-    let anthropic = parsed.is_anthropic();
-    let usage = parsed.usage?;
-    let model = parsed.model.or_else(|| request_model.map(str::to_string));
-    usage.normalise(anthropic, model)
+    serde_json::from_slice::<Body>(body)
+        .ok()?
+        .usage(request_model)
 }
 
-/// What a request body says (a bounded prefix of it; see the filter).
-#[derive(Debug, Default, Deserialize)]
-pub struct RequestBody {
-    /// `model`.
-    #[serde(default)]
-    pub model: Option<String>,
-}
-
-/// The `model` of a complete JSON request body.
-pub fn request_model(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<RequestBody>(body).ok()?.model
+/// The usage of a complete non-streaming JSON body read incrementally by a
+/// [`JsonScan`](crate::json_scan::JsonScan): the same as [`parse_json_body`] for every document
+/// `serde_json` accepts, in bounded memory.
+pub fn scanned_body_usage(c: &Captured, request_model: Option<&str>) -> Option<Usage> {
+    Body::from_captured(c)?.usage(request_model)
 }
 
 #[cfg(test)]
@@ -261,6 +303,36 @@ mod tests {
         assert_eq!(u.output_tokens, 3);
     }
 
+    /// The incremental scanner reads what `serde_json` reads from the whole body.
+    #[test]
+    fn the_scanner_agrees_with_serde() {
+        use crate::json_scan::JsonScan;
+        let bodies: [&[u8]; 8] = [
+            br#"{"model":"gpt-4o","usage":{"prompt_tokens":100,"completion_tokens":50,"prompt_tokens_details":{"cached_tokens":40}}}"#,
+            br#"{"type":"message","model":"claude","usage":{"input_tokens":10,"cache_creation_input_tokens":5,"cache_read_input_tokens":7,"output_tokens":3}}"#,
+            br#"{"usage":{"prompt_tokens":3,"total_tokens":3}}"#,
+            br#"{"usage":null,"model":"m"}"#,
+            br#"{"model":"m","usage":{"input_tokens":5,"output_tokens":2},"output":[{"usage":{"x":1}}]}"#,
+            br#"  {"usage" : { "prompt_tokens" : 1 } , "model" : "a"b" }  "#,
+            br#"{"usage":{"prompt_tokens":-3}}"#,
+            br#"{"model":7,"usage":{"prompt_tokens":3}}"#,
+        ];
+        for body in bodies {
+            let mut scan = JsonScan::new(1024);
+            scan.feed(body);
+            let scanned = scan
+                .finish()
+                .ok()
+                .and_then(|c| scanned_body_usage(&c, Some("req")));
+            assert_eq!(
+                scanned,
+                parse_json_body(body, Some("req")),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
     #[test]
     fn model_from_request_and_bad_bodies() {
         let u = parse_json_body(
@@ -287,10 +359,5 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
-        assert_eq!(
-            request_model(br#"{"model":"gpt","messages":[]}"#).as_deref(),
-            Some("gpt")
-        );
-        assert_eq!(request_model(br#"{"model":"gpt","messa"#), None);
     }
 }

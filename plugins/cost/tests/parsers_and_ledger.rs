@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
+use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_cost::config::Config;
 use tollgate_cost::ledger::Ledger;
 use tollgate_cost::period::Periods;
@@ -81,9 +81,10 @@ fn sse_bad_payloads_are_unpriced() {
         .unwrap()
         .replace("\"choices\":[],", "\"choices\":[]");
     assert_eq!(run(&[malformed.as_bytes()]), None);
-    let mut st = StreamState::new(256);
+    // A usage object over the bound on captured members: unpriced, never guessed.
+    let mut st = StreamState::new(16);
     st.feed(OPENAI);
-    assert!(st.parser.overflowed());
+    assert!(st.usage.poisoned());
     assert_eq!(st.finish(None), None);
 }
 
@@ -196,6 +197,19 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
         "tenant",
     );
     refuse(&format!(r#"{{"prices":{{}},{t},"typo":1}}"#), "typo");
+    refuse(
+        &format!(r#"{{"prices":{{}},{t},"store_full":{{"action":"allow"}}}}"#),
+        "store_full.action",
+    );
+    refuse(
+        &format!(r#"{{"prices":{{}},{t},"store_full":{{"status":200}}}}"#),
+        "store_full.status",
+    );
+    let c = Config::parse(format!(r#"{{"prices":{{}},{t}}}"#).as_bytes()).unwrap();
+    assert_eq!(
+        (c.store_full.action, c.store_full.status),
+        (tollgate_cost::config::StoreFullAction::Refuse, 503)
+    );
 }
 
 #[test]
@@ -222,16 +236,11 @@ fn api_key_tenants_are_hashed() {
 struct Yielding(MemoryStore);
 
 impl SharedStore for Yielding {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
         std::thread::yield_now();
         self.0.get(key)
     }
-    fn set(
-        &self,
-        key: &str,
-        value: &[u8],
-        cas: Option<u32>,
-    ) -> Result<(), tollgate_common::shared_data::CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         std::thread::yield_now();
         self.0.set(key, value, cas)
     }
@@ -245,7 +254,7 @@ fn ledger_loses_no_update_across_workers() {
         for round in 0..20 {
             let store = Arc::new(Yielding(MemoryStore::new(sem)));
             let ledger = Arc::new(Ledger::new("sim", 1_000, 1_000));
-            ledger.ensure(&*store, std::iter::empty(), 0);
+            ledger.ensure(&*store, std::iter::empty(), 0).unwrap();
             let now_ms = 1_700_000_000_000;
             let handles: Vec<_> = (0..4u64)
                 .map(|w| {
@@ -268,6 +277,8 @@ fn ledger_loses_no_update_across_workers() {
                 .map(|t| {
                     ledger
                         .spend(&*store, &ledger.key(&format!("t{t}")), &now)
+                        .unwrap()
+                        .spend
                         .total
                 })
                 .sum();
@@ -277,7 +288,7 @@ fn ledger_loses_no_update_across_workers() {
             assert_eq!(total, want, "{sem:?} round {round}");
             // zone + overflow + 3 tenants: bounded keys.
             assert_eq!(store.0.len(), 5);
-            assert!(store.get("cost/sim/~zone").0.is_some());
+            assert!(store.get("cost/sim/~zone").unwrap().0.is_some());
         }
     }
 }

@@ -145,8 +145,10 @@ fn store_record(remote: &RemoteJwks, record: impl Fn(Option<&[u8]>) -> crate::jw
     });
     if let Err(e) = result {
         log::warn!(
-            "jwt-auth: could not store the JWKS record {key} in shared data ({} CAS mismatches)",
-            e.retries
+            "jwt-auth: could not store the JWKS record {key} in shared data ({} CAS mismatches, \
+             host status {:?})",
+            e.retries,
+            e.failed
         );
     }
 }
@@ -240,7 +242,14 @@ impl RootContext for JwtAuthRoot {
             };
             let remote = state.remote.clone();
             let key = remote.shared_data_key();
-            let (value, cas) = HostSharedData.get(&key);
+            let (value, cas) = match HostSharedData.get(&key) {
+                Ok(read) => read,
+                Err(e) => {
+                    // Keep the keys installed; the next tick tries again.
+                    log::warn!("jwt-auth: cannot read the JWKS record {key} ({e:?})");
+                    continue;
+                }
+            };
             let timeout_s = remote.timeout_ms.div_ceil(1000);
             let plan = plan_tick(
                 now,

@@ -69,7 +69,7 @@ impl Tenants {
 
     /// Creates the count record if it does not exist (call in `on_configure`).
     pub fn ensure_registry<S: SharedStore + ?Sized>(&self, store: &S) {
-        if store.get(&self.count_key).0.is_none() {
+        if matches!(store.get(&self.count_key), Ok((None, _))) {
             let _ = store.set(&self.count_key, &0u32.to_le_bytes(), None);
         }
     }
@@ -105,7 +105,7 @@ impl Tenants {
     /// Whether `value` is (now) admitted gateway-wide; caches it if so.
     fn admit<S: SharedStore + ?Sized>(&mut self, store: &S, value: &str) -> bool {
         let key = format!("{}{value}", self.prefix);
-        if store.get(&key).0.is_some() {
+        if store.get(&key).is_ok_and(|(v, _)| v.is_some()) {
             return self.remember(value);
         }
         if self.full {

@@ -176,7 +176,7 @@ fn tenant_cap_holds_across_vms() {
         assert_eq!(a.label(&store, Some(&[b'x'; 65])), "other");
         assert_eq!(a.label(&store, Some(b"Other")), "other");
         assert!(a.cached() <= 3 && b.cached() <= 3);
-        let count = store.get("metrics/t/~count").0.unwrap();
+        let count = store.get("metrics/t/~count").unwrap().0.unwrap();
         assert_eq!(count, 3u32.to_le_bytes().to_vec(), "{semantics:?}");
         let tenants: Vec<String> = store
             .keys()

@@ -22,7 +22,8 @@
 //!   "headers_on_allowed": true,
 //!   "cas_retries": 8,
 //!   "on_contention": "allow",
-//!   "max_keys": 100000
+//!   "max_keys": 100000,
+//!   "store_full": {"action": "deny", "status": 503}
 //! }
 //! ```
 //!
@@ -34,13 +35,15 @@ use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::http::split_path_query;
 use tollgate_common::route::RouteMatch;
+use tollgate_common::shared_data::StoreFull;
 
 use crate::algorithm::{Limit, Period, MAX_UNITS};
 use crate::headers::policy_item;
 use crate::key::{
-    key_prefix, shared_key, zone_key, KeyPart, RequestView, MISSING_BUCKET, OVERFLOW_BUCKET,
+    key_prefix, rule_zone_key, shared_key, KeyPart, RequestView, DEFAULT_IPV6_PREFIX,
+    MISSING_BUCKET, OVERFLOW_BUCKET,
 };
-use crate::limiter::OnContention;
+use crate::limiter::{OnContention, OnStoreFull};
 
 /// Default zone name.
 pub const DEFAULT_ZONE: &str = "default";
@@ -50,7 +53,7 @@ pub const DEFAULT_STATUS: u32 = 429;
 pub const DEFAULT_CAS_RETRIES: u32 = 8;
 /// Largest `cas_retries`.
 pub const MAX_CAS_RETRIES: u32 = 64;
-/// Default bound on the keys of a zone.
+/// Default bound on the client keys of a rule.
 pub const DEFAULT_MAX_KEYS: u64 = 100_000;
 /// Largest `max_keys`.
 pub const MAX_MAX_KEYS: u64 = 100_000_000;
@@ -77,6 +80,33 @@ struct RawConfig {
     on_contention: RawContention,
     #[serde(default = "default_max_keys")]
     max_keys: u64,
+    #[serde(default)]
+    store_full: StoreFull<StoreFullAction>,
+}
+
+/// What a request gets when the state of one of its limits cannot be read or stored (a store
+/// error, or a new key refused by a full nginx zone with `eviction=none`).
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreFullAction {
+    /// Refused with `store_full.status` (default): a limit that cannot be kept is not lifted.
+    #[default]
+    Deny,
+    /// A client whose new key is refused is charged in the rule limit's overflow bucket, shared
+    /// with every such client; other store errors are refused as with `deny`.
+    Overflow,
+    /// Admitted uncharged (fail-open, an explicit choice).
+    Allow,
+}
+
+impl StoreFullAction {
+    /// Where the limiter sends a client whose new key is refused.
+    pub fn limiter(self) -> OnStoreFull {
+        match self {
+            StoreFullAction::Overflow => OnStoreFull::Overflow,
+            StoreFullAction::Deny | StoreFullAction::Allow => OnStoreFull::Deny,
+        }
+    }
 }
 
 fn default_zone() -> String {
@@ -125,6 +155,8 @@ struct RawRule {
     weight_header: Option<String>,
     #[serde(default)]
     max_weight: Option<u64>,
+    #[serde(default)]
+    max_keys: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +174,12 @@ enum RawKeyPart {
 struct RawClientAddress {
     #[serde(default)]
     trusted_hops: u8,
+    #[serde(default = "default_ipv6_prefix")]
+    ipv6_prefix: u8,
+}
+
+fn default_ipv6_prefix() -> u8 {
+    DEFAULT_IPV6_PREFIX
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +260,12 @@ pub struct Rule {
     pub max_weight: u64,
     /// The RateLimit-Policy value of the rule.
     pub policy_header: String,
+    /// `ratelimit/<zone>/<rule>/~zone`: the count of the rule's client keys and their creation
+    /// lock.
+    pub zone_key: String,
+    /// Largest number of client keys of the rule (each limit's key counts); beyond it new
+    /// clients share the limit's overflow bucket.
+    pub max_keys: u64,
 }
 
 impl Rule {
@@ -276,8 +320,6 @@ pub struct Config {
     /// Zone name: the namespace of the shared-data keys; configurations with the same zone and
     /// rule names share their counters.
     pub zone: String,
-    /// `ratelimit/<zone>/~zone`: the zone's key count and creation lock.
-    pub zone_key: String,
     /// Rules in order.
     pub rules: Vec<Rule>,
     /// Status of a refused request.
@@ -288,8 +330,10 @@ pub struct Config {
     pub cas_retries: u32,
     /// What a request gets when the retries run out.
     pub on_contention: OnContention,
-    /// Largest number of client keys in the zone; beyond it new clients share an overflow bucket.
+    /// The default of `rules[].max_keys`.
     pub max_keys: u64,
+    /// What a request gets when its state cannot be read or stored.
+    pub store_full: StoreFull<StoreFullAction>,
 }
 
 impl Config {
@@ -322,12 +366,8 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("must be at most {MAX_CAS_RETRIES}"),
         ));
     }
-    if raw.max_keys == 0 || raw.max_keys > MAX_MAX_KEYS {
-        return Err(ConfigError::new(
-            "max_keys",
-            format!("must be between 1 and {MAX_MAX_KEYS}"),
-        ));
-    }
+    check_max_keys(raw.max_keys, "max_keys")?;
+    let store_full = raw.store_full.checked()?;
     let mut names = HashSet::new();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for (i, r) in raw.rules.into_iter().enumerate() {
@@ -339,10 +379,9 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("two rules are named {:?}", r.name),
             ));
         }
-        rules.push(compile_rule(&raw.zone, r, &field)?);
+        rules.push(compile_rule(&raw.zone, raw.max_keys, r, &field)?);
     }
     Ok(Config {
-        zone_key: zone_key(&raw.zone),
         zone: raw.zone,
         rules,
         status: raw.status,
@@ -353,10 +392,30 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             RawContention::Deny => OnContention::Deny,
         },
         max_keys: raw.max_keys,
+        store_full,
     })
 }
 
-fn compile_rule(zone: &str, r: RawRule, field: &str) -> Result<Rule, ConfigError> {
+fn check_max_keys(n: u64, field: &str) -> Result<u64, ConfigError> {
+    if n == 0 || n > MAX_MAX_KEYS {
+        return Err(ConfigError::new(
+            field,
+            format!("must be between 1 and {MAX_MAX_KEYS}"),
+        ));
+    }
+    Ok(n)
+}
+
+fn compile_rule(
+    zone: &str,
+    default_max_keys: u64,
+    r: RawRule,
+    field: &str,
+) -> Result<Rule, ConfigError> {
+    let max_keys = check_max_keys(
+        r.max_keys.unwrap_or(default_max_keys),
+        &format!("{field}.max_keys"),
+    )?;
     let mut route = r.route;
     route.validate(&format!("{field}.match"))?;
     let mut key = Vec::with_capacity(r.key.len());
@@ -373,8 +432,15 @@ fn compile_rule(zone: &str, r: RawRule, field: &str) -> Result<Rule, ConfigError
                         format!("must be at most {MAX_TRUSTED_HOPS}"),
                     ));
                 }
+                if c.ipv6_prefix == 0 || c.ipv6_prefix > 128 {
+                    return Err(ConfigError::new(
+                        format!("{f}.client_address.ipv6_prefix"),
+                        "must be between 1 and 128",
+                    ));
+                }
                 KeyPart::ClientAddress {
                     trusted_hops: c.trusted_hops,
+                    ipv6_prefix: c.ipv6_prefix,
                 }
             }
             RawKeyPart::Path => KeyPart::Path,
@@ -443,6 +509,8 @@ fn compile_rule(zone: &str, r: RawRule, field: &str) -> Result<Rule, ConfigError
         .collect::<Vec<_>>()
         .join(", ");
     Ok(Rule {
+        zone_key: rule_zone_key(zone, &r.name),
+        max_keys,
         name: r.name,
         route,
         key,

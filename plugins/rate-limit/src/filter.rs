@@ -14,16 +14,18 @@ use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
     request_header_bytes, send_json_error,
 };
+use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
-use crate::config::{Config, MissingKey, Rule};
+use crate::config::{Config, MissingKey, Rule, StoreFullAction};
 use crate::headers::{
     push_service_limit, retry_after_seconds, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
 };
 use crate::key::{client_key, shared_key, RequestView};
-use crate::limiter::{check, ensure_zone, Settings, Stats, Target, Verdict};
+use crate::limiter::{check, ensure_key, ensure_zone, Settings, Stats, Target, Verdict};
+use crate::state::encode;
 
 const REQUESTS: &str = "tollgate_rate_limit_requests_total";
 const CAS_RETRIES: &str = "tollgate_rate_limit_cas_retries_total";
@@ -31,6 +33,10 @@ const KEYS_CREATED: &str = "tollgate_rate_limit_keys_created_total";
 const OVERFLOWED: &str = "tollgate_rate_limit_overflow_total";
 const REFUND_FAILURES: &str = "tollgate_rate_limit_refund_failures_total";
 const LOCKS_LOST: &str = "tollgate_rate_limit_creation_locks_lost_total";
+const STORE_FULL: &str = "tollgate_rate_limit_store_full_total";
+
+/// How often a worker logs that a rule's state could not be stored (ms).
+const STORE_LOG_INTERVAL_MS: u64 = 10_000;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -46,11 +52,16 @@ struct RuleCounters {
     missing_key_denied: Option<u32>,
     missing_key_allowed: Option<u32>,
     invalid_weight: Option<u32>,
+    store_failure_denied: Option<u32>,
+    store_failure_allowed: Option<u32>,
     cas_retries: Option<u32>,
     keys_created: Option<u32>,
     overflowed: Option<u32>,
     refund_failures: Option<u32>,
     locks_lost: Option<u32>,
+    store_full: Option<u32>,
+    /// When this worker last logged a store failure of the rule.
+    store_log: LogEvery,
 }
 
 impl RuleCounters {
@@ -66,11 +77,15 @@ impl RuleCounters {
             missing_key_denied: decision("missing_key_denied"),
             missing_key_allowed: decision("missing_key_allowed"),
             invalid_weight: decision("invalid_weight"),
+            store_failure_denied: decision("store_failure_denied"),
+            store_failure_allowed: decision("store_failure_allowed"),
             cas_retries: per_rule(CAS_RETRIES),
             keys_created: per_rule(KEYS_CREATED),
             overflowed: per_rule(OVERFLOWED),
             refund_failures: per_rule(REFUND_FAILURES),
             locks_lost: per_rule(LOCKS_LOST),
+            store_full: per_rule(STORE_FULL),
+            store_log: LogEvery::new(STORE_LOG_INTERVAL_MS),
         }
     }
 
@@ -80,6 +95,7 @@ impl RuleCounters {
         count_n(self.overflowed, u64::from(stats.overflowed));
         count_n(self.refund_failures, u64::from(stats.refund_failures));
         count_n(self.locks_lost, u64::from(stats.lock_lost));
+        count_n(self.store_full, u64::from(stats.store_full));
     }
 }
 
@@ -106,8 +122,24 @@ impl RootContext for RateLimitRoot {
                 return false;
             }
         };
-        // The zone record exists before this worker serves a request (see limiter.rs).
-        ensure_zone(&HostSharedData, &config.zone_key);
+        // The rules' zone records and shared buckets exist before this worker serves a request
+        // (see limiter.rs), so that a store that fills up later still has them.
+        for rule in &config.rules {
+            let zone = ensure_zone(&HostSharedData, &rule.zone_key).map(|_| ());
+            let buckets = rule.limits.iter().try_for_each(|l| {
+                let initial = encode(&l.limit, &l.limit.initial());
+                ensure_key(&HostSharedData, &l.overflow_key, &initial)?;
+                ensure_key(&HostSharedData, &l.missing_key, &initial).map(|_| ())
+            });
+            if let Err(e) = zone.and(buckets) {
+                log::error!(
+                    "rate-limit: rule {}: cannot create its records in shared data ({e:?}); \
+                     its requests follow store_full ({:?}) until they can",
+                    rule.name,
+                    config.store_full.action
+                );
+            }
+        }
         let counters = config
             .rules
             .iter()
@@ -256,10 +288,11 @@ impl RateLimitHttp {
             })
             .collect();
         let settings = Settings {
-            zone_key: &config.zone_key,
+            zone_key: &rule.zone_key,
             cas_retries: config.cas_retries,
             on_contention: config.on_contention,
-            max_keys: config.max_keys,
+            max_keys: rule.max_keys,
+            store_full: config.store_full.action.limiter(),
         };
         let report = check(
             &HostSharedData,
@@ -318,6 +351,42 @@ impl RateLimitHttp {
                     &[(RETRY_AFTER, "1")],
                     "rate_limit_contention",
                     "the rate limiter is contended; retry",
+                )
+            }
+            Verdict::StoreFailed(status) => {
+                let policy = config.store_full;
+                let allow = policy.action == StoreFullAction::Allow;
+                if let Some(unlogged) = counters.store_log.due(now_unix_millis()) {
+                    log::warn!(
+                        "rate-limit: rule {}: its state cannot be stored (host status {status}: \
+                         a full shared-data zone?); requests {} (store_full), {unlogged} more \
+                         since the last line",
+                        rule.name,
+                        if allow {
+                            "admitted uncharged"
+                        } else {
+                            "refused"
+                        },
+                    );
+                }
+                if allow {
+                    decided(
+                        counters.store_failure_allowed,
+                        "store_failure_allowed",
+                        &rule.name,
+                    );
+                    return Action::Continue;
+                }
+                decided(
+                    counters.store_failure_denied,
+                    "store_failure_denied",
+                    &rule.name,
+                );
+                self.refuse(
+                    policy.status,
+                    &[(RETRY_AFTER, "1")],
+                    "rate_limit_unavailable",
+                    "the rate limiter cannot store this client's state; retry later",
                 )
             }
         }

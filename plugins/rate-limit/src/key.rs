@@ -7,6 +7,7 @@
 //! | `{"header": NAME}` | the header's value, optional whitespace trimmed; absent or empty: missing |
 //! | `{"client_address": {"trusted_hops": 0}}` | the peer address, the `source.address` property without its port |
 //! | `{"client_address": {"trusted_hops": N}}` | the N-th address of X-Forwarded-For counted from the right (the one the outermost of N trusted proxies appended); fewer entries or not an IP address: missing |
+//! | `{"client_address": {"ipv6_prefix": P}}` | an IPv6 address is keyed by its first P bits (default 64: one key per /64, the smallest allocation a client usually holds), written `prefix/P`; IPv4 addresses are kept whole |
 //! | `"path"` | `:path` without its query |
 //! | `"method"` | `:method` |
 //! | `"host"` | `:authority` in lower case, without its port |
@@ -34,6 +35,11 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 use tollgate_common::route::strip_port;
 
+/// Default `ipv6_prefix` of a client address key part: one key per /64 (RFC 6177 section 3
+/// recommends at least a /56 per site and a /64 is the smallest end-user allocation, so a client
+/// can pick addresses freely inside its /64 but not beyond).
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// Longest client key kept as is (bytes); longer ones are hashed.
 pub const MAX_CLIENT_KEY_BYTES: usize = 128;
 /// Bound on a whole shared-data key (bytes).
@@ -52,6 +58,8 @@ pub enum KeyPart {
     ClientAddress {
         /// Trusted proxies in front of the gateway.
         trusted_hops: u8,
+        /// IPv6 addresses are keyed by their first `ipv6_prefix` bits (1 to 128).
+        ipv6_prefix: u8,
     },
     /// The path without its query.
     Path,
@@ -102,26 +110,34 @@ pub fn key_prefix(zone: &str, rule: &str, index: usize) -> String {
     format!("ratelimit/{zone}/{rule}/{index}/")
 }
 
-/// The shared-data key of a zone's record (key count and creation lock).
-pub fn zone_key(zone: &str) -> String {
-    format!("ratelimit/{zone}/~zone")
+/// The shared-data key of a rule's zone record (the count of its client keys and their
+/// creation lock): `ratelimit/<zone>/<rule>/~zone` (never a client key's: those continue with a
+/// limit index).
+pub fn rule_zone_key(zone: &str, rule: &str) -> String {
+    format!("ratelimit/{zone}/{rule}/~zone")
 }
 
 fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
     let value = match part {
         KeyPart::Header(name) => trim(req.header(name)?),
-        KeyPart::ClientAddress { trusted_hops: 0 } => {
+        KeyPart::ClientAddress {
+            trusted_hops: 0,
+            ipv6_prefix,
+        } => {
             let raw = req.source_address()?;
-            canonical_ip(std::str::from_utf8(&raw).ok()?)?
+            client_ip(std::str::from_utf8(&raw).ok()?, *ipv6_prefix)?
         }
-        KeyPart::ClientAddress { trusted_hops } => {
+        KeyPart::ClientAddress {
+            trusted_hops,
+            ipv6_prefix,
+        } => {
             let values = req.forwarded_for();
             let entry = values
                 .iter()
                 .rev()
                 .flat_map(|v| v.rsplit(|b| *b == b','))
                 .nth(usize::from(*trusted_hops).saturating_sub(1))?;
-            canonical_ip(std::str::from_utf8(entry).ok()?)?
+            client_ip(std::str::from_utf8(entry).ok()?, *ipv6_prefix)?
         }
         KeyPart::Path => {
             let target = req.path()?;
@@ -144,9 +160,30 @@ fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
     }
 }
 
+/// The key of a client address: [`canonical_ip`], with an IPv6 address cut to its first
+/// `ipv6_prefix` bits and written `network/prefix` when the prefix is shorter than 128.
+pub fn client_ip(text: &str, ipv6_prefix: u8) -> Option<Vec<u8>> {
+    let ip = parse_ip(text)?.to_canonical();
+    match ip {
+        IpAddr::V6(v6) if ipv6_prefix < 128 => {
+            let bits = u128::from(v6);
+            let mask = u128::MAX
+                .checked_shl(128u32.saturating_sub(u32::from(ipv6_prefix)))
+                .unwrap_or(0);
+            let net = std::net::Ipv6Addr::from(bits & mask);
+            Some(format!("{net}/{ipv6_prefix}").into_bytes())
+        }
+        _ => Some(ip.to_string().into_bytes()),
+    }
+}
+
 /// An address as written in `source.address` or X-Forwarded-For (`ip`, `ip:port`, `[ip6]`,
 /// `[ip6]:port`), canonical; `None` if it is not one.
 pub fn canonical_ip(text: &str) -> Option<Vec<u8>> {
+    Some(parse_ip(text)?.to_canonical().to_string().into_bytes())
+}
+
+fn parse_ip(text: &str) -> Option<IpAddr> {
     let text = text.trim_matches(|c| c == ' ' || c == '\t');
     let ip: IpAddr = if let Ok(ip) = text.parse() {
         ip
@@ -155,7 +192,7 @@ pub fn canonical_ip(text: &str) -> Option<Vec<u8>> {
     } else {
         text.strip_prefix('[')?.strip_suffix(']')?.parse().ok()?
     };
-    Some(ip.to_canonical().to_string().into_bytes())
+    Some(ip)
 }
 
 fn trim(mut v: Vec<u8>) -> Vec<u8> {
@@ -244,7 +281,40 @@ mod tests {
     }
 
     fn xff(hops: u8) -> Vec<KeyPart> {
-        vec![KeyPart::ClientAddress { trusted_hops: hops }]
+        vec![KeyPart::ClientAddress {
+            trusted_hops: hops,
+            ipv6_prefix: 128,
+        }]
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_prefix() {
+        let key = |source: &'static str, prefix: u8| {
+            let req = Req {
+                source: Some(source),
+                ..Default::default()
+            };
+            let parts = [KeyPart::ClientAddress {
+                trusted_hops: 0,
+                ipv6_prefix: prefix,
+            }];
+            client_key(&parts, &req).unwrap()
+        };
+        // Any address of one /64: one key.
+        assert_eq!(key("[2001:db8:1:2:aaaa::1]:5", 64), "17:2001:db8:1:2::/64");
+        assert_eq!(
+            key("[2001:db8:1:2:ffff:1:2:3]:5", 64),
+            "17:2001:db8:1:2::/64"
+        );
+        assert_ne!(
+            key("[2001:db8:1:3::1]:5", 64),
+            key("[2001:db8:1:2::1]:5", 64)
+        );
+        assert_eq!(key("[2001:db8:1:2:3:4:5:6]:1", 48), "15:2001:db8:1::/48");
+        assert_eq!(key("[2001:db8::1]:1", 128), "11:2001:db8::1");
+        assert_eq!(key("[::ffff:192.0.2.9]:1", 64), "9:192.0.2.9", "IPv4 whole");
+        assert_eq!(key("198.51.100.7:1", 1), "12:198.51.100.7");
+        assert_eq!(key("[2001:db8::1]:1", 1), "4:::/1");
     }
 
     #[test]
@@ -376,6 +446,9 @@ mod tests {
             shared_key(&key_prefix("default", "per-user", 0), "3:abc"),
             "ratelimit/default/per-user/0/3:abc"
         );
-        assert_eq!(zone_key("default"), "ratelimit/default/~zone");
+        assert_eq!(
+            rule_zone_key("default", "per-user"),
+            "ratelimit/default/per-user/~zone"
+        );
     }
 }

@@ -60,9 +60,21 @@
 //! a fixed window rewrites the window start in place, a token bucket its timestamp. Keys are
 //! never deleted (Envoy's shared data has no delete), so the count only grows until the gateway
 //! restarts.
+//!
+//! # A store that fails
+//!
+//! An nginx zone with `eviction=none` refuses a new key once full; any host may fail a call
+//! (`tollgate_common::shared_data::StoreError::Failed`). The limiter never takes a failure for
+//! "no state" (which would admit the request uncharged): a client key the store refuses goes to
+//! the rule limit's overflow bucket when [`OnStoreFull::Overflow`] is set (that bucket is created in
+//! `on_configure`, before the zone can fill up), and every other failure, or a refused key under
+//! [`OnStoreFull::Deny`], gives [`Verdict::StoreFailed`], after refunding what the request had
+//! already been charged. The key-creation lease is released even when the key's write fails.
 
-use tollgate_common::shared_data::{cas_update, create_once, Created, SharedStore, Zone};
-pub use tollgate_common::shared_data::{ensure_zone, CREATION_LEASE_MS};
+use tollgate_common::shared_data::{
+    cas_update, create_once, CreateError, Created, SharedStore, StoreError, Zone,
+};
+pub use tollgate_common::shared_data::{ensure_key, ensure_zone, CREATION_LEASE_MS};
 
 use crate::algorithm::{Decision, Limit, State};
 use crate::state::{decode, encode};
@@ -77,17 +89,29 @@ pub enum OnContention {
     Deny,
 }
 
+/// Where a new client goes when the store refuses its key (an nginx zone full, `eviction=none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreFull {
+    /// [`Verdict::StoreFailed`]: the filter's `store_full` policy answers the request.
+    #[default]
+    Deny,
+    /// Charged in the rule limit's overflow bucket, with every other such client.
+    Overflow,
+}
+
 /// The limiter's settings (from the configuration).
 #[derive(Debug, Clone, Copy)]
 pub struct Settings<'a> {
-    /// `ratelimit/<zone>/~zone`.
+    /// The record counting the rule's client keys: `ratelimit/<zone>/<rule>/~zone`.
     pub zone_key: &'a str,
     /// Retries after the first attempt, per CAS loop.
     pub cas_retries: u32,
     /// Policy when retries run out.
     pub on_contention: OnContention,
-    /// Largest number of client keys in the zone.
+    /// Largest number of client keys of the rule.
     pub max_keys: u64,
+    /// Where a client goes whose new key the store refuses.
+    pub store_full: OnStoreFull,
 }
 
 /// One limit to charge for a request.
@@ -119,6 +143,9 @@ pub enum Verdict {
     ContentionAllowed,
     /// CAS retries ran out and `on_contention` is `deny`.
     ContentionDenied,
+    /// The store failed (this host status), or refused a new key under [`OnStoreFull::Deny`];
+    /// nothing stays charged.
+    StoreFailed(u32),
 }
 
 /// What happened, for metrics.
@@ -134,6 +161,8 @@ pub struct Stats {
     pub refund_failures: u32,
     /// Creation locks found taken over when releasing them (lease exceeded).
     pub lock_lost: u32,
+    /// New client keys the store refused (nginx: a full zone that evicts nothing).
+    pub store_full: u32,
 }
 
 /// The verdict and the statistics of one request.
@@ -145,8 +174,13 @@ pub struct Report {
     pub stats: Stats,
 }
 
-/// A read that could not complete within the retry budget.
-struct Contended;
+/// Why a limit's state could not be read.
+enum Unreadable {
+    /// The retry budget ran out.
+    Contended,
+    /// The store failed (this host status).
+    Failed(u32),
+}
 
 /// Checks and charges a request of `weight` units at `now_ms` (Unix ms) against `targets` (the
 /// limits of its rule, in order). See the module documentation.
@@ -161,8 +195,9 @@ pub fn check<S: SharedStore + ?Sized>(
     let attempts = settings.cas_retries.saturating_add(1);
     let mut pending: Vec<(State, Decision, Option<u32>)> = Vec::with_capacity(targets.len());
     for (index, target) in targets.iter_mut().enumerate() {
-        let Ok((state, cas)) = read(store, settings, target, now_ms, &mut stats) else {
-            return contention(store, settings, &[], &[], weight, stats);
+        let (state, cas) = match read(store, settings, target, now_ms, &mut stats) {
+            Ok(read) => read,
+            Err(why) => return unreadable(store, settings, &[], &[], weight, stats, why),
         };
         let (next, decision) = target.limit.apply(state, now_ms, weight);
         if !decision.allowed {
@@ -183,20 +218,28 @@ pub fn check<S: SharedStore + ?Sized>(
         };
         let mut tries = 1u32;
         loop {
-            if store
-                .set(&target.key, &encode(target.limit, &next), cas)
-                .is_ok()
-            {
-                decisions.push(decision);
-                break;
+            match store.set(&target.key, &encode(target.limit, &next), cas) {
+                Ok(()) => {
+                    decisions.push(decision);
+                    break;
+                }
+                Err(StoreError::Failed(status)) => {
+                    let why = Unreadable::Failed(status);
+                    return unreadable(store, settings, charged, &decisions, weight, stats, why);
+                }
+                Err(StoreError::CasMismatch) => {}
             }
             stats.cas_retries = stats.cas_retries.saturating_add(1);
             if tries >= attempts {
-                return contention(store, settings, charged, &decisions, weight, stats);
+                let why = Unreadable::Contended;
+                return unreadable(store, settings, charged, &decisions, weight, stats, why);
             }
             tries = tries.saturating_add(1);
-            let Ok((state, fresh_cas)) = read(store, settings, target, now_ms, &mut stats) else {
-                return contention(store, settings, charged, &decisions, weight, stats);
+            let (state, fresh_cas) = match read(store, settings, target, now_ms, &mut stats) {
+                Ok(read) => read,
+                Err(why) => {
+                    return unreadable(store, settings, charged, &decisions, weight, stats, why)
+                }
             };
             (next, decision) = target.limit.apply(state, now_ms, weight);
             cas = fresh_cas;
@@ -215,42 +258,55 @@ pub fn check<S: SharedStore + ?Sized>(
     }
 }
 
-fn contention<S: SharedStore + ?Sized>(
+/// The verdict when a limit's state could not be read or written: `on_contention` for a
+/// contended key; [`Verdict::StoreFailed`] for a failed store (what was charged is refunded).
+fn unreadable<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
     charged: &[Target<'_>],
     decisions: &[Decision],
     weight: u64,
     mut stats: Stats,
+    why: Unreadable,
 ) -> Report {
-    let verdict = match settings.on_contention {
-        OnContention::Allow => Verdict::ContentionAllowed,
-        OnContention::Deny => {
+    let verdict = match (why, settings.on_contention) {
+        (Unreadable::Contended, OnContention::Allow) => Verdict::ContentionAllowed,
+        (Unreadable::Contended, OnContention::Deny) => {
             refund(store, settings, charged, decisions, weight, &mut stats);
             Verdict::ContentionDenied
+        }
+        (Unreadable::Failed(status), _) => {
+            refund(store, settings, charged, decisions, weight, &mut stats);
+            Verdict::StoreFailed(status)
         }
     };
     Report { verdict, stats }
 }
 
 /// The current state of `target` and its CAS token, creating the key if it is missing (and
-/// switching to the overflow bucket if the zone is full).
+/// switching to the overflow bucket if the rule's keys are all taken, or the store refuses the
+/// key under [`OnStoreFull::Overflow`]).
 fn read<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
     target: &mut Target<'_>,
     now_ms: u64,
     stats: &mut Stats,
-) -> Result<(State, Option<u32>), Contended> {
+) -> Result<(State, Option<u32>), Unreadable> {
+    let get = |key: &str| match store.get(key) {
+        Ok(read) => Ok(read),
+        Err(StoreError::Failed(status)) => Err(Unreadable::Failed(status)),
+        Err(StoreError::CasMismatch) => Err(Unreadable::Contended),
+    };
     // At most: the client key, then the overflow bucket.
     for _ in 0..2 {
-        let (value, cas) = store.get(&target.key);
+        let (value, cas) = get(&target.key)?;
         if let Some(value) = value {
             let state = decode(target.limit, &value).unwrap_or_else(|| target.limit.initial());
             return Ok((state, cas));
         }
         let initial = encode(target.limit, &target.limit.initial());
-        match create(
+        let to_overflow = match create(
             store,
             settings,
             &target.key,
@@ -259,24 +315,32 @@ fn read<S: SharedStore + ?Sized>(
             now_ms,
             stats,
         )? {
-            Created::Ready => {}
-            Created::ZoneFull => {
-                stats.overflowed = stats.overflowed.saturating_add(1);
-                target.key = target.overflow_key.to_string();
-                target.counted = false;
-                continue;
+            Created::Ready => false,
+            Created::ZoneFull => true,
+            Created::StoreFull(status) => {
+                stats.store_full = stats.store_full.saturating_add(1);
+                if settings.store_full == OnStoreFull::Deny || !target.counted {
+                    return Err(Unreadable::Failed(status));
+                }
+                true
             }
+        };
+        if to_overflow {
+            stats.overflowed = stats.overflowed.saturating_add(1);
+            target.key = target.overflow_key.to_string();
+            target.counted = false;
+            continue;
         }
-        let (value, cas) = store.get(&target.key);
+        let (value, cas) = get(&target.key)?;
         return match value {
             Some(value) => Ok((
                 decode(target.limit, &value).unwrap_or_else(|| target.limit.initial()),
                 cas,
             )),
-            None => Err(Contended),
+            None => Err(Unreadable::Contended),
         };
     }
-    Err(Contended)
+    Err(Unreadable::Contended)
 }
 
 /// Creates `key` with `initial` exactly once, under the zone's creation lease
@@ -289,7 +353,7 @@ fn create<S: SharedStore + ?Sized>(
     counted: bool,
     now_ms: u64,
     stats: &mut Stats,
-) -> Result<Created, Contended> {
+) -> Result<Created, Unreadable> {
     let attempts = settings.cas_retries.saturating_add(1);
     let zone = Zone {
         key: settings.zone_key,
@@ -300,7 +364,10 @@ fn create<S: SharedStore + ?Sized>(
     stats.cas_retries = stats.cas_retries.saturating_add(did.cas_retries);
     stats.keys_created = stats.keys_created.saturating_add(u32::from(did.created));
     stats.lock_lost = stats.lock_lost.saturating_add(u32::from(did.lock_lost));
-    result.ok_or(Contended)
+    result.map_err(|e| match e {
+        CreateError::Contended => Unreadable::Contended,
+        CreateError::Failed(status) => Unreadable::Failed(status),
+    })
 }
 
 /// Gives back `weight` units to each of `charged` (their decisions in `decisions`).

@@ -20,9 +20,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 
-use tollgate_common::shared_data::{CasMismatch, MemoryStore, Semantics, SharedStore};
+use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
-use tollgate_rate_limit::limiter::{check, ensure_zone, OnContention, Settings, Target, Verdict};
+use tollgate_rate_limit::limiter::{
+    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict,
+};
 use tollgate_rate_limit::state::{decode, ZoneRecord};
 
 const T0: u64 = 1_700_006_400_000;
@@ -99,11 +101,11 @@ struct Scheduled<'a> {
 }
 
 impl SharedStore for Scheduled<'_> {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
         self.gate.turn(self.me);
         self.inner.get(key)
     }
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         self.gate.turn(self.me);
         self.inner.set(key, value, cas)
     }
@@ -134,7 +136,7 @@ impl Sim<'_> {
     fn run(&self, seed: u64) -> (Tally, MemoryStore) {
         let store = MemoryStore::new(self.semantics);
         // Every worker's root context runs ensure_zone in on_configure; one of them creates it.
-        ensure_zone(&store, ZONE);
+        ensure_zone(&store, ZONE).unwrap();
         let gate = Gate::new(WORKERS, seed);
         let overflow: Vec<String> = (0..self.limits.len())
             .map(|i| format!("ratelimit/sim/r/{i}/~overflow"))
@@ -144,6 +146,7 @@ impl Sim<'_> {
             cas_retries: self.cas_retries,
             on_contention: self.on_contention,
             max_keys: self.max_keys,
+            store_full: OnStoreFull::Deny,
         };
         let tallies: Vec<Tally> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..WORKERS)
@@ -188,6 +191,9 @@ impl Sim<'_> {
                                 Verdict::Limited { .. } => tally.limited += 1,
                                 Verdict::ContentionAllowed => tally.contention_allowed += 1,
                                 Verdict::ContentionDenied => tally.contention_denied += 1,
+                                Verdict::StoreFailed(status) => {
+                                    panic!("an unbounded store failed: {status}")
+                                }
                             }
                         }
                         gate.exit(me);
@@ -216,7 +222,7 @@ impl Sim<'_> {
 const SEEDS: u64 = 60;
 
 fn zone(s: &MemoryStore) -> ZoneRecord {
-    ZoneRecord::decode(&s.get(ZONE).0.unwrap()).unwrap()
+    ZoneRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
 }
 
 /// A fresh key hammered by 4 workers: exactly N admitted, the key created once, under both
@@ -288,7 +294,11 @@ fn several_limits_stay_exact_and_refunds_leave_no_over_consumption() {
                 "{semantics:?} seed {seed}: {t:?}"
             );
             assert_eq!(t.refund_failures, 0);
-            let first = decode(&limits[0], &store.get("ratelimit/sim/r/0/hot").0.unwrap()).unwrap();
+            let first = decode(
+                &limits[0],
+                &store.get("ratelimit/sim/r/0/hot").unwrap().0.unwrap(),
+            )
+            .unwrap();
             assert_eq!(
                 first,
                 State::FixedWindow {
@@ -356,8 +366,10 @@ fn fail_open_and_fail_closed_under_real_contention() {
                 let (t, store) = sim.run(seed);
                 let charged = t.allowed.get("hot").copied().unwrap_or(0);
                 assert!(charged <= n, "{t:?}");
-                let count = match decode(&limits[0], &store.get("ratelimit/sim/r/0/hot").0.unwrap())
-                {
+                let count = match decode(
+                    &limits[0],
+                    &store.get("ratelimit/sim/r/0/hot").unwrap().0.unwrap(),
+                ) {
                     Some(State::FixedWindow { count, .. }) => count,
                     other => panic!("{other:?}"),
                 };

@@ -59,6 +59,23 @@ fn refusals_name_the_field() {
             json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "on_contention": "maybe"}),
             "on_contention",
         ),
+        (
+            json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "store_full": {"action": "pool"}}),
+            "store_full.action",
+        ),
+        (
+            json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "store_full": {"status": 302}}),
+            "store_full.status",
+        ),
+        (rule(json!({"max_keys": 0})), "rules[0].max_keys"),
+        (
+            rule(json!({"key": [{"client_address": {"ipv6_prefix": 0}}]})),
+            "rules[0].key[0].client_address.ipv6_prefix",
+        ),
+        (
+            rule(json!({"key": [{"client_address": {"ipv6_prefix": 129}}]})),
+            "rules[0].key[0].client_address.ipv6_prefix",
+        ),
         (rule(json!({"name": "has space"})), "rules[0].name"),
         (rule(json!({"name": "x".repeat(33)})), "rules[0].name"),
         (rule(json!({"limits": []})), "rules[0].limits"),
@@ -194,7 +211,8 @@ fn a_full_configuration_compiles() {
         .as_bytes(),
     )
     .unwrap();
-    assert_eq!(c.zone_key, "ratelimit/edge/~zone");
+    assert_eq!(c.rules[0].zone_key, "ratelimit/edge/per-user/~zone");
+    assert_eq!(c.rules[0].max_keys, 10, "the zone-wide default");
     assert_eq!(
         (c.status, c.headers_on_allowed, c.cas_retries, c.max_keys),
         (503, false, 0, 10)
@@ -205,7 +223,10 @@ fn a_full_configuration_compiles() {
         r.key,
         vec![
             KeyPart::Header("x-jwt-sub".into()),
-            KeyPart::ClientAddress { trusted_hops: 2 },
+            KeyPart::ClientAddress {
+                trusted_hops: 2,
+                ipv6_prefix: 64
+            },
             KeyPart::Path,
             KeyPart::Method,
             KeyPart::Host

@@ -15,10 +15,10 @@
 
 use std::cell::{Cell, RefCell};
 
-use tollgate_common::shared_data::{CasMismatch, MemoryStore, Semantics, SharedStore};
+use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
 use tollgate_rate_limit::limiter::{
-    check, ensure_zone, OnContention, Settings, Target, Verdict, CREATION_LEASE_MS,
+    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict, CREATION_LEASE_MS,
 };
 use tollgate_rate_limit::state::{decode, encode, ZoneRecord};
 
@@ -32,13 +32,14 @@ fn settings(cas_retries: u32, on_contention: OnContention, max_keys: u64) -> Set
         cas_retries,
         on_contention,
         max_keys,
+        store_full: OnStoreFull::Deny,
     }
 }
 
 fn store(semantics: Semantics) -> MemoryStore {
     let s = MemoryStore::new(semantics);
-    assert!(ensure_zone(&s, ZONE));
-    assert!(!ensure_zone(&s, ZONE), "only once");
+    assert_eq!(ensure_zone(&s, ZONE), Ok(true));
+    assert_eq!(ensure_zone(&s, ZONE), Ok(false), "only once");
     s
 }
 
@@ -78,11 +79,11 @@ fn allowed(v: &Verdict) -> bool {
 }
 
 fn zone(s: &MemoryStore) -> ZoneRecord {
-    ZoneRecord::decode(&s.get(ZONE).0.unwrap()).unwrap()
+    ZoneRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
 }
 
 fn state(s: &MemoryStore, limit: &Limit, key: &str) -> State {
-    decode(limit, &s.get(key).0.unwrap()).unwrap()
+    decode(limit, &s.get(key).unwrap().0.unwrap()).unwrap()
 }
 
 #[test]
@@ -197,11 +198,11 @@ struct Hooked<'a, F: Fn(&'static str, &str)> {
 }
 
 impl<F: Fn(&'static str, &str)> SharedStore for Hooked<'_, F> {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
         (self.hook)("get", key);
         self.inner.get(key)
     }
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         (self.hook)("set", key);
         self.inner.set(key, value, cas)
     }
@@ -227,7 +228,7 @@ fn a_race_between_read_and_commit_refunds_the_earlier_limits() {
                         window_start_ms: T0,
                         count: 3,
                     };
-                    let (_, cas) = s.get(key);
+                    let (_, cas) = s.get(key).unwrap();
                     s.set(key, &encode(&limits[1], &full), cas).unwrap();
                 }
             },
@@ -258,12 +259,12 @@ struct Meddler<'a> {
 }
 
 impl SharedStore for Meddler<'_> {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    fn get(&self, key: &str) -> Result<Read, StoreError> {
         self.inner.get(key)
     }
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         if key == self.victim {
-            let (current, token) = self.inner.get(key);
+            let (current, token) = self.inner.get(key).unwrap();
             if let Some(current) = current {
                 self.inner.set(key, &current, token).unwrap();
             }
@@ -501,7 +502,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
             (0, false),
         ] {
             let s = store(sem);
-            let (_, cas) = s.get(ZONE);
+            let (_, cas) = s.get(ZONE).unwrap();
             let locked = ZoneRecord {
                 keys: 0,
                 locked_until_ms: T0 + ahead,
@@ -510,7 +511,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
             let v = run(&s, &st, &limits, "m", T0, 1);
             if held {
                 assert_eq!(v, Verdict::ContentionDenied, "{sem:?} {ahead}");
-                assert_eq!(s.get("ratelimit/t/r/0/m").0, None);
+                assert_eq!(s.get("ratelimit/t/r/0/m").unwrap().0, None);
             } else {
                 assert!(allowed(&v), "{sem:?} {ahead}: {v:?}");
                 assert_eq!(
@@ -522,5 +523,108 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
                 );
             }
         }
+    }
+}
+
+/// A full store that evicts nothing (nginx `eviction=none`): existing clients stay limited, a new
+/// client is refused (`deny`) or charged in the overflow bucket (`overflow`), the creation lease
+/// is never left held, and a store whose reads fail never admits uncharged.
+#[test]
+fn a_full_store_lifts_no_limit_and_leaves_no_lease() {
+    for sem in BOTH {
+        for policy in [OnStoreFull::Deny, OnStoreFull::Overflow] {
+            let s = store(sem);
+            let limits = [
+                Limit::fixed_window(2, Period::Minute).unwrap(),
+                Limit::fixed_window(3, Period::Minute).unwrap(),
+            ];
+            let st = Settings {
+                store_full: policy,
+                ..settings(8, OnContention::Allow, 100)
+            };
+            // The overflow buckets exist before the store fills (the filter's on_configure).
+            for (i, l) in limits.iter().enumerate() {
+                s.set(OVERFLOW[i], &encode(l, &l.initial()), None).unwrap();
+            }
+            assert!(allowed(&run(&s, &st, &limits, "old", T0, 1)));
+            s.set_capacity(Some(s.len()));
+            let report = check(&s, &st, &mut targets(&limits, "new"), T0, 1);
+            // Deny stops at the first refused key; overflow goes on to the second limit.
+            let refused = if policy == OnStoreFull::Deny { 1 } else { 2 };
+            assert_eq!(report.stats.store_full, refused, "{sem:?} {policy:?}");
+            match policy {
+                OnStoreFull::Deny => {
+                    assert_eq!(report.verdict, Verdict::StoreFailed(10));
+                    assert_eq!(
+                        state(&s, &limits[0], OVERFLOW[0]),
+                        limits[0].initial(),
+                        "nothing charged"
+                    );
+                }
+                OnStoreFull::Overflow => {
+                    assert!(allowed(&report.verdict));
+                    assert_eq!(report.stats.overflowed, 2);
+                    // The overflow bucket (2 per minute) is shared by every new client.
+                    assert!(allowed(&run(&s, &st, &limits, "new2", T0, 1)));
+                    assert!(matches!(
+                        run(&s, &st, &limits, "new3", T0, 1),
+                        Verdict::Limited { index: 0, .. }
+                    ));
+                }
+            }
+            assert_eq!(zone(&s).locked_until_ms, 0, "the lease is released");
+            assert_eq!(
+                zone(&s).keys,
+                2,
+                "old's two keys; refused ones are not counted"
+            );
+            // The existing client keeps its state: one more, then limited.
+            assert!(allowed(&run(&s, &st, &limits, "old", T0, 1)));
+            assert!(matches!(
+                run(&s, &st, &limits, "old", T0, 1),
+                Verdict::Limited { index: 0, .. }
+            ));
+            // Reads that fail: refused, never admitted uncharged.
+            s.set_failing_reads(true);
+            assert_eq!(
+                run(&s, &st, &limits, "old", T0 + 60_000, 1),
+                Verdict::StoreFailed(10)
+            );
+        }
+    }
+}
+
+/// A write that fails after an earlier limit was charged: that charge is given back.
+#[test]
+fn a_store_failing_on_a_later_limit_refunds_the_earlier_ones() {
+    struct FailSecond<'a>(&'a MemoryStore);
+    impl SharedStore for FailSecond<'_> {
+        fn get(&self, key: &str) -> Result<Read, StoreError> {
+            self.0.get(key)
+        }
+        fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+            if key.starts_with("ratelimit/t/r/1/") && self.0.get(key)?.0.is_some() {
+                return Err(StoreError::Failed(10));
+            }
+            self.0.set(key, value, cas)
+        }
+    }
+    for sem in BOTH {
+        let s = store(sem);
+        let st = settings(8, OnContention::Allow, 100);
+        let limits = [
+            Limit::fixed_window(5, Period::Minute).unwrap(),
+            Limit::fixed_window(5, Period::Minute).unwrap(),
+        ];
+        assert!(allowed(&run(&s, &st, &limits, "c", T0, 1)));
+        let v = run(&FailSecond(&s), &st, &limits, "c", T0, 1);
+        assert_eq!(v, Verdict::StoreFailed(10));
+        let State::FixedWindow { count, .. } = state(&s, &limits[0], "ratelimit/t/r/0/c") else {
+            panic!()
+        };
+        assert_eq!(
+            count, 1,
+            "{sem:?}: the second request's unit on limit 0 was refunded"
+        );
     }
 }
