@@ -6,7 +6,9 @@
 
 pub mod config;
 pub mod http;
+pub mod identity;
 pub mod metrics;
+pub mod path;
 pub mod route;
 pub mod shared_data;
 pub mod signals;

@@ -26,6 +26,7 @@ use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
     request_header_bytes, send_json_error,
 };
+use tollgate_common::identity::HostIdentityView;
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
@@ -237,7 +238,7 @@ impl HttpContext for CostHttp {
             return Action::Pause;
         };
         let config = &shared.config;
-        self.tenant = config.tenant(request_header_bytes(config.tenant_header()).as_deref());
+        self.tenant = config.tenant(&HostIdentityView);
         let now = Periods::at(now_unix_millis() / 1_000);
         let key = config.ledger.key(&self.tenant);
         let spend = config.ledger.spend(&HostSharedData, &key, &now);

@@ -32,7 +32,8 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
-use tollgate_common::http::split_path_query;
+use tollgate_common::identity::IdentitySource;
+use tollgate_common::path::PathPolicy;
 use tollgate_common::route::RouteMatch;
 
 use crate::algorithm::{Limit, Period, MAX_UNITS};
@@ -77,6 +78,8 @@ struct RawConfig {
     on_contention: RawContention,
     #[serde(default = "default_max_keys")]
     max_keys: u64,
+    #[serde(default)]
+    paths: PathPolicy,
 }
 
 fn default_zone() -> String {
@@ -94,13 +97,6 @@ fn default_cas_retries() -> u32 {
 fn default_max_keys() -> u64 {
     DEFAULT_MAX_KEYS
 }
-/// A rule without `match` matches every request (`RouteMatch::default()` has an empty prefix).
-fn match_all() -> RouteMatch {
-    RouteMatch {
-        prefix: "/".to_string(),
-        ..RouteMatch::default()
-    }
-}
 
 #[derive(Debug, Default, Deserialize, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
@@ -114,7 +110,7 @@ enum RawContention {
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: String,
-    #[serde(rename = "match", default = "match_all")]
+    #[serde(rename = "match", default)]
     route: RouteMatch,
     #[serde(default)]
     key: Vec<RawKeyPart>,
@@ -131,6 +127,7 @@ struct RawRule {
 #[serde(rename_all = "snake_case")]
 enum RawKeyPart {
     Header(String),
+    UnverifiedHeader(String),
     ClientAddress(RawClientAddress),
     Path,
     Method,
@@ -227,13 +224,13 @@ pub struct Rule {
 impl Rule {
     /// Whether the request matches, reading only what the match needs.
     pub fn matches(&self, req: &impl RequestView) -> bool {
-        let path = if self.route.prefix == "/" {
-            "/"
-        } else {
+        let path = if self.route.needs_path() {
             match req.path().and_then(|p| std::str::from_utf8(p).ok()) {
-                Some(target) => split_path_query(target).0,
+                Some(path) => path,
                 None => return false,
             }
+        } else {
+            "/"
         };
         let method = if self.route.methods.is_empty() {
             ""
@@ -290,6 +287,11 @@ pub struct Config {
     pub on_contention: OnContention,
     /// Largest number of client keys in the zone; beyond it new clients share an overflow bucket.
     pub max_keys: u64,
+    /// How request paths are normalised before rules and keys see them.
+    pub paths: PathPolicy,
+    /// Whether a rule or a key reads the path: then every request's path is normalised first
+    /// (and refused with 400 when it cannot be).
+    pub needs_path: bool,
 }
 
 impl Config {
@@ -339,9 +341,14 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("two rules are named {:?}", r.name),
             ));
         }
-        rules.push(compile_rule(&raw.zone, r, &field)?);
+        rules.push(compile_rule(&raw.zone, r, &field, &raw.paths)?);
     }
+    let needs_path = rules
+        .iter()
+        .any(|r| r.route.needs_path() || r.key.contains(&KeyPart::Path));
     Ok(Config {
+        paths: raw.paths,
+        needs_path,
         zone_key: zone_key(&raw.zone),
         zone: raw.zone,
         rules,
@@ -356,15 +363,23 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-fn compile_rule(zone: &str, r: RawRule, field: &str) -> Result<Rule, ConfigError> {
+fn compile_rule(
+    zone: &str,
+    r: RawRule,
+    field: &str,
+    paths: &PathPolicy,
+) -> Result<Rule, ConfigError> {
     let mut route = r.route;
-    route.validate(&format!("{field}.match"))?;
+    route.validate(&format!("{field}.match"), paths)?;
     let mut key = Vec::with_capacity(r.key.len());
     for (j, part) in r.key.into_iter().enumerate() {
         let f = format!("{field}.key[{j}]");
         key.push(match part {
             RawKeyPart::Header(name) => {
-                KeyPart::Header(header_name(&name, &format!("{f}.header"))?)
+                KeyPart::Identity(IdentitySource::from_config(Some(&name), None, &f)?)
+            }
+            RawKeyPart::UnverifiedHeader(name) => {
+                KeyPart::Identity(IdentitySource::from_config(None, Some(&name), &f)?)
             }
             RawKeyPart::ClientAddress(c) => {
                 if c.trusted_hops > MAX_TRUSTED_HOPS {

@@ -11,10 +11,12 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType};
 use tollgate_common::host::{
-    add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
-    request_header_bytes, send_json_error,
+    add_response_header, count, count_n, define_counter, forward_normal_path, now_unix_millis,
+    plugin_configuration, refuse_path, request_header_bytes, send_json_error,
 };
+use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::metrics::metric_name;
+use tollgate_common::path::normalize;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
@@ -31,6 +33,7 @@ const KEYS_CREATED: &str = "tollgate_rate_limit_keys_created_total";
 const OVERFLOWED: &str = "tollgate_rate_limit_overflow_total";
 const REFUND_FAILURES: &str = "tollgate_rate_limit_refund_failures_total";
 const LOCKS_LOST: &str = "tollgate_rate_limit_creation_locks_lost_total";
+const INVALID_PATHS: &str = "tollgate_rate_limit_invalid_path_total";
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -87,6 +90,8 @@ impl RuleCounters {
 struct Shared {
     config: Config,
     counters: Vec<RuleCounters>,
+    /// Requests refused with 400 because their path cannot be normalised.
+    invalid_paths: Option<u32>,
 }
 
 #[derive(Default)]
@@ -113,7 +118,16 @@ impl RootContext for RateLimitRoot {
             .iter()
             .map(|r| RuleCounters::define(&r.name))
             .collect();
-        self.shared = Some(Rc::new(Shared { config, counters }));
+        let invalid_paths = if config.needs_path {
+            define_counter(INVALID_PATHS)
+        } else {
+            None
+        };
+        self.shared = Some(Rc::new(Shared {
+            config,
+            counters,
+            invalid_paths,
+        }));
         true
     }
 
@@ -135,19 +149,26 @@ struct RateLimitHttp {
     response_headers: Option<(usize, String)>,
 }
 
-/// The request as the key and the rule match read it; pseudo-headers fetched once, on demand.
+/// The request as the key and the rule match read it; pseudo-headers fetched once, on demand,
+/// the path normalised beforehand when the configuration reads it.
 #[derive(Default)]
 struct HostRequest {
-    path: OnceCell<Option<Vec<u8>>>,
+    path: Option<String>,
     method: OnceCell<Option<Vec<u8>>>,
     authority: OnceCell<Option<Vec<u8>>>,
 }
 
-impl RequestView for HostRequest {
+impl IdentityView for HostRequest {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         request_header_bytes(name)
     }
 
+    fn property(&self, name: &str) -> Option<Vec<u8>> {
+        HostIdentityView.property(name)
+    }
+}
+
+impl RequestView for HostRequest {
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
         hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
             .unwrap_or_default()
@@ -164,9 +185,7 @@ impl RequestView for HostRequest {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        self.path
-            .get_or_init(|| request_header_bytes(":path"))
-            .as_deref()
+        self.path.as_deref().map(str::as_bytes)
     }
 
     fn method(&self) -> Option<&[u8]> {
@@ -333,7 +352,22 @@ impl HttpContext for RateLimitHttp {
             send_json_error(500, &[], "internal_error", "rate-limit is not configured");
             return Action::Pause;
         };
-        let req = HostRequest::default();
+        let mut req = HostRequest::default();
+        if shared.config.needs_path {
+            let target = request_header_bytes(":path").unwrap_or_default();
+            match normalize(&target, &shared.config.paths) {
+                Ok(p) => {
+                    forward_normal_path(&p);
+                    req.path = Some(p.path.into_owned());
+                }
+                Err(e) => {
+                    count(shared.invalid_paths);
+                    signals::set(signals::RATE_LIMIT_DECISION, "invalid_path");
+                    refuse_path("rate-limit", e);
+                    return Action::Pause;
+                }
+            }
+        }
         let Some((index, rule)) = shared
             .config
             .rules
