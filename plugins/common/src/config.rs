@@ -61,7 +61,10 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConfigError> {
             )),
         },
         Err(e) => {
-            let path = e.path().to_string();
+            // A member whose name is empty has an empty path: name the document instead.
+            let path = Some(e.path().to_string())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| ".".to_string());
             Err(ConfigError::new(path, e.into_inner().to_string()))
         }
     }
@@ -120,6 +123,13 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_empty_member_name_still_names_a_field() {
+        // Found by fuzz/fuzz_targets/config_jwt_auth.rs: the path of `""` is empty.
+        let err = parse_json::<Outer>(b"{\"\": {!}}").unwrap_err();
+        assert_eq!(err.field, ".");
     }
 
     #[test]
