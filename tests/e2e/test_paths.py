@@ -75,38 +75,20 @@ def send(gateway, target: bytes, bearer: str | None = None, method: bytes = b"GE
 
 
 def read_response(s: socket.socket) -> tuple[int, bytes]:
-    """Reads one HTTP/1.1 response (Content-Length, chunked, or until close): Envoy keeps the
+    """Reads one HTTP/1.1 response with a Content-Length (every answer here has one: the demo
+    upstream's and the filters' local replies), else until the connection closes. Envoy keeps the
     connection of a local reply open for a second after `Connection: close`."""
     data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
+    while b"\r\n\r\n" not in data and (chunk := s.recv(65536)):
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = int(lines[0].split()[1]) if lines[0] else 0
     fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
-    chunked = fields.get(b"transfer-encoding", b"").lower() == b"chunked"
     length = int(fields[b"content-length"]) if b"content-length" in fields else None
-    while (length is not None and len(body) < length) or (chunked and not body.endswith(b"0\r\n\r\n")) \
-            or (length is None and not chunked and status not in (204, 304)):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
+    while (length is None or len(body) < length) and (chunk := s.recv(65536)):
         body += chunk
-    return status, dechunk(body) if chunked else body
-
-
-def dechunk(body: bytes) -> bytes:
-    out = b""
-    while body:
-        size, _, body = body.partition(b"\r\n")
-        n = int(size.split(b";")[0], 16)
-        if n == 0:
-            break
-        out, body = out + body[:n], body[n + 2:]
-    return out
+    return status, body
 
 
 REFUSED = 400
