@@ -179,37 +179,58 @@ fn strip_absolute_form(target: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// Whether `path` (starting with `/`) is already normal under `policy`: plain bytes only, no
-/// empty, `.` or `..` segment (a trailing `/` is fine). One pass, no allocation.
-fn already_normal(path: &[u8], policy: &PathPolicy) -> bool {
+/// Byte classes of the fast path: what a normal path may hold as is, and what ends it.
+const PLAIN: u8 = 0;
+const SLASH: u8 = 1;
+const DOT: u8 = 2;
+const SEMICOLON: u8 = 3;
+const QUERY: u8 = 4;
+/// Everything else (`%`, `\`, `#`, space, controls, non-ASCII): the slow path decides.
+const OTHER: u8 = 5;
+
+fn class(b: u8) -> u8 {
+    match b {
+        b'/' => SLASH,
+        b'.' => DOT,
+        b';' => SEMICOLON,
+        b'?' => QUERY,
+        b'#' | b'%' | b'\\' => OTHER,
+        0x21..=0x7e => PLAIN,
+        _ => OTHER,
+    }
+}
+
+/// Whether the segment that starts at `rest` (just after a `/`) is `.` or `..`.
+fn dot_segment(rest: &[u8]) -> bool {
+    let ends = |b: Option<&u8>| b.is_none_or(|&b| b == b'/' || b == b'?');
+    match rest {
+        [b'.', b'.', after @ ..] => ends(after.first()),
+        [b'.', after @ ..] => ends(after.first()),
+        _ => false,
+    }
+}
+
+/// The length of the path of an origin-form `target` when that path is already normal under
+/// `policy` (plain bytes only, no empty, `.` or `..` segment; a trailing `/` is fine), else
+/// `None`. One pass with a byte-class table, no allocation: the common case costs a few
+/// instructions per byte.
+fn normal_path_len(target: &[u8], policy: &PathPolicy) -> Option<usize> {
     let params_ok = policy.path_parameters == PathParameters::Keep;
-    // Length of the current segment so far, and whether it is all dots.
-    let mut seg_len = 0usize;
-    let mut seg_dots = 0usize;
-    let mut first = true;
-    for &b in path {
-        if first {
-            first = false;
-            continue; // the leading `/`
-        }
-        if b == b'/' {
-            if seg_len == 0 || (seg_dots == seg_len && seg_len <= 2) {
-                return false; // `//`, `/./`, `/../`
-            }
-            seg_len = 0;
-            seg_dots = 0;
-            continue;
-        }
-        if !(is_plain(b) || (b == b';' && params_ok)) {
-            return false;
-        }
-        seg_len = seg_len.saturating_add(1);
-        if b == b'.' {
-            seg_dots = seg_dots.saturating_add(1);
+    let mut after_slash = true;
+    let body = target.get(1..).unwrap_or_default();
+    for (i, &b) in body.iter().enumerate() {
+        match class(b) {
+            PLAIN => after_slash = false,
+            SEMICOLON if params_ok => after_slash = false,
+            SLASH if after_slash => return None, // `//`
+            SLASH => after_slash = true,
+            DOT if after_slash && dot_segment(body.get(i..).unwrap_or_default()) => return None,
+            DOT => after_slash = false,
+            QUERY => return Some(i.saturating_add(1)),
+            _ => return None,
         }
     }
-    // The last segment: `/a/` (empty, trailing slash) is normal; `/a/.` and `/a/..` are not.
-    !(seg_len > 0 && seg_dots == seg_len && seg_len <= 2)
+    Some(target.len())
 }
 
 /// Step 1: decodes and checks characters. Separators are `/` in the output; everything a
@@ -317,6 +338,25 @@ fn resolve(decoded: &[u8]) -> Result<Vec<u8>, PathError> {
 ///
 /// Errors: the [`PathError`] that makes the target unacceptable (the filter answers 400).
 pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPath<'a>, PathError> {
+    let query_text = |q: Option<&'a [u8]>| match q {
+        // The query is forwarded as received; it only has to be text to be carried along.
+        Some(q) => std::str::from_utf8(q)
+            .map(Some)
+            .map_err(|_| PathError::BadCharacter),
+        None => Ok(None),
+    };
+    if target.first() == Some(&b'/') {
+        if let Some(end) = normal_path_len(target, policy) {
+            // Plain bytes are ASCII: the conversion cannot fail.
+            let path = std::str::from_utf8(target.get(..end).unwrap_or_default())
+                .map_err(|_| PathError::BadCharacter)?;
+            return Ok(RequestPath {
+                path: Cow::Borrowed(path),
+                query: query_text(target.get(end.saturating_add(1)..))?,
+                changed: false,
+            });
+        }
+    }
     let (raw_path, query) = match target.iter().position(|&b| b == b'?') {
         Some(q) => (
             target.get(..q).unwrap_or_default(),
@@ -324,11 +364,7 @@ pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPat
         ),
         None => (target, None),
     };
-    // The query is forwarded as received; it only has to be text to be carried along.
-    let query = match query {
-        Some(q) => Some(std::str::from_utf8(q).map_err(|_| PathError::BadCharacter)?),
-        None => None,
-    };
+    let query = query_text(query)?;
     let (path, absolute) = match raw_path.first() {
         Some(b'/') => (raw_path, false),
         _ => (
@@ -336,15 +372,6 @@ pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPat
             true,
         ),
     };
-    if !absolute && already_normal(path, policy) {
-        if let Ok(text) = std::str::from_utf8(path) {
-            return Ok(RequestPath {
-                path: Cow::Borrowed(text),
-                query,
-                changed: false,
-            });
-        }
-    }
     let normal = resolve(&decode(path, policy)?)?;
     let normal = String::from_utf8(normal).map_err(|_| PathError::BadCharacter)?;
     let changed = absolute || normal.as_bytes() != path;

@@ -4,6 +4,7 @@
 //! Host calls go through `proxy_wasm::hostcalls` with their errors handled, not through the SDK's
 //! trait helpers that unwrap (a header value that is not UTF-8 would trap there).
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::rc::Rc;
 
@@ -153,7 +154,7 @@ struct RateLimitHttp {
 /// the path normalised beforehand when the configuration reads it.
 #[derive(Default)]
 struct HostRequest {
-    path: Option<String>,
+    path: Option<Vec<u8>>,
     method: OnceCell<Option<Vec<u8>>>,
     authority: OnceCell<Option<Vec<u8>>>,
 }
@@ -185,7 +186,7 @@ impl RequestView for HostRequest {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        self.path.as_deref().map(str::as_bytes)
+        self.path.as_deref()
     }
 
     fn method(&self) -> Option<&[u8]> {
@@ -354,11 +355,19 @@ impl HttpContext for RateLimitHttp {
         };
         let mut req = HostRequest::default();
         if shared.config.needs_path {
-            let target = request_header_bytes(":path").unwrap_or_default();
+            let mut target = request_header_bytes(":path").unwrap_or_default();
             match normalize(&target, &shared.config.paths) {
                 Ok(p) => {
                     forward_normal_path(&p);
-                    req.path = Some(p.path.into_owned());
+                    // Already normal (the common case): the target itself, cut at its query.
+                    req.path = Some(match p.path {
+                        Cow::Owned(normal) => normal.into_bytes(),
+                        Cow::Borrowed(path) => {
+                            let len = path.len();
+                            target.truncate(len);
+                            target
+                        }
+                    });
                 }
                 Err(e) => {
                     count(shared.invalid_paths);
