@@ -26,12 +26,14 @@ from harness import FilterSpec, GatewaySpec
 HUGE = 10**18
 
 
-def tollgate() -> FilterSpec:
+def tollgate(verified: bool = False) -> FilterSpec:
+    """The filter; `verified`: the tenant is the subject jwt-auth verified (x-jwt-sub, for the
+    stacks, where jwt-auth runs), else the x-tenant header as sent (this filter alone)."""
     return FilterSpec("cost", {
         "ledger": "bench",
         "prices": {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07,
                                    "cache_read_input_token_cost": 7.5e-08}},
-        "tenant": {"header": "x-tenant"},
+        "tenant": {"header": "x-jwt-sub"} if verified else {"unverified_header": "x-tenant"},
         "budgets": {"default": {"day_nano_usd": HUGE}},
     })
 

@@ -53,7 +53,8 @@ def main() -> None:
 
     blue = lambda up: {"blue": up["blue"]}
     rl_native = lambda: rate_limit.native(rate_limit.HUGE, rate_limit.HUGE, "1s")
-    likely = lambda: [metrics.tollgate(), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False), cost.tollgate()]
+    # In the stacks, jwt-auth verifies the subject the other filters take their identity from.
+    likely = lambda: [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True)]
     native_likely = lambda: [jwt_auth.native(keys, False), rl_native()]
     variants = {
         "proxy-only": lambda up: spec([], blue(up)),

@@ -29,6 +29,8 @@ configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 | floor-1 | bench/wasm-floor (a filter that does nothing; its module exports only the stream callback proxy_on_request_headers, as scripts/build.sh trims it) |
 | floor-1-all | the same filter untrimmed: every stream callback exported, as the proxy-wasm Rust SDK does |
 | floor-5 | the same filter five times in the chain (`proxy_wasm wasm_floor` x5: one module, five filters) |
+| likely | gateway.py's tollgate-likely: metrics, jwt-auth, rate-limit, cost; the identities are the subject jwt-auth verified |
+| likely-dotted | the same, the request's path spelt `/v1/./chat//completions`: the filters' path normalisation takes its slow path and rewrites `:path` (not ordered with the others in the sanity check) |
 | full | gateway.py's tollgate-full: metrics, jwt-auth, rate-limit, cost, sticky-upstream (3 upstreams) |
 
 Modules: `--module [LABEL=]PATH`, repeatable (default: the built target/nginx/
@@ -36,6 +38,10 @@ ngx_http_tollgate_wasm_module.so, label "built"). Every module is copied first (
 ngx_http_tollgate_wasm_module.so, the name the layer split recognises) and so are the filters'
 .wasm files, so that a rebuild during the run changes nothing and every module runs the same
 wasm. Ratios are each module / the first one.
+
+Builds of the filters: `--wasm LABEL=DIR`, repeatable (a directory of tollgate_*.wasm, e.g. main's
+and this branch's): then the columns are these builds, all run by the first module, and the
+ratios are each build / the first one (what a change to the filters costs per request).
 
 Layers (per request; self costs by object and symbol, as /tmp/prof/cgparse.py of the profiling
 report): wasm JIT (code with no object: the filters' compiled wasm, with the proxy-wasm SDK and
@@ -49,6 +55,8 @@ inclusive cost of each call edge (recursively through other such code).
     scripts/bench.sh instructions --variants proxy-only,full --warmup 20 --requests 100
     scripts/bench.sh instructions --repeat 3                 # three runs per cell: the median run, and the spread
     scripts/bench.sh instructions --smoke                    # W=3, N=5, proxy-only and floor-1 (~20 s; part of the tests)
+    scripts/bench.sh instructions --wasm main=/tmp/main-wasm --wasm branch=target/wasm32-wasip1/release \
+        --variants proxy-only,likely,likely-dotted,full      # what the filters' changes cost per request
 
 Output: bench/results/instructions.{md,json} (smoke: instructions.smoke.*); the callgrind
 files stay in bench/results/tmp/instructions/<module>/<variant>/run<k>/callgrind.out.1 for
@@ -86,7 +94,10 @@ from harness import DemoUpstream, GatewaySpec
 BENCH = runner.BENCH
 ROOT = runner.ROOT
 MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
-VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "full"]
+VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "likely", "likely-dotted", "full"]
+# Variants the sanity check does not order (same chain as another, another request).
+UNORDERED = {"likely-dotted"}
+DOTTED_PATH = "/v1/./chat//completions"
 SMOKE_VARIANTS = ["proxy-only", "floor-1"]
 LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "nginx", "other"]
 READY_TIMEOUT_S = 1800  # the full chain's compilation under valgrind: ~3 min idle, more when the machine is busy
@@ -111,6 +122,7 @@ class Module:
     path: pathlib.Path  # the copy that nginx loads
     sha256: str = ""
     size: int = 0  # bytes
+    wasm_dir: pathlib.Path | None = None  # the filters this build runs (--wasm); None: the snapshot
 
 
 @dataclasses.dataclass
@@ -151,17 +163,18 @@ def snapshot_modules(args: list[tuple[str, pathlib.Path]], workdir: pathlib.Path
     return out
 
 
-def snapshot_wasm(workdir: pathlib.Path) -> dict[str, str]:
-    """Copies the filters' .wasm files (harness.WASM_DIR) into workdir/wasm and points the harness
-    at the copies; returns {file name: sha256}."""
-    dst = workdir / "wasm"
+def snapshot_wasm(workdir: pathlib.Path, src: pathlib.Path | None = None, label: str = "wasm") -> dict[str, str]:
+    """Copies the filters' .wasm files (from `src`, default harness.WASM_DIR) into
+    workdir/<label> and, by default, points the harness at the copies; returns {file name: sha256}."""
+    dst = workdir / label
     dst.mkdir(parents=True, exist_ok=True)
-    files = sorted(harness.WASM_DIR.glob("tollgate_*.wasm"))
+    files = sorted((src or harness.WASM_DIR).glob("tollgate_*.wasm"))
     if not files:
-        raise SystemExit(f"no filters in {harness.WASM_DIR}: run scripts/build.sh")
+        raise SystemExit(f"no filters in {src or harness.WASM_DIR}: run scripts/build.sh")
     for f in files:
         shutil.copy2(f, dst / f.name)
-    harness.WASM_DIR = dst
+    if src is None:
+        harness.WASM_DIR = dst
     return {f.name: sha256(dst / f.name) for f in files}
 
 
@@ -178,21 +191,24 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
         return spec([floor(True)], blue)
     if name == "floor-5":
         return spec([floor() for _ in range(5)], blue)
+    # As gateway.py's stacks: the identities are the subject jwt-auth verified.
+    likely = [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True)]
+    if name in ("likely", "likely-dotted"):
+        return spec(likely, blue)
     if name == "full":
-        chain = [metrics.tollgate(), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False), cost.tollgate(),
-                 sticky_upstream.tollgate()]
+        chain = likely + [sticky_upstream.tollgate()]
         return spec(chain, sticky_upstream.tollgate_upstreams(ports), route_header=sticky_upstream.ROUTE_HEADER)
     raise SystemExit(f"unknown variant {name}; known: {VARIANTS}")
 
 
-def stack_full_request(keys: jwt_auth.Keys) -> Request:
+def stack_full_request(keys: jwt_auth.Keys, path: str = "/v1/chat/completions") -> Request:
     """bench/k6/gateway.js's `stack-full` request, with the token and cookie bench/gateway.py gives it."""
     body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}, separators=(",", ":"))
     headers = {"content-type": "application/json", "x-tenant": "bench-tenant",
                "x-mock-prompt-tokens": "120", "x-mock-completion-tokens": "40", "x-mock-cached-tokens": "20",
                "authorization": f"Bearer {keys.hs256}", "x-api-key": "bench-client",
                "cookie": sticky_upstream.sticky_cookie(None), "user-agent": "tollgate-bench-k6"}
-    return Request("POST", "/v1/chat/completions", headers, body.encode())
+    return Request("POST", path, headers, body.encode())
 
 
 # --- one cell: nginx under callgrind --------------------------------------------------------------
@@ -455,6 +471,8 @@ def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--module", action="append", default=[], metavar="[LABEL=]PATH",
                     help=f"a build of the module (repeatable; default: built={harness.NGINX_MODULE.relative_to(ROOT)})")
+    ap.add_argument("--wasm", action="append", default=[], metavar="LABEL=DIR",
+                    help="a build of the filters (repeatable): compare builds, run by the first module")
     ap.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up requests (default 50; smoke 3)")
     ap.add_argument("--requests", type=int, default=None, help="measured requests (default 200; smoke 5)")
@@ -500,7 +518,7 @@ def check(cells: list[dict], n: int) -> list[str]:
         if abs(sum(run["layers_per_request"].values()) - run["per_request"]) > 1:
             problems.append(f"{where}: the layers do not add up to the total")
     for label in dict.fromkeys(c["module"] for c in cells):
-        row = [c for c in cells if c["module"] == label]  # in VARIANTS order
+        row = [c for c in cells if c["module"] == label and c["variant"] not in UNORDERED]  # in VARIANTS order
         for a, b in zip(row, row[1:]):
             if not a["per_request"] < b["per_request"]:
                 problems.append(f"{label}: {b['variant']} ({b['per_request']:.0f}) not above {a['variant']} ({a['per_request']:.0f})")
@@ -560,9 +578,13 @@ def markdown(res: dict) -> str:
              + (f"{res['repeat']} runs per cell, each from a fresh nginx: the tables give the median run, the spread is below "
                 "(within this one invocation: separate invocations, with new keys, tokens and ports, have differed more)."
                 if res["repeat"] > 1 else "One run per cell (`--repeat 3` shows the spread)."), "",
-             "Modules: " + "; ".join(f"**{x['label']}** = `{x['source']}` (sha256 {x['sha256'][:12]}…)" for x in res["modules"]) + ". "
-             "Filters: " + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items()) + ", copied from "
-             f"`{res['wasm_dir']}` at the start, the same for every module.", "",
+             ("Filter builds: " + "; ".join(f"**{x['label']}** = `{x['source']}`" for x in res["modules"])
+                 + f", run by the module {res['modules'][0]['sha256'][:12]}…. Filters: "
+                 + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items() if "/" in k) + ", copied at the start."
+                 if any(x.get("wasm_dir") for x in res["modules"]) else
+                 "Modules: " + "; ".join(f"**{x['label']}** = `{x['source']}` (sha256 {x['sha256'][:12]}…)" for x in res["modules"]) + ". "
+                 "Filters: " + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items()) + ", copied from "
+                 f"`{res['wasm_dir']}` at the start, the same for every module."), "",
              "## Instructions per request", "",
              "| variant | " + " | ".join(labels) + "".join(f" | {x}/{labels[0]}" for x in labels[1:])
              + "".join(f" | {x} − proxy-only" for x in labels) + "".join(f" | {x}/{labels[0]} (− proxy-only)" for x in labels[1:]) + " |",
@@ -627,7 +649,7 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
     """Every (module, variant) cell `repeat` times (each round runs every cell in turn), with the
     three demo upstreams up; returns the cells (median runs)."""
     keys = jwt_auth.make_keys(ttl=86400 * 7)
-    request = stack_full_request(keys)
+    requests = {v: stack_full_request(keys, DOTTED_PATH if v == "likely-dotted" else "/v1/chat/completions") for v in variants}
     upstreams: dict[str, DemoUpstream] = {}
     runs: dict[tuple[str, str], list[dict]] = {(m.label, v): [] for m in modules for v in variants}
     try:
@@ -639,7 +661,9 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
                 for v in variants:
                     t0 = time.monotonic()
                     prefix = workdir / module.label / v / f"run{r + 1}"
-                    dump, ready = run_cell(module, v, variant_spec(v, keys, ports), request, warmup, n, prefix)
+                    if module.wasm_dir is not None:
+                        harness.WASM_DIR = module.wasm_dir
+                    dump, ready = run_cell(module, v, variant_spec(v, keys, ports), requests[v], warmup, n, prefix)
                     row = {**analyse(dump, n), "ready_seconds": ready, "cell_seconds": time.monotonic() - t0}
                     runs[(module.label, v)].append(row)
                     print(f"  run {r + 1}: {module.label} {v}: {row['per_request']:,.0f} instructions per request "
@@ -666,6 +690,16 @@ def main() -> int:
         raise SystemExit("two modules with the same label: use --module LABEL=PATH")
     modules = snapshot_modules(module_args, workdir)
     wasm = snapshot_wasm(workdir)
+    if a.wasm:
+        # One column per build of the filters, each run by the first module.
+        builds = []
+        for i, arg in enumerate(a.wasm):
+            label, src = parse_module(arg, i)
+            wasm.update({f"{label}/{k}": v for k, v in snapshot_wasm(workdir, src, f"wasm-{label}").items()})
+            builds.append(dataclasses.replace(modules[0], label=label, source=src, wasm_dir=workdir / f"wasm-{label}"))
+        if len({b.label for b in builds}) != len(builds):
+            raise SystemExit("two builds with the same label: use --wasm LABEL=DIR")
+        modules = builds
     print(f"modules: {', '.join(f'{m.label}={m.source}' for m in modules)}; variants {a.variants}; W={a.warmup} N={a.requests}", flush=True)
     cells = measure_all(modules, a.variants, a.warmup, a.requests, a.repeat, workdir)
     labels = [m.label for m in modules]
@@ -673,7 +707,8 @@ def main() -> int:
     res = {"name": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
            "command": shlex.join(["python3", "bench/instructions.py", *sys.argv[1:]]), "smoke": a.smoke,
            "warmup": a.warmup, "requests": a.requests, "repeat": a.repeat, "variants": a.variants,
-           "modules": [{"label": m.label, "source": str(m.source), "sha256": m.sha256, "size_bytes": m.size} for m in modules],
+           "modules": [{"label": m.label, "source": str(m.source), "sha256": m.sha256, "size_bytes": m.size,
+                        "wasm_dir": str(m.wasm_dir) if m.wasm_dir else None} for m in modules],
            "wasm_dir": str(wasm_dir.relative_to(ROOT) if wasm_dir.is_relative_to(ROOT) else wasm_dir), "wasm": wasm,
            "units": "instructions (callgrind Ir, user space of the nginx process); *_per_request: per measured request",
            "workdir": str(workdir.relative_to(ROOT)), "cells": cells, "ratios": ratios, "minus_proxy_only": minus, "problems": check(cells, a.requests),

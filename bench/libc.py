@@ -137,7 +137,8 @@ def main() -> None:
         harness.HOSTS[h[0]] = nginx_host(*h)
 
     keys = jwt_auth.make_keys(ttl=86400)
-    full = [metrics.tollgate(), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False), cost.tollgate(), sticky_upstream.tollgate()]
+    full = [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True),
+            sticky_upstream.tollgate()]
     spec = lambda filters, up, **kw: GatewaySpec(filters, up, stats_config=metrics.STATS_CONFIG, **kw)
     variants = [
         runner.Variant("proxy-only", lambda up: spec([], {"blue": up["blue"]})),

@@ -33,12 +33,17 @@ STATS_CONFIG = {
 }
 METRICS = {
     "routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "responses", "prefix": "/v1/responses"}, {"name": "bench", "prefix": "/bench"}],
-    "tenant": {"header": "x-tenant", "max_tenants": 100, "registry": "bench"},
+    "tenant": {"unverified_header": "x-tenant", "max_tenants": 100, "registry": "bench"},
 }
 
 
-def tollgate() -> FilterSpec:
-    return FilterSpec("metrics", METRICS)
+def tollgate(verified: bool = False) -> FilterSpec:
+    """The filter; `verified`: the tenant is the subject jwt-auth verified (x-jwt-sub, for the
+    stacks, where jwt-auth runs), else the x-tenant header as sent (this filter alone)."""
+    if not verified:
+        return FilterSpec("metrics", METRICS)
+    tenant = {k: v for k, v in METRICS["tenant"].items() if k != "unverified_header"}
+    return FilterSpec("metrics", {**METRICS, "tenant": {**tenant, "header": "x-jwt-sub"}})
 
 
 def main() -> None:

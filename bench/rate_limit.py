@@ -42,8 +42,10 @@ def native(max_tokens: int, tokens_per_fill: int, fill_interval: str) -> EnvoyNa
     })
 
 
-def tollgate(headers: bool) -> FilterSpec:
-    key = [{"header": KEY_HEADER}]
+def tollgate(headers: bool, verified: bool = False) -> FilterSpec:
+    """The filter; `verified`: keyed by the subject jwt-auth verified (x-jwt-sub, for the stacks,
+    where jwt-auth runs), else by the API key header as sent (this filter alone)."""
+    key = [{"header": "x-jwt-sub"}] if verified else [{"unverified_header": KEY_HEADER}]
     return FilterSpec("rate-limit", {
         "zone": "bench",
         "rules": [

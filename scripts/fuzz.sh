@@ -22,6 +22,7 @@ BIN="$FUZZ_TARGET_DIR/$TRIPLE/release"
 targets() { ls "$ROOT/fuzz/fuzz_targets" | sed 's/\.rs$//'; }
 
 build() {
+  "$ROOT/scripts/apt.sh" g++
   # --target keeps the flags away from build scripts and proc macros, as cargo-fuzz does.
   RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \

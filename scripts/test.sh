@@ -18,8 +18,11 @@ cargo clippy -q --target wasm32-wasip1 "${pkgs[@]}" -- -D warnings
 log "unit tests (native)"
 cargo test -q --workspace
 
-log "fuzz targets: a short seeded run of each (scripts/fuzz.sh; long runs: bench/fuzz_long.sh)"
-"$ROOT/scripts/fuzz.sh" smoke 5
+log "fuzz targets (fuzz/, its own workspace): fmt, clippy, then a short run of each from its seeds"
+# Checked without libFuzzer (no C++ build) and in the workspace's target dir (its dependencies
+# are already checked there).
+(cd fuzz && cargo fmt --check && cargo clippy -q --target-dir "$ROOT/target" --no-default-features --bins -- -D warnings)
+"$ROOT/scripts/fuzz.sh" smoke "${TOLLGATE_FUZZ_SECONDS:-5}"
 
 log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; fmt, clippy, unit tests"
 "$ROOT/scripts/build-nginx-module.sh"

@@ -10,6 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tollgate_common::identity::{IdentitySource, IdentityView};
 use tollgate_rate_limit::key::{
     canonical_ip, client_ip, client_key, key_prefix, shared_key, KeyPart, RequestView,
     MAX_CLIENT_KEY_BYTES, MAX_SHARED_KEY_BYTES,
@@ -24,10 +25,16 @@ struct Req<'a> {
     authority: &'a [u8],
 }
 
-impl RequestView for Req<'_> {
+impl IdentityView for Req<'_> {
+    fn property(&self, _name: &str) -> Option<Vec<u8>> {
+        None
+    }
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         (name == "x-key").then(|| self.header.to_vec())
     }
+}
+
+impl RequestView for Req<'_> {
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
         self.xff.iter().map(|v| v.to_vec()).collect()
     }
@@ -69,8 +76,11 @@ fuzz_target!(|data: &[u8]| {
         authority: next(),
     };
     let prefix = 1 + (choice >> 1) % 128;
+    let header = KeyPart::Identity(IdentitySource::Unverified {
+        header: "x-key".into(),
+    });
     let all = [
-        KeyPart::Header("x-key".into()),
+        header.clone(),
         KeyPart::ClientAddress {
             trusted_hops: choice % 3,
             ipv6_prefix: prefix,
@@ -93,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(longest.len() <= MAX_SHARED_KEY_BYTES, "{}", longest.len());
     }
     // A header value one byte longer (not whitespace, which is trimmed): another key.
-    if parts.contains(&KeyPart::Header("x-key".into())) {
+    if parts.contains(&header) {
         let longer = [req.header, b"x"].concat();
         let other = Req {
             header: &longer,

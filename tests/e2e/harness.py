@@ -22,9 +22,9 @@ from typing import Any
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# TOLLGATE_WASM_DIR: other builds of the filters (e.g. an older commit's, to show a test fails
-# there).
-WASM_DIR = pathlib.Path(os.environ.get("TOLLGATE_WASM_DIR", ROOT / "target" / "wasm32-wasip1" / "release"))
+# TOLLGATE_WASM_DIR runs the suites against other builds of the filters (e.g. main's, to show
+# that a new test fails there).
+WASM_DIR = pathlib.Path(os.environ.get("TOLLGATE_WASM_DIR") or ROOT / "target" / "wasm32-wasip1" / "release")
 TARGET = ROOT / "target"
 
 
@@ -125,6 +125,10 @@ class GatewaySpec:
     route_header: str | None = None  # route by this header's value (cluster name) when set
     stats_config: dict[str, Any] | None = None  # Envoy bootstrap `stats_config` (e.g. stats_tags), rendered as given
     kv_zones: dict[str, str] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}); Envoy's shared data has no zones
+    # The shipped configurations' path handling: Envoy normalises paths before the filters
+    # (normalize_path, merge_slashes, escaped slashes refused); nginx proxies the URI it
+    # normalised ($uri) instead of the raw request target. Off: both forward the raw target.
+    normalize_paths: bool = False
 
 
 class Gateway:
@@ -168,6 +172,14 @@ def wasm_filter(f: FilterSpec | EnvoyNativeFilter) -> dict:
     }
 
 
+# As in envoy/*.yaml (README: "Paths").
+ENVOY_PATH_NORMALIZATION = {
+    "normalize_path": True,
+    "merge_slashes": True,
+    "path_with_escaped_slashes_action": "REJECT_REQUEST",
+}
+
+
 def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
     default_cluster = next(iter(spec.upstreams))
     if spec.route_header:
@@ -203,6 +215,7 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
                                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                                         "stat_prefix": "gateway",
                                         "max_request_headers_kb": 96,
+                                        **(ENVOY_PATH_NORMALIZATION if spec.normalize_paths else {}),
                                         "route_config": {
                                             "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}]
                                         },
@@ -323,6 +336,8 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
         route_map = ""
     modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
                              + [f"    shm_kv {n} {args};" for n, args in (spec.kv_zones or {}).items()])
+    # As in nginx-compat/conf/*.conf: proxy the URI nginx normalised, not the raw target.
+    rewrite = "            rewrite ^ $uri break;\n" if spec.normalize_paths else ""
     chain_conf = "\n".join(chain)
     return f"""# Rendered by tests/e2e/harness.py (NginxHost)
 load_module {module};
@@ -350,7 +365,7 @@ http {{
 {route_map}    server {{
         listen 127.0.0.1:{listen_port} reuseport;
         location / {{
-{chain_conf}
+{rewrite}{chain_conf}
             proxy_pass {target};
             proxy_http_version 1.1;
             proxy_set_header Connection "";

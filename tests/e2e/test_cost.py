@@ -45,7 +45,7 @@ PRICES = {
 CONFIG = {
     "ledger": "e2e",
     "prices": PRICES,
-    "tenant": {"header": TENANT},
+    "tenant": {"unverified_header": TENANT},
     "budgets": {"tenants": {"capped": {"day_nano_usd": 1000}, "monthly": {"month_nano_usd": 1}}},
     "spend_headers": True,
 }

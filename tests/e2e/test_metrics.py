@@ -34,7 +34,7 @@ STATS_CONFIG = {
 }
 METRICS = {
     "routes": [{"name": "chat", "prefix": "/chat"}, {"name": "status", "prefix": "/status"}, {"name": "limited", "prefix": "/limited"}],
-    "tenant": {"header": "x-tenant", "max_tenants": 3, "registry": "e2e"},
+    "tenant": {"unverified_header": "x-tenant", "max_tenants": 3, "registry": "e2e"},
 }
 JWT = {
     "providers": {"main": {"issuer": ISSUER, "audiences": ["api"], "hmac_secrets": [{"alg": "HS256", "kid": "k1", "secret": SECRET}]}},
@@ -42,7 +42,7 @@ JWT = {
 }
 RATE_LIMIT = {
     "zone": "metrics-e2e",
-    "rules": [{"name": "lim", "match": {"prefix": "/limited"}, "key": [{"header": "x-tenant"}],
+    "rules": [{"name": "lim", "match": {"prefix": "/limited"}, "key": [{"unverified_header": "x-tenant"}],
                "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]}],
 }
 OUR_FAMILIES = ("tollgate_requests_total", "tollgate_request_duration_microseconds", "tollgate_request_body_bytes_total",

@@ -30,7 +30,7 @@ def fixed(requests_: int, per: str, **kw) -> dict:
 
 
 def keyed(name: str, prefix: str, limits: list[dict], **kw) -> dict:
-    return {"name": name, "match": {"prefix": prefix}, "key": [{"header": KEY}], "limits": limits, **kw}
+    return {"name": name, "match": {"prefix": prefix}, "key": [{"unverified_header": KEY}], "limits": limits, **kw}
 
 
 RULES = [
@@ -48,7 +48,7 @@ RULES = [
     keyed("weight", "/weight", [fixed(10, "minute")], weight_header="x-cost-units", max_weight=8),
     {"name": "xff", "match": {"prefix": "/xff"}, "key": [{"client_address": {"trusted_hops": 1}}], "limits": [fixed(2, "minute")]},
     {"name": "peer", "match": {"prefix": "/peer", "methods": ["GET"]},
-     "key": [{"header": KEY}, {"client_address": {"trusted_hops": 0}}, "method"], "limits": [fixed(2, "minute")]},
+     "key": [{"unverified_header": KEY}, {"client_address": {"trusted_hops": 0}}, "method"], "limits": [fixed(2, "minute")]},
 ]
 
 

@@ -31,7 +31,7 @@ BUDGET_ROUNDS = 30
 CONFIG = {
     "ledger": "spend",
     "prices": PRICES,
-    "tenant": {"header": TENANT},
+    "tenant": {"unverified_header": TENANT},
     "budgets": {"tenants": {f"capped-{i}": {"day_nano_usd": 1} for i in range(BUDGET_ROUNDS)}},
     "spend_headers": True,
 }
@@ -120,7 +120,7 @@ BUDGET = {"day_nano_usd": 1000}
 BYPASS_CONFIG = {
     "ledger": "bypass",
     "prices": PRICED,
-    "tenant": {"header": TENANT},
+    "tenant": {"unverified_header": TENANT},
     "budgets": {"tenants": {t: BUDGET for t in ("b-stream", "b-gzip", "b-gzip-sse", "b-huge", "b-huge-sse", "b-unknown",
                                                   "b-variant", "b-malformed", "b-abort", "b-large")}},
     "spend_headers": True,

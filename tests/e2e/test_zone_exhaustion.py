@@ -36,7 +36,7 @@ MAX_KEYS = 300
 def rl_config(store_full: dict | None = None, **rule) -> dict:
     config = {
         "zone": "fill",
-        "rules": [{"name": "per-client", "key": [{"header": "x-client"}],
+        "rules": [{"name": "per-client", "key": [{"unverified_header": "x-client"}],
                    "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "minute"}]} | rule],
         "max_keys": MAX_KEYS,
     }
@@ -120,7 +120,7 @@ def test_rules_keyed_by_client_chosen_values_cannot_use_up_other_rules_keys(host
         "rules": [
             {"name": "per-path", "match": {"prefix": "/anything/"}, "key": ["path"], "max_keys": 20,
              "limits": [{"algorithm": "fixed_window", "requests": 100, "per": "minute"}]},
-            {"name": "per-user", "key": [{"header": "x-user"}],
+            {"name": "per-user", "key": [{"unverified_header": "x-user"}],
              "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "minute"}]},
         ],
         "max_keys": 1000,
@@ -143,7 +143,7 @@ def test_rules_keyed_by_client_chosen_values_cannot_use_up_other_rules_keys(host
 COST = {
     "ledger": "fill",
     "prices": {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}},
-    "tenant": {"header": "x-tenant"},
+    "tenant": {"unverified_header": "x-tenant"},
     "budgets": {"tenants": {"capped": {"day_nano_usd": 1}}},
     "spend_headers": True,
     "max_tenants": MAX_KEYS,

@@ -127,3 +127,19 @@ pub fn http_call_response_body(max: usize) -> Vec<u8> {
         .flatten()
         .unwrap_or_default()
 }
+
+/// Refuses a request whose target path normalisation rejected: 400 with a JSON body
+/// (`invalid_path`) and a log line naming the filter.
+pub fn refuse_path(filter: &str, error: crate::path::PathError) {
+    log::info!("{filter}: 400 invalid_path: {error}");
+    send_json_error(400, &[], "invalid_path", error.description());
+}
+
+/// Makes the request carry the path its rules matched: rewrites `:path` to the normal form
+/// when it differs from the one received. Envoy forwards the rewritten `:path`; the nginx host
+/// does not apply `:path` writes, nginx proxies its own normalised URI instead (README).
+pub fn forward_normal_path(path: &crate::path::RequestPath<'_>) {
+    if path.changed {
+        set_request_header(":path", Some(&path.target()));
+    }
+}

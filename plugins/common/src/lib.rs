@@ -6,8 +6,10 @@
 
 pub mod config;
 pub mod http;
+pub mod identity;
 pub mod log_every;
 pub mod metrics;
+pub mod path;
 pub mod route;
 pub mod shared_data;
 pub mod signals;

@@ -1,19 +1,25 @@
-//! Route matching shared by the filters' rules: path prefix, methods and hosts.
+//! Route matching shared by the filters' rules: a path (segment-aware prefix or exact), methods
+//! and hosts. Paths are compared in normal form ([`crate::path::normalize`]), never as received.
 
 use serde::Deserialize;
 
 use crate::config::ConfigError;
+use crate::path::{is_normal, PathPolicy};
 
 /// The match part of a rule, as written in a plugin configuration.
 ///
-/// JSON: `{"prefix": "/api", "methods": ["GET", "POST"], "hosts": ["api.example.com"]}`; all
-/// optional. An empty or absent list matches everything; `prefix` defaults to `/`.
+/// JSON: `{"prefix": "/api", "methods": ["GET", "POST"], "hosts": ["api.example.com"]}` or
+/// `{"path": "/healthz"}`; all optional. An empty or absent list matches everything; without
+/// `prefix` and `path` every path matches (`prefix` `/`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteMatch {
-    /// Path prefix (compared to the path without its query), must start with `/`.
-    #[serde(default = "default_prefix")]
-    pub prefix: String,
+    /// Segment-aware path prefix (see [`prefix_matches`]); a normal path starting with `/`.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Exact path (without query), instead of `prefix`; a normal path starting with `/`.
+    #[serde(default)]
+    pub path: Option<String>,
     /// HTTP methods (upper case, as sent on the wire); empty matches every method.
     #[serde(default)]
     pub methods: Vec<String>,
@@ -22,18 +28,49 @@ pub struct RouteMatch {
     pub hosts: Vec<String>,
 }
 
-fn default_prefix() -> String {
-    "/".to_string()
+/// Whether `prefix` covers `path` segment by segment (both in normal form): `path` is `prefix`,
+/// or continues it after a `/` (`/healthz` covers `/healthz` and `/healthz/live`, not
+/// `/healthzX`). A prefix ending in `/` covers the paths that start with it (`/v1/` covers
+/// `/v1/` and `/v1/chat`, not `/v1`). This is Envoy's `path_separated_prefix`, extended to
+/// prefixes with a trailing slash.
+pub fn prefix_matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        None => false,
+        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
+    }
 }
 
 impl RouteMatch {
-    /// Checks the match; `field` is the JSON path used in errors (e.g. `rules[0]`).
-    pub fn validate(&mut self, field: &str) -> Result<(), ConfigError> {
-        if !self.prefix.starts_with('/') {
+    /// A match for every request whose path has `prefix`.
+    pub fn prefix(prefix: &str) -> Self {
+        Self {
+            prefix: Some(prefix.to_string()),
+            ..Self::default()
+        }
+    }
+
+    /// Checks the match; `field` is the JSON path used in errors (e.g. `rules[0]`). Paths must
+    /// be in normal form under `policy` (a prefix such as `/v1/../x` or `//v1` could never match
+    /// a normalised request).
+    pub fn validate(&mut self, field: &str, policy: &PathPolicy) -> Result<(), ConfigError> {
+        if self.prefix.is_some() && self.path.is_some() {
             return Err(ConfigError::new(
-                format!("{field}.prefix"),
-                "must start with `/`",
+                format!("{field}.path"),
+                "give either `prefix` or `path`, not both",
             ));
+        }
+        for (name, value) in [("prefix", &self.prefix), ("path", &self.path)] {
+            if let Some(p) = value {
+                if !is_normal(p, policy) {
+                    return Err(ConfigError::new(
+                        format!("{field}.{name}"),
+                        format!(
+                            "{p:?} must be a path in normal form starting with `/` (no query, \
+                             `//`, dot segments or escapes of unreserved characters)"
+                        ),
+                    ));
+                }
+            }
         }
         for (i, m) in self.methods.iter().enumerate() {
             if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -49,9 +86,19 @@ impl RouteMatch {
         Ok(())
     }
 
-    /// Whether a request with this `path` (no query), `method` and `host` matches.
+    /// Whether the match looks at the path (false for a match of every path).
+    pub fn needs_path(&self) -> bool {
+        self.path.is_some() || self.prefix.as_deref().is_some_and(|p| p != "/")
+    }
+
+    /// Whether a request with this normal `path` (no query), `method` and `host` matches.
     pub fn matches(&self, path: &str, method: &str, host: &str) -> bool {
-        if !path.starts_with(self.prefix.as_str()) {
+        let path_ok = match (&self.path, &self.prefix) {
+            (Some(exact), _) => path == exact,
+            (None, Some(prefix)) => prefix_matches(prefix, path),
+            (None, None) => true,
+        };
+        if !path_ok {
             return false;
         }
         if !self.methods.is_empty() && !self.methods.iter().any(|m| m == method) {
@@ -85,11 +132,12 @@ mod tests {
     #[test]
     fn matches_prefix_method_host() {
         let mut m = RouteMatch {
-            prefix: "/api".into(),
+            prefix: Some("/api".into()),
             methods: vec!["GET".into()],
             hosts: vec!["API.example.com".into()],
+            ..Default::default()
         };
-        m.validate("rules[0]").unwrap();
+        m.validate("rules[0]", &PathPolicy::default()).unwrap();
         assert!(m.matches("/api/x", "GET", "api.example.com:8080"));
         assert!(!m.matches("/api/x", "POST", "api.example.com"));
         assert!(!m.matches("/other", "GET", "api.example.com"));
@@ -98,18 +146,69 @@ mod tests {
     }
 
     #[test]
-    fn refuses_bad_matches() {
-        let mut m = RouteMatch {
-            prefix: "api".into(),
+    fn prefixes_are_segment_aware() {
+        let healthz = RouteMatch::prefix("/healthz");
+        assert!(healthz.matches("/healthz", "GET", ""));
+        assert!(healthz.matches("/healthz/", "GET", ""));
+        assert!(healthz.matches("/healthz/live", "GET", ""));
+        assert!(!healthz.matches("/healthzX", "GET", ""));
+        assert!(!healthz.matches("/healthz.json", "GET", ""));
+        let v1 = RouteMatch::prefix("/v1/");
+        assert!(v1.matches("/v1/chat", "GET", ""));
+        assert!(v1.matches("/v1/", "GET", ""));
+        assert!(!v1.matches("/v1", "GET", ""));
+        assert!(!v1.matches("/v10/chat", "GET", ""));
+        assert!(RouteMatch::prefix("/").matches("/x", "GET", ""));
+        assert!(!RouteMatch::prefix("/").needs_path());
+        assert!(healthz.needs_path());
+    }
+
+    #[test]
+    fn exact_paths() {
+        let m = RouteMatch {
+            path: Some("/healthz".into()),
             ..Default::default()
         };
-        assert_eq!(m.validate("rules[3]").unwrap_err().field, "rules[3].prefix");
-        let mut m = RouteMatch {
-            prefix: "/".into(),
-            methods: vec!["get".into()],
-            hosts: vec![],
+        assert!(m.matches("/healthz", "GET", ""));
+        assert!(!m.matches("/healthz/", "GET", ""));
+        assert!(!m.matches("/healthz/x", "GET", ""));
+        assert!(m.needs_path());
+    }
+
+    #[test]
+    fn refuses_bad_matches() {
+        let policy = PathPolicy::default();
+        let field = |m: RouteMatch| {
+            let mut m = m;
+            m.validate("rules[3]", &policy).unwrap_err().field
         };
-        assert_eq!(m.validate("r").unwrap_err().field, "r.methods[0]");
+        assert_eq!(field(RouteMatch::prefix("api")), "rules[3].prefix");
+        for bad in [
+            "/v1/../admin",
+            "//v1",
+            "/v1/%61",
+            "/a%2Fb",
+            "/x?y=1",
+            "/a;b",
+        ] {
+            assert_eq!(field(RouteMatch::prefix(bad)), "rules[3].prefix", "{bad}");
+        }
+        let both = RouteMatch {
+            prefix: Some("/a".into()),
+            path: Some("/b".into()),
+            ..Default::default()
+        };
+        assert_eq!(field(both), "rules[3].path");
+        let exact = RouteMatch {
+            path: Some("/a/./b".into()),
+            ..Default::default()
+        };
+        assert_eq!(field(exact), "rules[3].path");
+        let method = RouteMatch {
+            methods: vec!["get".into()],
+            ..Default::default()
+        };
+        assert_eq!(field(method), "rules[3].methods[0]");
     }
 
     #[test]

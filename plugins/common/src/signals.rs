@@ -5,10 +5,15 @@
 //! Never headers: a client can neither see nor forge them. Values are UTF-8 text: decimal
 //! integers, or names from a fixed vocabulary (snake case).
 
-/// jwt-auth's outcome: `ok`, `bypass`, or the refusal reason (`expired`, `bad_signature`, ...).
+/// jwt-auth's outcome: `ok`, `bypass`, `invalid_path`, or the refusal reason (`expired`,
+/// `bad_signature`, ...).
 pub const JWT_AUTH_RESULT: &str = "tollgate.jwt_auth.result";
+/// The prefix of the properties by which jwt-auth hands a verified claim header to later
+/// filters: `tollgate.jwt_auth.header.<header name>` holds the value jwt-auth wrote into that
+/// request header, set only when it verified this request's token (result `ok`).
+pub const JWT_AUTH_HEADER_PREFIX: &str = "tollgate.jwt_auth.header.";
 /// rate-limit's decision: `allowed`, `limited`, `contention_allowed`, `contention_denied`,
-/// `missing_key_denied`, `unmatched`.
+/// `missing_key_denied`, `missing_key_allowed`, `invalid_weight`, `invalid_path`.
 pub const RATE_LIMIT_DECISION: &str = "tollgate.rate_limit.decision";
 /// The name of the rate-limit rule that matched.
 pub const RATE_LIMIT_RULE: &str = "tollgate.rate_limit.rule";
@@ -27,6 +32,11 @@ pub const COST_NANO_USD: &str = "tollgate.cost.cost_nano_usd";
 /// `store_failure` (the ledger could not be read or stored), `unknown_model`,
 /// `request_too_large`.
 pub const COST_STATUS: &str = "tollgate.cost.status";
+
+/// The property of verified claim header `header` (lower case): see [`JWT_AUTH_HEADER_PREFIX`].
+pub fn verified_header(header: &str) -> String {
+    format!("{JWT_AUTH_HEADER_PREFIX}{header}")
+}
 
 /// Sets a property for the current request; a host error is logged, never fatal.
 #[cfg(target_arch = "wasm32")]

@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
+use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHENTICATED};
 use tollgate_common::shared_data::StoreFull;
 
 use crate::ledger::{Budget, Ledger};
@@ -126,6 +127,7 @@ pub enum StoreFullAction {
 #[serde(deny_unknown_fields)]
 struct RawTenant {
     header: Option<String>,
+    unverified_header: Option<String>,
     api_key_header: Option<String>,
     default: Option<String>,
 }
@@ -234,8 +236,9 @@ fn default_max_tenants() -> u64 {
 /// Where the tenant of a request comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TenantSource {
-    /// The value of this request header (e.g. `x-jwt-sub`, set by jwt-auth), used as is.
-    Header(String),
+    /// A claim header verified by jwt-auth on this request (`{"header": "x-jwt-sub"}`), or a
+    /// header trusted as sent (`{"unverified_header": H}`): `tollgate_common::identity`.
+    Identity(IdentitySource),
     /// An API key header: the tenant is `key-` and the first 16 hex digits of the key's SHA-256
     /// (the key itself is never stored nor logged).
     ApiKey(String),
@@ -378,19 +381,25 @@ impl Config {
                 "must be a 4xx or 5xx status code",
             ));
         }
-        let tenant = match (&raw.tenant.header, &raw.tenant.api_key_header) {
-            (Some(h), None) => TenantSource::Header(header_name(h, "tenant.header")?),
-            (None, Some(h)) => TenantSource::ApiKey(header_name(h, "tenant.api_key_header")?),
-            (None, None) => {
+        let t = &raw.tenant;
+        let tenant = match (&t.header, &t.unverified_header, &t.api_key_header) {
+            (None, None, Some(h)) => TenantSource::ApiKey(header_name(h, "tenant.api_key_header")?),
+            (None, None, None) => {
                 return Err(ConfigError::new(
                     "tenant",
-                    "set one of header (e.g. x-jwt-sub) or api_key_header",
+                    "set one of header (a claim header verified by jwt-auth, e.g. x-jwt-sub), \
+                     unverified_header or api_key_header",
                 ))
             }
-            (Some(_), Some(_)) => {
+            (h, u, None) => TenantSource::Identity(IdentitySource::from_config(
+                h.as_deref(),
+                u.as_deref(),
+                "tenant",
+            )?),
+            (_, _, Some(_)) => {
                 return Err(ConfigError::new(
                     "tenant",
-                    "header and api_key_header are exclusive",
+                    "header, unverified_header and api_key_header are exclusive",
                 ))
             }
         };
@@ -480,24 +489,24 @@ impl Config {
             .unwrap_or(self.default_budget)
     }
 
-    /// The tenant of a request whose tenant header (or API key header) is `value`.
-    pub fn tenant(&self, value: Option<&[u8]>) -> String {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            return self.default_tenant.clone();
+    /// The tenant of a request: its verified identity (or trusted header), or `key-…` of its
+    /// API key; `unauthenticated` when jwt-auth did not verify the request (never the client's
+    /// own header); the default tenant when the value is absent or not a valid tenant name.
+    pub fn tenant(&self, request: &impl IdentityView) -> String {
+        let identity = match &self.tenant {
+            TenantSource::Identity(source) => source.read(request),
+            TenantSource::ApiKey(h) => match request.header(h) {
+                Some(v) if !v.is_empty() => return api_key_tenant(&v),
+                _ => Identity::Absent,
+            },
         };
-        match &self.tenant {
-            TenantSource::Header(_) => match std::str::from_utf8(value) {
+        match identity {
+            Identity::Unauthenticated => UNAUTHENTICATED.to_string(),
+            Identity::Absent => self.default_tenant.clone(),
+            Identity::Value(v) => match std::str::from_utf8(&v) {
                 Ok(s) if valid_tenant(s) => s.to_string(),
                 _ => self.default_tenant.clone(),
             },
-            TenantSource::ApiKey(_) => api_key_tenant(value),
-        }
-    }
-
-    /// The header the tenant comes from.
-    pub fn tenant_header(&self) -> &str {
-        match &self.tenant {
-            TenantSource::Header(h) | TenantSource::ApiKey(h) => h,
         }
     }
 }

@@ -36,6 +36,7 @@ use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
     request_header_bytes, send_json_error, set_request_header,
 };
+use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
 use tollgate_common::shared_data::{HostSharedData, StoreError};
@@ -519,7 +520,7 @@ impl HttpContext for CostHttp {
             return Action::Pause;
         };
         let config = &shared.config;
-        self.tenant = config.tenant(request_header_bytes(config.tenant_header()).as_deref());
+        self.tenant = config.tenant(&HostIdentityView);
         let now_ms = now_unix_millis();
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);

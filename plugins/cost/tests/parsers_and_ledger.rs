@@ -196,6 +196,10 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
         r#"{"prices":{},"tenant":{"header":"a","api_key_header":"b"}}"#,
         "tenant",
     );
+    refuse(
+        r#"{"prices":{},"tenant":{"header":"a","unverified_header":"b"}}"#,
+        "tenant",
+    );
     refuse(&format!(r#"{{"prices":{{}},{t},"typo":1}}"#), "typo");
     refuse(
         &format!(r#"{{"prices":{{}},{t},"store_full":{{"action":"allow"}}}}"#),
@@ -212,23 +216,62 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
     );
 }
 
+/// A request's headers and properties, for the tenant sources.
+struct Request(&'static [(&'static str, &'static [u8])]);
+
+impl tollgate_common::identity::IdentityView for Request {
+    fn property(&self, name: &str) -> Option<Vec<u8>> {
+        self.header(name)
+    }
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_vec())
+    }
+}
+
 #[test]
 fn api_key_tenants_are_hashed() {
     let c = Config::parse(br#"{"prices":{},"tenant":{"api_key_header":"x-api-key"}}"#).unwrap();
-    let t = c.tenant(Some(b"sk-secret"));
+    let t = c.tenant(&Request(&[("x-api-key", b"sk-secret")]));
     assert!(
         t.starts_with("key-") && t.len() == 20 && !t.contains("secret"),
         "{t}"
     );
-    assert_eq!(c.tenant(None), "anonymous");
-    let c = Config::parse(br#"{"prices":{},"tenant":{"header":"x-jwt-sub"}}"#).unwrap();
-    assert_eq!(c.tenant(Some(b"alice")), "alice");
+    assert_eq!(c.tenant(&Request(&[])), "anonymous");
+    let c = Config::parse(br#"{"prices":{},"tenant":{"unverified_header":"x-tenant"}}"#).unwrap();
+    assert_eq!(c.tenant(&Request(&[("x-tenant", b"alice")])), "alice");
     assert_eq!(
-        c.tenant(Some(b"a/b")),
+        c.tenant(&Request(&[("x-tenant", b"a/b")])),
         "anonymous",
         "no way into other keys"
     );
-    assert_eq!(c.tenant(Some(b"\xff")), "anonymous");
+    assert_eq!(c.tenant(&Request(&[("x-tenant", b"\xff")])), "anonymous");
+}
+
+#[test]
+fn header_tenants_are_verified_by_jwt_auth() {
+    let c = Config::parse(br#"{"prices":{},"tenant":{"header":"x-jwt-sub"}}"#).unwrap();
+    let forged = Request(&[("x-jwt-sub", b"alice")]);
+    assert_eq!(
+        c.tenant(&forged),
+        "unauthenticated",
+        "a client's own header"
+    );
+    let refused = Request(&[
+        ("x-jwt-sub", b"alice"),
+        ("tollgate.jwt_auth.result", b"expired"),
+    ]);
+    assert_eq!(c.tenant(&refused), "unauthenticated");
+    let verified = Request(&[
+        ("x-jwt-sub", b"mallory"),
+        ("tollgate.jwt_auth.result", b"ok"),
+        ("tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+    ]);
+    assert_eq!(c.tenant(&verified), "alice");
+    let no_claim = Request(&[("tollgate.jwt_auth.result", b"ok")]);
+    assert_eq!(c.tenant(&no_claim), "anonymous");
 }
 
 /// A store whose every operation first yields the thread, so that the OS interleaves the

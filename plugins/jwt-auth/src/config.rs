@@ -15,16 +15,22 @@
 //!   "rules": [
 //!     {"match": {"prefix": "/healthz"}, "bypass": true},
 //!     {"match": {"prefix": "/admin"}, "providers": ["main"], "audiences": ["admin"]}
-//!   ]
+//!   ],
+//!   "paths": {"escaped_slashes": "reject", "path_parameters": "reject"}
 //! }
 //! ```
+//!
+//! Rules match the request's path in normal form (`tollgate_common::path`), prefixes segment by
+//! segment (`tollgate_common::route`).
 
 use std::collections::{BTreeMap, HashSet};
 
 use base64::Engine as _;
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
+use tollgate_common::path::{normalize, PathError, PathPolicy, RequestPath};
 use tollgate_common::route::RouteMatch;
+use tollgate_common::signals;
 
 use crate::keys::{Alg, KeySet, VerifyingKey};
 use crate::token::TokenLocation;
@@ -46,6 +52,8 @@ struct RawConfig {
     cache: RawCache,
     #[serde(default = "default_max_token_bytes")]
     max_token_bytes: usize,
+    #[serde(default)]
+    paths: PathPolicy,
 }
 
 fn default_max_token_bytes() -> usize {
@@ -214,6 +222,9 @@ pub struct ClaimToHeader {
     pub claim: String,
     /// Header name (lower case).
     pub header: String,
+    /// The property that carries the header's value to later filters on verified requests
+    /// (`tollgate.jwt_auth.header.<header>`, [`signals::verified_header`]).
+    pub property: String,
 }
 
 /// One JWT issuer and how to check its tokens.
@@ -286,13 +297,17 @@ pub struct Config {
     /// Which pseudo-headers a request must be asked for: `:path` (rules or query-parameter
     /// tokens), `:method` and `:authority` (rules that match on them). Each is one host call.
     pub needs: RequestNeeds,
+    /// How request paths are normalised before the rules see them.
+    pub paths: PathPolicy,
 }
 
 /// The request attributes the configuration looks at.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestNeeds {
-    /// `:path`.
+    /// `:path`, normalised (rules that match on the path).
     pub path: bool,
+    /// The query of `:path` (query-parameter tokens).
+    pub query: bool,
     /// `:method`.
     pub method: bool,
     /// `:authority`.
@@ -310,7 +325,13 @@ impl Config {
         compile(raw)
     }
 
-    /// The action for a request.
+    /// The request target's path in normal form and its query, under [`Config::paths`].
+    /// Errors: the target is refused (400).
+    pub fn request_path<'a>(&self, target: &'a [u8]) -> Result<RequestPath<'a>, PathError> {
+        normalize(target, &self.paths)
+    }
+
+    /// The action for a request with this normal `path` (see [`Config::request_path`]).
     pub fn action_for(&self, path: &str, method: &str, host: &str) -> &Action {
         self.rules
             .iter()
@@ -356,7 +377,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     for (i, r) in raw.rules.into_iter().enumerate() {
         let field = format!("rules[{i}]");
         let mut route = r.route;
-        route.validate(&format!("{field}.match"))?;
+        route.validate(&format!("{field}.match"), &raw.paths)?;
         let action = if r.bypass {
             if r.providers.is_some() || !r.audiences.is_empty() {
                 return Err(ConfigError::new(
@@ -406,12 +427,12 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     }
     let needs = RequestNeeds {
-        path: !rules.is_empty()
-            || providers.iter().any(|p| {
-                p.locations
-                    .iter()
-                    .any(|l| matches!(l, TokenLocation::Param(_)))
-            }),
+        path: rules.iter().any(|r| r.route.needs_path()),
+        query: providers.iter().any(|p| {
+            p.locations
+                .iter()
+                .any(|l| matches!(l, TokenLocation::Param(_)))
+        }),
         method: rules.iter().any(|r| !r.route.methods.is_empty()),
         host: rules.iter().any(|r| !r.route.hosts.is_empty()),
     };
@@ -423,6 +444,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         cache_entries: raw.cache.max_entries,
         max_token_bytes: raw.max_token_bytes,
         output_headers,
+        paths: raw.paths,
     })
 }
 
@@ -566,6 +588,7 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
         let header = header_name(&c.header, &format!("{f}.header"))?;
         claim_to_headers.push(ClaimToHeader {
             claim: c.claim,
+            property: signals::verified_header(&header),
             header,
         });
     }

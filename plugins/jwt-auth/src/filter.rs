@@ -9,8 +9,9 @@ use std::time::Duration;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType, LogLevel};
 use tollgate_common::host::{
-    count, define_counter, http_call_response_body, http_call_response_header, now_unix_secs,
-    plugin_configuration, request_header, send_json_error, set_request_header,
+    count, define_counter, forward_normal_path, http_call_response_body, http_call_response_header,
+    now_unix_secs, plugin_configuration, refuse_path, request_header, send_json_error,
+    set_request_header,
 };
 use tollgate_common::http::split_path_query;
 use tollgate_common::metrics::metric_name;
@@ -38,6 +39,7 @@ proxy_wasm::main! {{
 struct Counters {
     ok: Option<u32>,
     bypass: Option<u32>,
+    invalid_path: Option<u32>,
     denied: HashMap<Reason, Option<u32>>,
 }
 
@@ -47,6 +49,7 @@ impl Counters {
         Counters {
             ok: c("ok"),
             bypass: c("bypass"),
+            invalid_path: c("invalid_path"),
             denied: Reason::ALL.iter().map(|r| (*r, c(r.as_str()))).collect(),
         }
     }
@@ -307,6 +310,14 @@ struct JwtAuthHttp {
     shared: Option<Rc<Shared>>,
 }
 
+/// Removes every client copy of the headers this filter writes, so that no later filter (e.g. the
+/// metrics filter's `on_log` on a refused request) reads a forged one.
+fn strip_output_headers(config: &Config) {
+    for h in &config.output_headers {
+        set_request_header(h, None);
+    }
+}
+
 impl JwtAuthHttp {
     fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
         // The fast path skips pseudo-headers no rule needs; the log line wants them anyway.
@@ -324,6 +335,7 @@ impl JwtAuthHttp {
             reason.as_str()
         );
         count(shared.counters.denied.get(&reason).copied().flatten());
+        strip_output_headers(&shared.config);
         signals::set(signals::JWT_AUTH_RESULT, reason.as_str());
         let challenge = reason.challenge();
         let error = if reason.status() == 403 {
@@ -371,18 +383,36 @@ impl HttpContext for JwtAuthHttp {
                 String::new()
             }
         };
-        let target = get(":path", needs.path);
+        let target = get(":path", needs.path || needs.query);
         let method = get(":method", needs.method);
         let host = get(":authority", needs.host);
-        let (path, query) = split_path_query(&target);
+        let request_path = if needs.path {
+            match config.request_path(target.as_bytes()) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    count(shared.counters.invalid_path);
+                    strip_output_headers(config);
+                    signals::set(signals::JWT_AUTH_RESULT, "invalid_path");
+                    refuse_path("jwt-auth", e);
+                    return HostAction::Pause;
+                }
+            }
+        } else {
+            None
+        };
+        let (path, query) = match &request_path {
+            Some(p) => (p.path.as_ref(), p.query),
+            None => split_path_query(&target),
+        };
         let action = config.action_for(path, &method, &host);
         let Action::Require { locations, .. } = action else {
             // Headers this filter writes are never taken from the client.
-            for h in &config.output_headers {
-                set_request_header(h, None);
-            }
+            strip_output_headers(config);
             count(shared.counters.bypass);
             signals::set(signals::JWT_AUTH_RESULT, "bypass");
+            if let Some(p) = &request_path {
+                forward_normal_path(p);
+            }
             return HostAction::Continue;
         };
         let Some(found) = extract(locations, request_header, query) else {
@@ -414,12 +444,21 @@ impl HttpContext for JwtAuthHttp {
                 .map(|(_, v)| v.as_str());
             set_request_header(h, value);
         }
-        let forward = config
-            .providers
-            .get(verified.provider)
-            .is_some_and(|p| p.forward);
-        if let (false, TokenLocation::Header { name, .. }) = (forward, &found.location) {
+        let provider = config.providers.get(verified.provider);
+        if let (false, TokenLocation::Header { name, .. }) =
+            (provider.is_some_and(|p| p.forward), &found.location)
+        {
             set_request_header(name, None);
+        }
+        // The verified claim headers, for later filters that take an identity from them
+        // (tollgate_common::identity): a property, which a client cannot set.
+        for c in provider.map_or(&[][..], |p| &p.claim_to_headers) {
+            if let Some((_, value)) = verified.headers.iter().find(|(n, _)| *n == c.header) {
+                signals::set(&c.property, value);
+            }
+        }
+        if let Some(p) = &request_path {
+            forward_normal_path(p);
         }
         count(shared.counters.ok);
         signals::set(signals::JWT_AUTH_RESULT, "ok");

@@ -157,8 +157,8 @@ struct JwsHeader {
 /// Largest accepted encoded JOSE header (bytes), as jwt-simple's limit.
 const MAX_HEADER_B64: usize = 8192;
 
-/// Parses the JOSE header once. `typ`, when present, must be `JWT` or end in `+JWT` (RFC 7519
-/// section 5.1, RFC 8725 section 3.11), as jwt-simple requires.
+/// Parses the JOSE header once: UTF-8 JSON (RFC 7515 section 4) whose `typ`, when present, is
+/// `JWT` or ends in `+JWT` (RFC 7519 section 5.1, RFC 8725 section 3.11), as jwt-simple requires.
 fn parse_header(token: &str) -> Result<JwsHeader, Reason> {
     let encoded = token.split('.').next().ok_or(Reason::Malformed)?;
     if encoded.len() > MAX_HEADER_B64 {
@@ -167,7 +167,10 @@ fn parse_header(token: &str) -> Result<JwsHeader, Reason> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(encoded)
         .map_err(|_| Reason::Malformed)?;
-    let header: JwsHeader = serde_json::from_slice(&bytes).map_err(|_| Reason::Malformed)?;
+    // UTF-8 as a whole (RFC 7519 section 7.2 step 4): serde_json does not check the strings of
+    // the members it skips. Found by fuzz/fuzz_targets/jwt_compact.rs.
+    let text = std::str::from_utf8(&bytes).map_err(|_| Reason::Malformed)?;
+    let header: JwsHeader = serde_json::from_str(text).map_err(|_| Reason::Malformed)?;
     if let Some(typ) = &header.typ {
         let typ = typ.to_ascii_uppercase();
         if typ != "JWT" && !typ.ends_with("+JWT") {

@@ -120,12 +120,19 @@ fn only_the_pseudo_headers_the_rules_use_are_fetched() {
             .as_bytes(),
     )
     .unwrap();
-    assert!(c.needs.path && !c.needs.method && !c.needs.host);
+    assert!(c.needs.query && !c.needs.path && !c.needs.method && !c.needs.host);
     let c = Config::parse(
         json!({"providers": {"p": base}, "rules": [{"match": {"prefix": "/a", "methods": ["GET"], "hosts": ["h"]}, "bypass": true}]})
             .to_string()
             .as_bytes(),
     )
     .unwrap();
-    assert!(c.needs.path && c.needs.method && c.needs.host);
+    assert!(c.needs.path && c.needs.method && c.needs.host && !c.needs.query);
+    let c = Config::parse(
+        json!({"providers": {"p": base}, "rules": [{"match": {"prefix": "/"}, "bypass": true}]})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    assert!(!c.needs.path, "a match of every path reads no path");
 }

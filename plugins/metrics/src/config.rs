@@ -5,19 +5,26 @@
 //! ```json
 //! {
 //!   "routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "models", "prefix": "/v1/models"}],
-//!   "tenant": {"header": "x-tenant", "max_tenants": 100, "registry": "default"},
+//!   "tenant": {"header": "x-jwt-sub", "max_tenants": 100, "registry": "default",
+//!              "max_age_seconds": 3600},
 //!   "labels": ["method", "status_class", "route", "tenant"],
-//!   "models": ["gpt-4o", "gpt-4o-mini"]
+//!   "models": ["gpt-4o", "gpt-4o-mini"],
+//!   "paths": {"escaped_slashes": "reject", "path_parameters": "reject"}
 //! }
 //! ```
 //!
-//! - `routes`: a route label per path prefix (compared to the path without its query), first
-//!   match wins; unmatched requests get `other`. Names are 1 to 32 of `[a-z0-9_-]`, unique, not
-//!   `other`. At most [`MAX_ROUTES`].
-//! - `tenant` (optional): the tenant label comes from this request header; at most `max_tenants`
-//!   distinct values for the whole gateway (all workers), later values get `other`; a request
-//!   without the header gets `none`. `registry` names the shared-data namespace of the cap
-//!   (configurations with the same registry share it). Without `tenant` there is no tenant label.
+//! - `routes`: a route label per path prefix (segment-aware, compared to the request's path in
+//!   normal form, `tollgate_common::path`), first match wins; unmatched requests and paths that
+//!   cannot be normalised get `other`. Names are 1 to 32 of `[a-z0-9_-]`, unique, not `other`.
+//!   At most [`MAX_ROUTES`].
+//! - `tenant` (optional): the tenant label is the value jwt-auth verified and wrote into claim
+//!   header `header` on this request (`tollgate_common::identity`); a request jwt-auth did not
+//!   verify gets `unauthenticated`, a verified one without the claim `none`. `unverified_header`
+//!   instead of `header` trusts the header as sent (only for a header a proxy in front sets).
+//!   At most `max_tenants` distinct values for the whole gateway (all workers) per
+//!   `max_age_seconds`, later values get `other` (see [`crate::tenants`]). `registry` names the
+//!   shared-data namespace of the cap (configurations with the same registry share it). Without
+//!   `tenant` there is no tenant label.
 //! - `labels`: the labels of `tollgate_requests_total`, a subset of
 //!   `method`, `status_class`, `route`, `tenant` (default: all; `tenant` needs `tenant`).
 //! - `models`: the model label values of the cost metrics; any other model is `other`.
@@ -29,7 +36,9 @@
 use std::collections::HashSet;
 
 use serde::Deserialize;
-use tollgate_common::config::{header_name, ConfigError};
+use tollgate_common::config::ConfigError;
+use tollgate_common::identity::IdentitySource;
+use tollgate_common::path::{is_normal, PathPolicy};
 
 /// Most configured routes.
 pub const MAX_ROUTES: usize = 64;
@@ -37,6 +46,10 @@ pub const MAX_ROUTES: usize = 64;
 pub const MAX_MODELS: usize = 256;
 /// Largest `tenant.max_tenants`.
 pub const MAX_TENANTS: u32 = 10_000;
+/// Default `tenant.max_age_seconds`.
+pub const DEFAULT_MAX_AGE_SECONDS: u64 = 3_600;
+/// Bounds of `tenant.max_age_seconds` (one minute to 30 days).
+pub const MAX_AGE_SECONDS: std::ops::RangeInclusive<u64> = 60..=2_592_000;
 /// Longest route name and registry name (bytes).
 pub const MAX_NAME_BYTES: usize = 32;
 /// Longest model name (bytes).
@@ -57,6 +70,8 @@ struct RawConfig {
     labels: Option<Vec<RequestLabel>>,
     #[serde(default)]
     models: Vec<String>,
+    #[serde(default)]
+    paths: PathPolicy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,10 +84,19 @@ struct RawRoute {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTenant {
-    header: String,
+    #[serde(default)]
+    header: Option<String>,
+    #[serde(default)]
+    unverified_header: Option<String>,
     max_tenants: u32,
     #[serde(default = "default_registry")]
     registry: String,
+    #[serde(default = "default_max_age")]
+    max_age_seconds: u64,
+}
+
+fn default_max_age() -> u64 {
+    DEFAULT_MAX_AGE_SECONDS
 }
 
 fn default_registry() -> String {
@@ -89,11 +113,11 @@ pub enum RequestLabel {
     StatusClass,
     /// The configured route name, or `other`.
     Route,
-    /// The tenant header's value (capped), `none` or `other`.
+    /// The verified tenant (capped), `unauthenticated`, `none` or `other`.
     Tenant,
 }
 
-/// A route: requests whose path starts with `prefix` get the label `name`.
+/// A route: requests whose normal path has the (segment-aware) `prefix` get the label `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     /// Label value.
@@ -105,10 +129,12 @@ pub struct Route {
 /// Where the tenant label comes from and its cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant {
-    /// Request header (lower case).
-    pub header: String,
-    /// Most distinct tenant values for the whole gateway.
+    /// The verified claim header (or the header trusted as sent).
+    pub source: IdentitySource,
+    /// Most distinct tenant values for the whole gateway, per generation.
     pub max_tenants: u32,
+    /// Length of a generation of the registry: entries age out after it (seconds).
+    pub max_age_seconds: u64,
     /// Shared-data key prefix of the registry: `metrics/<registry>/`.
     pub key_prefix: String,
 }
@@ -131,6 +157,8 @@ pub struct Config {
     pub tenant_label: bool,
     /// Configured model names (label values after sanitising; others are `other`).
     pub models: Vec<String>,
+    /// How request paths are normalised before the routes see them.
+    pub paths: PathPolicy,
 }
 
 impl Config {
@@ -182,10 +210,11 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("two routes are named {:?}", r.name),
             ));
         }
-        if !r.prefix.starts_with('/') {
+        if !is_normal(&r.prefix, &raw.paths) {
             return Err(ConfigError::new(
                 format!("routes[{i}].prefix"),
-                "must start with `/`",
+                "must be a path in normal form starting with `/` (no query, `//`, dot segments \
+                 or escapes of unreserved characters)",
             ));
         }
         routes.push(Route {
@@ -196,7 +225,21 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let tenant = match raw.tenant {
         None => None,
         Some(t) => {
-            let header = header_name(&t.header, "tenant.header")?;
+            let source = IdentitySource::from_config(
+                t.header.as_deref(),
+                t.unverified_header.as_deref(),
+                "tenant",
+            )?;
+            if !MAX_AGE_SECONDS.contains(&t.max_age_seconds) {
+                return Err(ConfigError::new(
+                    "tenant.max_age_seconds",
+                    format!(
+                        "must be between {} and {}",
+                        MAX_AGE_SECONDS.start(),
+                        MAX_AGE_SECONDS.end()
+                    ),
+                ));
+            }
             if t.max_tenants == 0 || t.max_tenants > MAX_TENANTS {
                 return Err(ConfigError::new(
                     "tenant.max_tenants",
@@ -205,8 +248,9 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             }
             check_name(&t.registry, "tenant.registry")?;
             Some(Tenant {
-                header,
+                source,
                 max_tenants: t.max_tenants,
+                max_age_seconds: t.max_age_seconds,
                 key_prefix: format!("metrics/{}/", t.registry),
             })
         }
@@ -265,5 +309,6 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         tenant_label: labels.contains(&RequestLabel::Tenant),
         tenant,
         models,
+        paths: raw.paths,
     })
 }

@@ -15,6 +15,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType};
 use tollgate_common::host::{plugin_configuration, request_header_bytes};
+use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
@@ -125,14 +126,25 @@ impl MetricsHttp {
         } = state;
         let method = request_header_bytes(":method").unwrap_or_default();
         let path = request_header_bytes(":path").unwrap_or_default();
-        let tenant = match (&config.tenant, tenants.as_mut()) {
+        let end = now();
+        let now_secs = end
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        // The tenant: only a verified identity (or a header configured as trusted) is admitted
+        // to the registry; see tollgate_common::identity and crate::tenants.
+        let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
             (Some(t), Some(reg)) => {
-                let raw = request_header_bytes(&t.header);
-                Some(reg.label(&HostSharedData, raw.as_deref()).to_string())
+                let identity = t.source.read(&HostIdentityView);
+                let trusted = match t.source {
+                    IdentitySource::Verified { .. } => identity != Identity::Unauthenticated,
+                    IdentitySource::Unverified { .. } => true,
+                };
+                let label = reg.label(&HostSharedData, &identity, now_secs, true);
+                (Some(label.to_string()), trusted)
             }
-            _ => None,
+            _ => (None, false),
         };
-        let duration_us = match (self.start, now()) {
+        let duration_us = match (self.start, end) {
             (Some(start), Some(end)) => end
                 .duration_since(start)
                 .ok()
@@ -145,11 +157,18 @@ impl MetricsHttp {
         let cost_status = signals::get(signals::COST_STATUS);
         let (cost_model, cost_tenant) = if cost_status.is_some() {
             let model = signals::get(signals::COST_MODEL);
+            // The cost filter's tenant is admitted only on a request whose own tenant was
+            // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
             let tenant = signals::get(signals::COST_TENANT).map(|t| {
                 match (&config.tenant, tenants.as_mut()) {
-                    (Some(_), Some(reg)) => {
-                        reg.label(&HostSharedData, Some(t.as_bytes())).to_string()
-                    }
+                    (Some(_), Some(reg)) => reg
+                        .label(
+                            &HostSharedData,
+                            &Identity::Value(t.into_bytes()),
+                            now_secs,
+                            trusted,
+                        )
+                        .to_string(),
                     _ => OTHER.to_string(),
                 }
             });
@@ -167,7 +186,7 @@ impl MetricsHttp {
         });
         let obs = Observation {
             method: method_label(&method),
-            route: route_label(&config.routes, &path),
+            route: route_label(&config.routes, &path, &config.paths),
             tenant: tenant.as_deref(),
             status: int_property(vec!["response", "code"]).unwrap_or(0),
             duration_us,

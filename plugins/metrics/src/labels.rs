@@ -1,6 +1,9 @@
 //! Label values of a request, each from a bounded set: a fixed list of methods, five status
 //! classes, the configured routes, the configured models; everything else is `other`.
 
+use tollgate_common::path::{normalize, PathPolicy};
+use tollgate_common::route::prefix_matches;
+
 use crate::config::{Route, OTHER};
 
 /// Methods with their own label value (RFC 9110 section 9 plus PATCH, RFC 5789), lower case as
@@ -40,17 +43,19 @@ pub fn status_class(status: u64) -> &'static str {
     }
 }
 
-/// The route label of a request target (`:path`, query ignored): the first route whose prefix
-/// starts the path, else `other`.
-pub fn route_label<'a>(routes: &'a [Route], target: &[u8]) -> &'a str {
-    let end = target
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(target.len());
-    let path = target.get(..end).unwrap_or(target);
+/// The route label of a request target (`:path`): the first route whose prefix covers the path
+/// in normal form (segment-aware, query ignored, `tollgate_common::route::prefix_matches`), else
+/// `other` (also for a target that cannot be normalised under `paths`).
+pub fn route_label<'a>(routes: &'a [Route], target: &[u8], paths: &PathPolicy) -> &'a str {
+    if routes.is_empty() {
+        return OTHER;
+    }
+    let Ok(request) = normalize(target, paths) else {
+        return OTHER;
+    };
     routes
         .iter()
-        .find(|r| path.starts_with(r.prefix.as_bytes()))
+        .find(|r| prefix_matches(&r.prefix, &request.path))
         .map_or(OTHER, |r| r.name.as_str())
 }
 

@@ -1,32 +1,45 @@
-//! The gateway-wide cap on distinct tenant label values.
+//! The gateway-wide registry of tenant label values: at most `max_tenants` per generation,
+//! admitted only from verified identities, and renewed every `max_age_seconds`.
 //!
 //! Each worker runs its own VM, so a per-VM cap would allow `workers × max_tenants` values and
-//! could name a tenant on one worker and call it `other` on another. The cap is therefore kept in
-//! proxy-wasm shared data (one store for all VMs of the plugin, see
-//! `tollgate_common::shared_data`):
+//! could name a tenant on one worker and call it `other` on another. The registry is therefore
+//! kept in proxy-wasm shared data (one store for all VMs of the plugin, see
+//! `tollgate_common::shared_data`), as a fixed open-addressing table:
 //!
-//! - `metrics/<registry>/~count`: the number of slots taken, a `u32` little-endian, created by
-//!   every VM in `on_configure` if missing;
-//! - `metrics/<registry>/t/<tenant>`: present once `<tenant>` (sanitised label value) is admitted.
+//! - `metrics/<registry>/~count`: the generation (`u64`) and the slots taken in it (`u32`),
+//!   little-endian, 12 bytes; created by every VM in `on_configure` if missing;
+//! - `metrics/<registry>/s/<i>` for `i` in `0..2 × max_tenants`: the generation (`u64` LE) and
+//!   the tenant label admitted into slot `i` in it. A tenant's slots are probed linearly from a
+//!   hash of its label (FNV-1a, the same in every VM), at most [`MAX_PROBES`].
 //!
-//! A tenant the VM has not seen yet costs one read of its key; if absent, a slot is reserved with
-//! a CAS increment of the count (bounded retries) unless the count reached `max_tenants`, then the
-//! tenant key is written (idempotent: the value is constant). Admitted tenants are cached in the
-//! VM (at most `max_tenants` entries), so later requests cost no host call.
+//! **Generations.** The generation is `now / max_age_seconds` (the host's wall clock, the same
+//! for every VM): when it changes, every slot and the count are stale, so the table empties
+//! itself and tenants are admitted again as they show up. Entries therefore age out after at
+//! most `max_age_seconds`, without any delete (shared data has none in the form used here), and
+//! a reload or restart needs no clean-up.
 //!
-//! **Bound.** Every admitted value took a slot first and the count never exceeds `max_tenants`,
-//! so at most `max_tenants` distinct tenant values exist gateway-wide (exact). Two workers that
-//! admit the same new tenant at the same moment both take a slot: the count can exceed the
-//! number of distinct tenants by up to `workers − 1` per such race (slots lost, never extra
-//! values). The count record itself is created without CAS (Envoy has no insert-if-absent): two
-//! VMs starting together both write 0, harmless before any tenant is admitted. Keys are never
-//! deleted (shared data has no delete in this form): the registry lives until Envoy restarts.
+//! **Who is admitted.** Only identities from a verified source (the filter's tenant source,
+//! `tollgate_common::identity`): a request that jwt-auth did not verify is labelled
+//! `unauthenticated` and reads nothing, so unauthenticated traffic can neither take a slot nor
+//! cost a shared-data read. Values that the filter must not admit (the cost filter's tenant on an
+//! unverified request) are only looked up.
 //!
-//! Once the cap is reached, a request from a tenant unknown to the VM costs one shared-data read
-//! (it may have been admitted by another worker) and is labelled `other`.
+//! **Bound.** Every admitted value reserved a slot of the count first, and the count never
+//! exceeds `max_tenants` within a generation, so at most `max_tenants` distinct tenant values are
+//! admitted per generation, gateway-wide (exact). A race (two workers admitting the same new
+//! tenant, or Envoy's unconditional first write of a missing slot key, see
+//! `tollgate_common::shared_data`) can waste a count slot or admit a value twice, never admit more
+//! values. The table holds `2 × max_tenants` keys of at most 8 + 64 bytes, forever: its shared
+//! memory is bounded whatever the traffic. Series already defined in the host stay there (Envoy
+//! never deletes a stat): a tenant that is not admitted again is `other` from then on.
+//!
+//! Costs: a tenant the VM admitted in this generation costs no host call (VM cache of at most
+//! `max_tenants` entries, cleared when the generation changes). Otherwise one read per probe,
+//! about 1.5 on average at the table's load of at most 1/2; a new tenant adds two CAS writes.
 
 use std::collections::HashSet;
 
+use tollgate_common::identity::{Identity, UNAUTHENTICATED};
 use tollgate_common::shared_data::{cas_update, SharedStore};
 
 use crate::config::{Tenant, NONE, OTHER};
@@ -36,6 +49,8 @@ use crate::labels::sanitize;
 pub const RESERVE_ATTEMPTS: u32 = 8;
 /// Longest tenant value (bytes of the header value) that gets its own label; longer: `other`.
 pub const MAX_TENANT_BYTES: usize = 64;
+/// Most slots probed for one tenant; beyond, the tenant is `other`.
+pub const MAX_PROBES: u32 = 32;
 
 /// One VM's view of the tenant registry.
 #[derive(Debug)]
@@ -43,25 +58,66 @@ pub struct Tenants {
     prefix: String,
     count_key: String,
     max: u32,
+    slots: u32,
+    max_age_seconds: u64,
+    /// The generation `admitted` and `full` belong to.
+    generation: u64,
     admitted: HashSet<String>,
-    /// This VM saw the count at the cap: skip reservation attempts.
+    /// This VM saw the count at the cap in this generation: skip reservation attempts.
     full: bool,
 }
 
-fn decode_count(value: Option<&[u8]>) -> u32 {
-    value
-        .and_then(|v| v.get(..4))
+fn decode_u64(bytes: Option<&[u8]>) -> Option<u64> {
+    bytes
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+}
+
+/// `(generation, slots taken)` of the count record; a missing or malformed record is `(0, 0)`.
+fn decode_count(value: Option<&[u8]>) -> (u64, u32) {
+    let generation = decode_u64(value.and_then(|v| v.get(..8))).unwrap_or(0);
+    let taken = value
+        .and_then(|v| v.get(8..12))
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map_or(0, u32::from_le_bytes)
+        .map_or(0, u32::from_le_bytes);
+    (generation, taken)
+}
+
+fn encode_count(generation: u64, taken: u32) -> Vec<u8> {
+    let mut v = generation.to_le_bytes().to_vec();
+    v.extend_from_slice(&taken.to_le_bytes());
+    v
+}
+
+/// `(generation, label)` of a slot, `None` when missing or malformed (a free slot).
+fn decode_slot(value: Option<&[u8]>) -> Option<(u64, &[u8])> {
+    let value = value?;
+    Some((decode_u64(value.get(..8))?, value.get(8..)?))
+}
+
+fn encode_slot(generation: u64, label: &str) -> Vec<u8> {
+    let mut v = generation.to_le_bytes().to_vec();
+    v.extend_from_slice(label.as_bytes());
+    v
+}
+
+/// FNV-1a, 64 bits: a hash every VM computes alike.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 impl Tenants {
     /// The registry of `tenant` (nothing read or written yet).
     pub fn new(tenant: &Tenant) -> Self {
         Tenants {
-            prefix: format!("{}t/", tenant.key_prefix),
+            prefix: format!("{}s/", tenant.key_prefix),
             count_key: format!("{}~count", tenant.key_prefix),
             max: tenant.max_tenants,
+            slots: tenant.max_tenants.saturating_mul(2),
+            max_age_seconds: tenant.max_age_seconds.max(1),
+            generation: 0,
             admitted: HashSet::new(),
             full: false,
         }
@@ -70,69 +126,131 @@ impl Tenants {
     /// Creates the count record if it does not exist (call in `on_configure`).
     pub fn ensure_registry<S: SharedStore + ?Sized>(&self, store: &S) {
         if matches!(store.get(&self.count_key), Ok((None, _))) {
-            let _ = store.set(&self.count_key, &0u32.to_le_bytes(), None);
+            let _ = store.set(&self.count_key, &encode_count(0, 0), None);
         }
     }
 
-    /// Number of tenants this VM has cached as admitted.
+    /// Number of tenants this VM has cached as admitted in its current generation.
     pub fn cached(&self) -> usize {
         self.admitted.len()
     }
 
-    /// The tenant label of a request whose tenant header is `raw` (`None`: absent): `none`,
-    /// the sanitised value if admitted (now or before), else `other`.
-    pub fn label<S: SharedStore + ?Sized>(&mut self, store: &S, raw: Option<&[u8]>) -> &str {
-        let Some(raw) = raw else {
-            return NONE;
+    /// The tenant label of a request whose identity is `identity`, at `now` (Unix seconds):
+    /// `unauthenticated`, `none` (verified, no value), the sanitised value if admitted in this
+    /// generation (now, when `may_admit`, or before), else `other`.
+    pub fn label<S: SharedStore + ?Sized>(
+        &mut self,
+        store: &S,
+        identity: &Identity,
+        now: u64,
+        may_admit: bool,
+    ) -> &str {
+        let raw = match identity {
+            Identity::Unauthenticated => return UNAUTHENTICATED,
+            Identity::Absent => return NONE,
+            Identity::Value(v) if v.is_empty() => return NONE,
+            Identity::Value(v) => v,
         };
-        if raw.is_empty() {
-            return NONE;
-        }
         if raw.len() > MAX_TENANT_BYTES {
             return OTHER;
         }
         let value = sanitize(&String::from_utf8_lossy(raw));
-        if value == OTHER || value == NONE {
-            // Reserved label values: a tenant literally named so shares them.
-            return if value == OTHER { OTHER } else { NONE };
+        // Reserved label values: a tenant literally named so shares them.
+        for reserved in [OTHER, NONE, UNAUTHENTICATED] {
+            if value == reserved {
+                return reserved;
+            }
         }
-        if !self.admitted.contains(&value) && !self.admit(store, &value) {
+        let generation = now.checked_div(self.max_age_seconds).unwrap_or(0);
+        if generation != self.generation {
+            self.generation = generation;
+            self.admitted.clear();
+            self.full = false;
+        }
+        if !self.admitted.contains(&value) && !self.find(store, &value, may_admit) {
             return OTHER;
         }
         self.admitted.get(&value).map_or(OTHER, String::as_str)
     }
 
-    /// Whether `value` is (now) admitted gateway-wide; caches it if so.
-    fn admit<S: SharedStore + ?Sized>(&mut self, store: &S, value: &str) -> bool {
-        let key = format!("{}{value}", self.prefix);
-        if store.get(&key).is_ok_and(|(v, _)| v.is_some()) {
-            return self.remember(value);
-        }
-        if self.full {
+    /// Whether `value` is (now) admitted in the current generation; caches it if so.
+    fn find<S: SharedStore + ?Sized>(&mut self, store: &S, value: &str, may_admit: bool) -> bool {
+        if self.slots == 0 {
             return false;
         }
-        let max = self.max;
+        let generation = self.generation;
+        let slots = u64::from(self.slots);
+        let start = fnv1a(value.as_bytes()).checked_rem(slots).unwrap_or(0);
+        let mut reserved = false;
+        for probe in 0..MAX_PROBES.min(self.slots) {
+            let index = start
+                .saturating_add(u64::from(probe))
+                .checked_rem(slots)
+                .unwrap_or(0);
+            let key = format!("{}{index}", self.prefix);
+            // A store that cannot be read admits nobody: the value is labelled `other`.
+            let Ok((current, cas)) = store.get(&key) else {
+                return false;
+            };
+            match decode_slot(current.as_deref()) {
+                Some((g, label)) if g == generation && label == value.as_bytes() => {
+                    return self.remember(value)
+                }
+                Some((g, _)) if g == generation => continue,
+                // Written by a VM whose clock is already in the next generation.
+                Some((g, _)) if g > generation => return false,
+                _ => {} // free: missing, malformed or stale
+            }
+            // Linear probing without deletes: the first free slot ends the search.
+            if !may_admit || self.full {
+                return false;
+            }
+            if !reserved {
+                if !self.reserve(store) {
+                    return false;
+                }
+                reserved = true;
+            }
+            if store
+                .set(&key, &encode_slot(generation, value), cas)
+                .is_ok()
+            {
+                return self.remember(value);
+            }
+            // Another VM took the slot meanwhile: it may have admitted this very tenant.
+            let now_there = store.get(&key).ok().and_then(|(v, _)| v);
+            if decode_slot(now_there.as_deref()) == Some((generation, value.as_bytes())) {
+                return self.remember(value);
+            }
+        }
+        false
+    }
+
+    /// Reserves one of the generation's `max_tenants` slots in the count record.
+    fn reserve<S: SharedStore + ?Sized>(&mut self, store: &S) -> bool {
+        let (generation, max) = (self.generation, self.max);
         let mut reserved = false;
         let outcome = cas_update(store, &self.count_key, RESERVE_ATTEMPTS, |current| {
-            let n = decode_count(current);
-            if n >= max {
-                reserved = false;
-                None
-            } else {
-                reserved = true;
-                Some(n.saturating_add(1).to_le_bytes().to_vec())
+            reserved = false;
+            let (g, taken) = decode_count(current);
+            let taken = match g.cmp(&generation) {
+                std::cmp::Ordering::Less => 0,
+                std::cmp::Ordering::Equal => taken,
+                std::cmp::Ordering::Greater => return None,
+            };
+            if taken >= max {
+                return None;
             }
+            reserved = true;
+            Some(encode_count(generation, taken.saturating_add(1)))
         });
         if outcome.is_err() {
             return false;
         }
         if !reserved {
             self.full = true;
-            return false;
         }
-        // Constant value: a concurrent writer of the same tenant writes the same bytes.
-        let _ = store.set(&key, b"1", None);
-        self.remember(value)
+        reserved
     }
 
     fn remember(&mut self, value: &str) -> bool {

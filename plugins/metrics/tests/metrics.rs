@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_metrics::config::Config;
 use tollgate_metrics::labels::{method_label, route_label, status_class};
@@ -74,6 +75,19 @@ fn refusals_name_the_field() {
             json!({"tenant": {"header": "x", "max_tenants": 1, "registry": "A"}}),
             "tenant.registry",
         ),
+        (
+            json!({"tenant": {"header": "x", "max_tenants": 1, "max_age_seconds": 59}}),
+            "tenant.max_age_seconds",
+        ),
+        (
+            json!({"tenant": {"header": "x", "unverified_header": "y", "max_tenants": 1}}),
+            "tenant",
+        ),
+        (json!({"tenant": {"max_tenants": 1}}), "tenant"),
+        (
+            json!({"routes": [{"name": "a", "prefix": "/a/../b"}]}),
+            "routes[0].prefix",
+        ),
         (json!({"labels": ["tenant"]}), "labels[0]"),
         (json!({"labels": ["route", "route"]}), "labels[1]"),
         (json!({"labels": ["path"]}), "labels[0]"),
@@ -104,8 +118,9 @@ fn defaults() {
     let c = Config::parse(br#"{"tenant": {"header": "X-Tenant", "max_tenants": 3}}"#).unwrap();
     assert!(c.tenant_label);
     let t = c.tenant.unwrap();
-    assert_eq!(t.header, "x-tenant");
+    assert_eq!(t.source, IdentitySource::verified("x-tenant"));
     assert_eq!(t.key_prefix, "metrics/default/");
+    assert_eq!(t.max_age_seconds, 3600);
 }
 
 #[test]
@@ -131,15 +146,17 @@ fn label_mapping() {
         br#"{"routes": [{"name": "chat", "prefix": "/v1/chat"}, {"name": "v1", "prefix": "/v1"}]}"#,
     )
     .unwrap();
-    assert_eq!(route_label(&c.routes, b"/v1/chat/completions?x=1"), "chat");
-    assert_eq!(route_label(&c.routes, b"/v1/models"), "v1", "first match");
-    assert_eq!(route_label(&c.routes, b"/v2"), "other");
-    assert_eq!(
-        route_label(&c.routes, b"/v1?/v1/chat"),
-        "v1",
-        "query ignored"
-    );
-    assert_eq!(route_label(&c.routes, b"\xff/v1"), "other");
+    let route = |target: &[u8]| route_label(&c.routes, target, &c.paths);
+    assert_eq!(route(b"/v1/chat/completions?x=1"), "chat");
+    assert_eq!(route(b"/v1/models"), "v1", "first match");
+    assert_eq!(route(b"/v2"), "other");
+    assert_eq!(route(b"/v1?/v1/chat"), "v1", "query ignored");
+    assert_eq!(route(b"\xff/v1"), "other");
+    assert_eq!(route(b"/v1/chatX"), "v1", "segment-aware");
+    assert_eq!(route(b"/v10"), "other", "segment-aware");
+    assert_eq!(route(b"//v1/chat/x"), "chat", "normalised");
+    assert_eq!(route(b"/healthz/../v1/%63hat"), "chat", "normalised");
+    assert_eq!(route(b"/v1%2Fchat"), "other", "refused paths are other");
 }
 
 fn tenant_config(max: u32) -> Config {
@@ -151,6 +168,24 @@ fn tenant_config(max: u32) -> Config {
     .unwrap()
 }
 
+fn value(v: &[u8]) -> Identity {
+    Identity::Value(v.to_vec())
+}
+
+/// Slot keys of the registry `t` and the labels in them.
+fn slots(store: &MemoryStore) -> Vec<String> {
+    let mut labels: Vec<String> = store
+        .keys()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("metrics/t/s/"))
+        .map(|(k, _)| String::from_utf8(store.get(&k).unwrap().0.unwrap()[8..].to_vec()).unwrap())
+        .collect();
+    labels.sort();
+    labels
+}
+
+const NOW: u64 = 1_800_000_000;
+
 #[test]
 fn tenant_cap_holds_across_vms() {
     for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
@@ -160,35 +195,97 @@ fn tenant_cap_holds_across_vms() {
         let (mut a, mut b) = (Tenants::new(t), Tenants::new(t));
         a.ensure_registry(&store);
         b.ensure_registry(&store);
-        assert_eq!(a.label(&store, Some(b"Acme")), "acme");
-        assert_eq!(b.label(&store, Some(b"beta")), "beta");
+        assert_eq!(a.label(&store, &value(b"Acme"), NOW, true), "acme");
+        assert_eq!(b.label(&store, &value(b"beta"), NOW, true), "beta");
         // VM b learns acme from the registry without taking a slot.
-        assert_eq!(b.label(&store, Some(b"acme")), "acme");
-        assert_eq!(a.label(&store, Some(b"gamma")), "gamma");
+        assert_eq!(b.label(&store, &value(b"acme"), NOW, true), "acme");
+        assert_eq!(a.label(&store, &value(b"gamma"), NOW, true), "gamma");
         // The cap (3) is reached: a fourth value is `other` on every VM.
-        assert_eq!(b.label(&store, Some(b"delta")), "other");
-        assert_eq!(a.label(&store, Some(b"delta")), "other");
+        assert_eq!(b.label(&store, &value(b"delta"), NOW, true), "other");
+        assert_eq!(a.label(&store, &value(b"delta"), NOW, true), "other");
         // Admitted ones stay named everywhere, including one VM a never saw.
-        assert_eq!(a.label(&store, Some(b"beta")), "beta");
-        assert_eq!(b.label(&store, Some(b"gamma")), "gamma");
-        assert_eq!(a.label(&store, None), "none");
-        assert_eq!(a.label(&store, Some(b"")), "none");
-        assert_eq!(a.label(&store, Some(&[b'x'; 65])), "other");
-        assert_eq!(a.label(&store, Some(b"Other")), "other");
+        assert_eq!(a.label(&store, &value(b"beta"), NOW, true), "beta");
+        assert_eq!(b.label(&store, &value(b"gamma"), NOW, true), "gamma");
+        assert_eq!(a.label(&store, &Identity::Absent, NOW, true), "none");
+        assert_eq!(a.label(&store, &value(b""), NOW, true), "none");
+        assert_eq!(
+            a.label(&store, &Identity::Unauthenticated, NOW, true),
+            "unauthenticated"
+        );
+        assert_eq!(a.label(&store, &value(&[b'x'; 65]), NOW, true), "other");
+        assert_eq!(a.label(&store, &value(b"Other"), NOW, true), "other");
+        assert_eq!(
+            a.label(&store, &value(b"Unauthenticated"), NOW, true),
+            "unauthenticated"
+        );
         assert!(a.cached() <= 3 && b.cached() <= 3);
         let count = store.get("metrics/t/~count").unwrap().0.unwrap();
-        assert_eq!(count, 3u32.to_le_bytes().to_vec(), "{semantics:?}");
-        let tenants: Vec<String> = store
-            .keys()
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| k.starts_with("metrics/t/t/"))
-            .collect();
-        assert_eq!(
-            tenants,
-            ["metrics/t/t/acme", "metrics/t/t/beta", "metrics/t/t/gamma"]
+        let generation = NOW / 3600;
+        let mut want = generation.to_le_bytes().to_vec();
+        want.extend_from_slice(&3u32.to_le_bytes());
+        assert_eq!(count, want, "{semantics:?}");
+        assert_eq!(slots(&store), ["acme", "beta", "gamma"]);
+        assert!(
+            store.len() <= 1 + 6,
+            "the table has 2 x max_tenants keys at most"
         );
     }
+}
+
+#[test]
+fn unauthenticated_traffic_cannot_fill_the_registry_and_entries_age_out() {
+    let store = MemoryStore::new(Semantics::Envoy);
+    let c = tenant_config(2);
+    let mut a = Tenants::new(c.tenant.as_ref().unwrap());
+    a.ensure_registry(&store);
+    // Forged requests: never admitted, and they read nothing.
+    let reads = store.ops().reads;
+    for _ in 0..1000 {
+        assert_eq!(
+            a.label(&store, &Identity::Unauthenticated, NOW, true),
+            "unauthenticated"
+        );
+    }
+    assert_eq!(store.ops().reads, reads, "no shared-data read");
+    // Values that may not be admitted (the cost tenant of an unverified request) are looked up.
+    assert_eq!(a.label(&store, &value(b"key-1"), NOW, false), "other");
+    assert_eq!(slots(&store), Vec::<String>::new());
+    // Real tenants fill it; then a third is `other` ...
+    assert_eq!(a.label(&store, &value(b"alice"), NOW, true), "alice");
+    assert_eq!(a.label(&store, &value(b"bob"), NOW, false), "other");
+    assert_eq!(a.label(&store, &value(b"bob"), NOW, true), "bob");
+    assert_eq!(a.label(&store, &value(b"carol"), NOW, true), "other");
+    // ... until the generation ends: everything ages out, carol gets a slot.
+    let later = NOW + 3600;
+    assert_eq!(a.label(&store, &value(b"carol"), later, true), "carol");
+    assert_eq!(a.label(&store, &value(b"alice"), later, true), "alice");
+    assert_eq!(a.label(&store, &value(b"bob"), later, true), "other");
+    assert!(
+        slots(&store).len() <= 4,
+        "stale slots are reused: 2 x 2 keys at most"
+    );
+    let mut fresh = Tenants::new(c.tenant.as_ref().unwrap());
+    assert_eq!(fresh.label(&store, &value(b"bob"), later, true), "other");
+    assert_eq!(fresh.label(&store, &value(b"carol"), later, true), "carol");
+}
+
+#[test]
+fn the_table_stays_bounded_under_many_tenants() {
+    let store = MemoryStore::new(Semantics::NgxWasm);
+    let c = tenant_config(50);
+    let mut a = Tenants::new(c.tenant.as_ref().unwrap());
+    a.ensure_registry(&store);
+    let mut named = 0;
+    for hour in 0..5u64 {
+        for i in 0..200 {
+            let t = format!("tenant-{hour}-{i}");
+            if a.label(&store, &value(t.as_bytes()), NOW + hour * 3600, true) != "other" {
+                named += 1;
+            }
+        }
+    }
+    assert_eq!(named, 5 * 50, "exactly max_tenants per generation");
+    assert!(store.len() <= 1 + 100, "{} keys", store.len());
 }
 
 #[test]
@@ -197,9 +294,13 @@ fn tenant_values_that_sanitise_alike_share_a_slot() {
     let c = tenant_config(1);
     let mut a = Tenants::new(c.tenant.as_ref().unwrap());
     a.ensure_registry(&store);
-    assert_eq!(a.label(&store, Some(b"a.b")), "a_b");
-    assert_eq!(a.label(&store, Some(b"A_B")), "a_b");
-    assert_eq!(a.label(&store, Some(b"\xff")), "other", "cap reached");
+    assert_eq!(a.label(&store, &value(b"a.b"), NOW, true), "a_b");
+    assert_eq!(a.label(&store, &value(b"A_B"), NOW, true), "a_b");
+    assert_eq!(
+        a.label(&store, &value(b"\xff"), NOW, true),
+        "other",
+        "cap reached"
+    );
 }
 
 /// Runs `record` and returns {encoded name: (kind, total)} plus the series defined.

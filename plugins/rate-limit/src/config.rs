@@ -33,7 +33,8 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
-use tollgate_common::http::split_path_query;
+use tollgate_common::identity::IdentitySource;
+use tollgate_common::path::PathPolicy;
 use tollgate_common::route::RouteMatch;
 use tollgate_common::shared_data::StoreFull;
 
@@ -82,6 +83,8 @@ struct RawConfig {
     max_keys: u64,
     #[serde(default)]
     store_full: StoreFull<StoreFullAction>,
+    #[serde(default)]
+    paths: PathPolicy,
 }
 
 /// What a request gets when the state of one of its limits cannot be read or stored (a store
@@ -124,13 +127,6 @@ fn default_cas_retries() -> u32 {
 fn default_max_keys() -> u64 {
     DEFAULT_MAX_KEYS
 }
-/// A rule without `match` matches every request (`RouteMatch::default()` has an empty prefix).
-fn match_all() -> RouteMatch {
-    RouteMatch {
-        prefix: "/".to_string(),
-        ..RouteMatch::default()
-    }
-}
 
 #[derive(Debug, Default, Deserialize, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
@@ -144,7 +140,7 @@ enum RawContention {
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: String,
-    #[serde(rename = "match", default = "match_all")]
+    #[serde(rename = "match", default)]
     route: RouteMatch,
     #[serde(default)]
     key: Vec<RawKeyPart>,
@@ -163,6 +159,7 @@ struct RawRule {
 #[serde(rename_all = "snake_case")]
 enum RawKeyPart {
     Header(String),
+    UnverifiedHeader(String),
     ClientAddress(RawClientAddress),
     Path,
     Method,
@@ -271,13 +268,13 @@ pub struct Rule {
 impl Rule {
     /// Whether the request matches, reading only what the match needs.
     pub fn matches(&self, req: &impl RequestView) -> bool {
-        let path = if self.route.prefix == "/" {
-            "/"
-        } else {
+        let path = if self.route.needs_path() {
             match req.path().and_then(|p| std::str::from_utf8(p).ok()) {
-                Some(target) => split_path_query(target).0,
+                Some(path) => path,
                 None => return false,
             }
+        } else {
+            "/"
         };
         let method = if self.route.methods.is_empty() {
             ""
@@ -334,6 +331,11 @@ pub struct Config {
     pub max_keys: u64,
     /// What a request gets when its state cannot be read or stored.
     pub store_full: StoreFull<StoreFullAction>,
+    /// How request paths are normalised before rules and keys see them.
+    pub paths: PathPolicy,
+    /// Whether a rule or a key reads the path: then every request's path is normalised first
+    /// (and refused with 400 when it cannot be).
+    pub needs_path: bool,
 }
 
 impl Config {
@@ -379,9 +381,20 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("two rules are named {:?}", r.name),
             ));
         }
-        rules.push(compile_rule(&raw.zone, raw.max_keys, r, &field)?);
+        rules.push(compile_rule(
+            &raw.zone,
+            raw.max_keys,
+            r,
+            &field,
+            &raw.paths,
+        )?);
     }
+    let needs_path = rules
+        .iter()
+        .any(|r| r.route.needs_path() || r.key.contains(&KeyPart::Path));
     Ok(Config {
+        paths: raw.paths,
+        needs_path,
         zone: raw.zone,
         rules,
         status: raw.status,
@@ -411,19 +424,23 @@ fn compile_rule(
     default_max_keys: u64,
     r: RawRule,
     field: &str,
+    paths: &PathPolicy,
 ) -> Result<Rule, ConfigError> {
     let max_keys = check_max_keys(
         r.max_keys.unwrap_or(default_max_keys),
         &format!("{field}.max_keys"),
     )?;
     let mut route = r.route;
-    route.validate(&format!("{field}.match"))?;
+    route.validate(&format!("{field}.match"), paths)?;
     let mut key = Vec::with_capacity(r.key.len());
     for (j, part) in r.key.into_iter().enumerate() {
         let f = format!("{field}.key[{j}]");
         key.push(match part {
             RawKeyPart::Header(name) => {
-                KeyPart::Header(header_name(&name, &format!("{f}.header"))?)
+                KeyPart::Identity(IdentitySource::from_config(Some(&name), None, &f)?)
+            }
+            RawKeyPart::UnverifiedHeader(name) => {
+                KeyPart::Identity(IdentitySource::from_config(None, Some(&name), &f)?)
             }
             RawKeyPart::ClientAddress(c) => {
                 if c.trusted_hops > MAX_TRUSTED_HOPS {

@@ -4,6 +4,7 @@
 //! Host calls go through `proxy_wasm::hostcalls` with their errors handled, not through the SDK's
 //! trait helpers that unwrap (a header value that is not UTF-8 would trap there).
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::rc::Rc;
 
@@ -11,11 +12,13 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType};
 use tollgate_common::host::{
-    add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
-    request_header_bytes, send_json_error,
+    add_response_header, count, count_n, define_counter, forward_normal_path, now_unix_millis,
+    plugin_configuration, refuse_path, request_header_bytes, send_json_error,
 };
+use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
+use tollgate_common::path::normalize;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
@@ -37,6 +40,7 @@ const STORE_FULL: &str = "tollgate_rate_limit_store_full_total";
 
 /// How often a worker logs that a rule's state could not be stored (ms).
 const STORE_LOG_INTERVAL_MS: u64 = 10_000;
+const INVALID_PATHS: &str = "tollgate_rate_limit_invalid_path_total";
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -103,6 +107,8 @@ impl RuleCounters {
 struct Shared {
     config: Config,
     counters: Vec<RuleCounters>,
+    /// Requests refused with 400 because their path cannot be normalised.
+    invalid_paths: Option<u32>,
 }
 
 #[derive(Default)]
@@ -145,7 +151,16 @@ impl RootContext for RateLimitRoot {
             .iter()
             .map(|r| RuleCounters::define(&r.name))
             .collect();
-        self.shared = Some(Rc::new(Shared { config, counters }));
+        let invalid_paths = if config.needs_path {
+            define_counter(INVALID_PATHS)
+        } else {
+            None
+        };
+        self.shared = Some(Rc::new(Shared {
+            config,
+            counters,
+            invalid_paths,
+        }));
         true
     }
 
@@ -167,19 +182,26 @@ struct RateLimitHttp {
     response_headers: Option<(usize, String)>,
 }
 
-/// The request as the key and the rule match read it; pseudo-headers fetched once, on demand.
+/// The request as the key and the rule match read it; pseudo-headers fetched once, on demand,
+/// the path normalised beforehand when the configuration reads it.
 #[derive(Default)]
 struct HostRequest {
-    path: OnceCell<Option<Vec<u8>>>,
+    path: Option<Vec<u8>>,
     method: OnceCell<Option<Vec<u8>>>,
     authority: OnceCell<Option<Vec<u8>>>,
 }
 
-impl RequestView for HostRequest {
+impl IdentityView for HostRequest {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         request_header_bytes(name)
     }
 
+    fn property(&self, name: &str) -> Option<Vec<u8>> {
+        HostIdentityView.property(name)
+    }
+}
+
+impl RequestView for HostRequest {
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
         hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
             .unwrap_or_default()
@@ -196,9 +218,7 @@ impl RequestView for HostRequest {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        self.path
-            .get_or_init(|| request_header_bytes(":path"))
-            .as_deref()
+        self.path.as_deref()
     }
 
     fn method(&self) -> Option<&[u8]> {
@@ -402,7 +422,30 @@ impl HttpContext for RateLimitHttp {
             send_json_error(500, &[], "internal_error", "rate-limit is not configured");
             return Action::Pause;
         };
-        let req = HostRequest::default();
+        let mut req = HostRequest::default();
+        if shared.config.needs_path {
+            let mut target = request_header_bytes(":path").unwrap_or_default();
+            match normalize(&target, &shared.config.paths) {
+                Ok(p) => {
+                    forward_normal_path(&p);
+                    // Already normal (the common case): the target itself, cut at its query.
+                    req.path = Some(match p.path {
+                        Cow::Owned(normal) => normal.into_bytes(),
+                        Cow::Borrowed(path) => {
+                            let len = path.len();
+                            target.truncate(len);
+                            target
+                        }
+                    });
+                }
+                Err(e) => {
+                    count(shared.invalid_paths);
+                    signals::set(signals::RATE_LIMIT_DECISION, "invalid_path");
+                    refuse_path("rate-limit", e);
+                    return Action::Pause;
+                }
+            }
+        }
         let Some((index, rule)) = shared
             .config
             .rules

@@ -4,18 +4,20 @@
 //!
 //! | part | value |
 //! |---|---|
-//! | `{"header": NAME}` | the header's value, optional whitespace trimmed; absent or empty: missing |
+//! | `{"header": NAME}` | the value jwt-auth verified and wrote into claim header NAME on this request (`tollgate_common::identity`), optional whitespace trimmed; a verified token without the claim: missing; a request jwt-auth did not verify: the fixed part `~unauthenticated` (one bucket for all of them) |
+//! | `{"unverified_header": NAME}` | the header's value as sent, optional whitespace trimmed; absent or empty: missing. The client chooses it: for headers a proxy in front sets |
 //! | `{"client_address": {"trusted_hops": 0}}` | the peer address, the `source.address` property without its port |
 //! | `{"client_address": {"trusted_hops": N}}` | the N-th address of X-Forwarded-For counted from the right (the one the outermost of N trusted proxies appended); fewer entries or not an IP address: missing |
 //! | `{"client_address": {"ipv6_prefix": P}}` | an IPv6 address is keyed by its first P bits (default 64: one key per /64, the smallest allocation a client usually holds), written `prefix/P`; IPv4 addresses are kept whole |
-//! | `"path"` | `:path` without its query |
+//! | `"path"` | the path in normal form (`tollgate_common::path`), without its query |
 //! | `"method"` | `:method` |
 //! | `"host"` | `:authority` in lower case, without its port |
 //!
 //! Addresses are canonical (`::ffff:192.0.2.1` is `192.0.2.1`, IPv6 in its shortest form), so
 //! that one client has one spelling. Parts are joined as `<length>:<bytes>` each (a netstring
 //! without the comma), so no choice of values can make two different lists collide
-//! (`a:b` + `c` vs `a` + `b:c`). A key with no parts is the empty string: one bucket for the rule.
+//! (`a:b` + `c` vs `a` + `b:c`); the unauthenticated part has no length, starts with `~` and so
+//! collides with no value. A key with no parts is the empty string: one bucket for the rule.
 //!
 //! **Length bound**: a joined key longer than [`MAX_CLIENT_KEY_BYTES`] (128) bytes, or with a
 //! byte outside printable ASCII, is replaced by `#` and the first 128 bits of its SHA-256 in hex
@@ -33,6 +35,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
+use tollgate_common::identity::{Identity, IdentitySource, IdentityView};
 use tollgate_common::route::strip_port;
 
 /// Default `ipv6_prefix` of a client address key part: one key per /64 (RFC 6177 section 3
@@ -48,12 +51,14 @@ pub const MAX_SHARED_KEY_BYTES: usize = 256;
 pub const MISSING_BUCKET: &str = "~missing";
 /// The client key of the bucket shared by new clients once the zone holds `max_keys` keys.
 pub const OVERFLOW_BUCKET: &str = "~overflow";
+/// The key part of a request that no verified source vouched for (see the module documentation).
+pub const UNAUTHENTICATED_PART: &[u8] = b"~unauthenticated";
 
 /// One part of a rule's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyPart {
-    /// A request header (lower-case name).
-    Header(String),
+    /// An identity header: verified by jwt-auth, or trusted as sent.
+    Identity(IdentitySource),
     /// The client address: the peer (`trusted_hops` 0) or from X-Forwarded-For.
     ClientAddress {
         /// Trusted proxies in front of the gateway.
@@ -61,7 +66,7 @@ pub enum KeyPart {
         /// IPv6 addresses are keyed by their first `ipv6_prefix` bits (1 to 128).
         ipv6_prefix: u8,
     },
-    /// The path without its query.
+    /// The normal path without its query.
     Path,
     /// The method.
     Method,
@@ -69,15 +74,14 @@ pub enum KeyPart {
     Host,
 }
 
-/// What a key reads from a request (the glue reads the host; tests use plain values).
-pub trait RequestView {
-    /// The value of header `name` (lower case), if present.
-    fn header(&self, name: &str) -> Option<Vec<u8>>;
+/// What a key reads from a request (the glue reads the host; tests use plain values). Headers
+/// and properties come from [`IdentityView`].
+pub trait RequestView: IdentityView {
     /// Every X-Forwarded-For field value, in order (a header can be repeated).
     fn forwarded_for(&self) -> Vec<Vec<u8>>;
     /// The `source.address` property: `ip:port` or `[ipv6]:port`.
     fn source_address(&self) -> Option<Vec<u8>>;
-    /// `:path`.
+    /// The path in normal form, without its query (`tollgate_common::path::normalize`).
     fn path(&self) -> Option<&[u8]>;
     /// `:method`.
     fn method(&self) -> Option<&[u8]>;
@@ -90,9 +94,13 @@ pub trait RequestView {
 pub fn client_key(parts: &[KeyPart], req: &impl RequestView) -> Option<String> {
     let mut joined: Vec<u8> = Vec::with_capacity(64);
     for part in parts {
-        let value = part_value(part, req)?;
-        let _ = write!(Bytes(&mut joined), "{}:", value.len());
-        joined.extend_from_slice(&value);
+        match part_value(part, req)? {
+            PartValue::Value(value) => {
+                let _ = write!(Bytes(&mut joined), "{}:", value.len());
+                joined.extend_from_slice(&value);
+            }
+            PartValue::Unauthenticated => joined.extend_from_slice(UNAUTHENTICATED_PART),
+        }
     }
     Some(bound(joined))
 }
@@ -117,9 +125,19 @@ pub fn rule_zone_key(zone: &str, rule: &str) -> String {
     format!("ratelimit/{zone}/{rule}/~zone")
 }
 
-fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
+/// A part's value: bytes, or the fixed unauthenticated part.
+enum PartValue {
+    Value(Vec<u8>),
+    Unauthenticated,
+}
+
+fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<PartValue> {
     let value = match part {
-        KeyPart::Header(name) => trim(req.header(name)?),
+        KeyPart::Identity(source) => match source.read(req) {
+            Identity::Value(v) => trim(v),
+            Identity::Absent => return None,
+            Identity::Unauthenticated => return Some(PartValue::Unauthenticated),
+        },
         KeyPart::ClientAddress {
             trusted_hops: 0,
             ipv6_prefix,
@@ -139,14 +157,7 @@ fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
                 .nth(usize::from(*trusted_hops).saturating_sub(1))?;
             client_ip(std::str::from_utf8(entry).ok()?, *ipv6_prefix)?
         }
-        KeyPart::Path => {
-            let target = req.path()?;
-            let end = target
-                .iter()
-                .position(|b| *b == b'?')
-                .unwrap_or(target.len());
-            target.get(..end)?.to_vec()
-        }
+        KeyPart::Path => req.path()?.to_vec(),
         KeyPart::Method => req.method()?.to_vec(),
         KeyPart::Host => {
             let text = std::str::from_utf8(req.authority()?).ok()?;
@@ -156,7 +167,7 @@ fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
     if value.is_empty() {
         None
     } else {
-        Some(value)
+        Some(PartValue::Value(value))
     }
 }
 
@@ -246,19 +257,29 @@ mod tests {
     #[derive(Default)]
     struct Req {
         headers: Vec<(&'static str, &'static [u8])>,
+        properties: Vec<(&'static str, &'static [u8])>,
         source: Option<&'static str>,
         path: Option<&'static str>,
         method: Option<&'static str>,
         authority: Option<&'static str>,
     }
 
-    impl RequestView for Req {
+    impl IdentityView for Req {
         fn header(&self, name: &str) -> Option<Vec<u8>> {
             self.headers
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| v.to_vec())
         }
+        fn property(&self, name: &str) -> Option<Vec<u8>> {
+            self.properties
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_vec())
+        }
+    }
+
+    impl RequestView for Req {
         fn forwarded_for(&self) -> Vec<Vec<u8>> {
             self.headers
                 .iter()
@@ -278,6 +299,12 @@ mod tests {
         fn authority(&self) -> Option<&[u8]> {
             self.authority.map(str::as_bytes)
         }
+    }
+
+    fn unverified(name: &str) -> KeyPart {
+        KeyPart::Identity(IdentitySource::Unverified {
+            header: name.to_string(),
+        })
     }
 
     fn xff(hops: u8) -> Vec<KeyPart> {
@@ -321,13 +348,13 @@ mod tests {
     fn header_path_method_host_and_composite() {
         let req = Req {
             headers: vec![("x-api-key", b"  k1\t")],
-            path: Some("/api/items?page=2"),
+            path: Some("/api/items"),
             method: Some("GET"),
             authority: Some("API.Example.com:8443"),
             ..Default::default()
         };
         let parts = vec![
-            KeyPart::Header("x-api-key".into()),
+            unverified("x-api-key"),
             KeyPart::Path,
             KeyPart::Method,
             KeyPart::Host,
@@ -337,7 +364,7 @@ mod tests {
             "2:k110:/api/items3:GET15:api.example.com"
         );
         assert_eq!(client_key(&[], &req).unwrap(), "", "no parts: one bucket");
-        let missing = vec![KeyPart::Header("x-user".into())];
+        let missing = vec![unverified("x-user")];
         assert_eq!(client_key(&missing, &req), None);
         let empty = Req {
             headers: vec![("x-user", b"  ")],
@@ -351,8 +378,49 @@ mod tests {
     }
 
     #[test]
+    fn verified_headers_and_the_unauthenticated_bucket() {
+        let parts = vec![KeyPart::Identity(IdentitySource::verified("x-jwt-sub"))];
+        let forged = Req {
+            headers: vec![("x-jwt-sub", b"victim")],
+            ..Default::default()
+        };
+        assert_eq!(
+            client_key(&parts, &forged).as_deref(),
+            Some("~unauthenticated"),
+            "a client's own x-jwt-sub is not a key"
+        );
+        let verified = Req {
+            headers: vec![("x-jwt-sub", b"victim")],
+            properties: vec![
+                ("tollgate.jwt_auth.result", b"ok"),
+                ("tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(client_key(&parts, &verified).as_deref(), Some("5:alice"));
+        let no_claim = Req {
+            properties: vec![("tollgate.jwt_auth.result", b"ok")],
+            ..Default::default()
+        };
+        assert_eq!(
+            client_key(&parts, &no_claim),
+            None,
+            "verified, no claim: missing"
+        );
+        let with_method = vec![parts[0].clone(), KeyPart::Method];
+        let forged_get = Req {
+            method: Some("GET"),
+            ..Default::default()
+        };
+        assert_eq!(
+            client_key(&with_method, &forged_get).as_deref(),
+            Some("~unauthenticated3:GET")
+        );
+    }
+
+    #[test]
     fn composite_parts_cannot_collide() {
-        let parts = vec![KeyPart::Header("a".into()), KeyPart::Header("b".into())];
+        let parts = vec![unverified("a"), unverified("b")];
         let one = Req {
             headers: vec![("a", b"x:1"), ("b", b"y")],
             ..Default::default()
@@ -430,7 +498,7 @@ mod tests {
             headers: vec![("k", long), ("bin", b"\xff\x00x"), ("short", b"abc")],
             ..Default::default()
         };
-        let h = |name: &str| client_key(&[KeyPart::Header(name.into())], &req).unwrap();
+        let h = |name: &str| client_key(&[unverified(name)], &req).unwrap();
         let hashed = h("k");
         // SHA-256 of "200:" + "a" x 200, first 16 bytes (Python hashlib).
         assert_eq!(hashed, "#8edec72f4bf3a184120df4a780d597c7");

@@ -84,6 +84,22 @@ fn refusals_name_the_field() {
             "rules[0].match.prefix",
         ),
         (
+            rule(json!({"match": {"prefix": "/v1/../admin"}})),
+            "rules[0].match.prefix",
+        ),
+        (
+            rule(json!({"match": {"prefix": "/a", "path": "/a"}})),
+            "rules[0].match.path",
+        ),
+        (
+            rule(json!({"key": [{"unverified_header": "bad header"}]})),
+            "rules[0].key[0].unverified_header",
+        ),
+        (
+            json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "paths": {"escaped_slashes": "decode"}}),
+            "paths.escaped_slashes",
+        ),
+        (
             rule(json!({"match": {"methods": ["get"]}})),
             "rules[0].match.methods[0]",
         ),
@@ -222,7 +238,9 @@ fn a_full_configuration_compiles() {
     assert_eq!(
         r.key,
         vec![
-            KeyPart::Header("x-jwt-sub".into()),
+            KeyPart::Identity(tollgate_common::identity::IdentitySource::verified(
+                "x-jwt-sub"
+            )),
             KeyPart::ClientAddress {
                 trusted_hops: 2,
                 ipv6_prefix: 64
