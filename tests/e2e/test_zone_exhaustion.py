@@ -72,9 +72,13 @@ def assert_no_trap(gateway) -> None:
     assert gateway.alive()
 
 
-@pytest.mark.parametrize("action", ["deny", "overflow"])
+# None: the default policy (deny with 503), with a configuration that main before issue 17 also
+# loads, so that this case shows the old behaviour (a trap, new clients admitted) rather than a
+# refused configuration.
+@pytest.mark.parametrize("action", [None, "deny", "overflow"])
 def test_rate_limit_zone_full_lifts_no_limit(host, upstream, gateways, action):
-    config = rl_config({"action": action, "status": 503})
+    config = rl_config(None if action is None else {"action": action, "status": 503})
+    action = action or "deny"
     spec = GatewaySpec(filters=[FilterSpec("rate-limit", config)], upstreams={"upstream": upstream.port},
                        workers=2, kv_zones={"ratelimit": SMALL_ZONE})
     g = gateways(host, spec)
@@ -162,9 +166,10 @@ def spent(url: str, tenant: str) -> requests.Response:
 
 
 @pytest.mark.parametrize("budgeted", [True, False])
-@pytest.mark.parametrize("action", ["refuse", "pool"])
+@pytest.mark.parametrize("action", [None, "refuse", "pool"])  # None: the default (refuse), as above
 def test_cost_zone_full_resets_no_budget(host, upstream, gateways, budgeted, action):
-    config = dict(COST, store_full={"action": action})
+    config = dict(COST) if action is None else dict(COST, store_full={"action": action})
+    action = action or "refuse"
     if budgeted:
         config["budgets"] = {"default": {"day_nano_usd": 10**12}, "tenants": {"capped": {"day_nano_usd": 1}}}
     spec = GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port},
@@ -179,6 +184,10 @@ def test_cost_zone_full_resets_no_budget(host, upstream, gateways, budgeted, act
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         statuses = list(pool.map(lambda i: chat(g.url, f"{prefix}-{i}").status_code, range(FILL)))
     assert set(statuses) <= {200, 503}, statuses
+    # No budget reset, no spend lost for tenants that had a record.
+    assert chat(g.url, "capped").status_code == 402
+    r = spent(g.url, early)
+    assert r.status_code == 200 and int(r.headers["x-tollgate-spend-total-nano-usd"]) == 3 * ONE_CHAT
     if host.name == "envoy":
         assert statuses == [200] * FILL
         assert counter(g, "tollgate_cost_overflow_total") >= FILL - MAX_KEYS
@@ -202,10 +211,6 @@ def test_cost_zone_full_resets_no_budget(host, upstream, gateways, budgeted, act
             else:
                 # Not attributed to it (no record of its own); pooled, not lost.
                 assert shown == 0
-    # No budget reset, no spend lost for tenants that had a record.
-    assert chat(g.url, "capped").status_code == 402
-    r = spent(g.url, early)
-    assert r.status_code == 200 and int(r.headers["x-tollgate-spend-total-nano-usd"]) == 3 * ONE_CHAT
     assert_no_trap(g)
 
 
