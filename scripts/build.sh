@@ -11,6 +11,7 @@ pkgs=()
 for c in $(plugin_crates); do pkgs+=(-p "tollgate-$c"); done
 pkgs+=(-p tollgate-wasm-floor)   # bench/wasm-floor: the empty filter the benchmarks compare with
 pkgs+=(-p tollgate-test-probe)   # tests/filters/probe: test-only, a third-party-style filter (never shipped)
+pkgs+=(-p tollgate-test-abi-fuzz)   # tests/filters/abi-fuzz: test-only, a hostile guest for the nginx host's fuzz tests
 if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
   "$ROOT/scripts/apt.sh" rustc-web cargo-web rust-web-src lld-22 wasi-libc
   RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
@@ -19,7 +20,7 @@ if [ -e .cache/wasm-build-std ] || [ "${TOLLGATE_WASM_FALLBACK:-0}" = 1 ]; then
     /usr/bin/cargo build -q --release --target wasm32-wasip1 -Zbuild-std=std,panic_abort \
       --target-dir target/build-std "${pkgs[@]}"
   SRC=target/build-std/wasm32-wasip1/release
-  mkdir -p "$WASM_DIR" && cp "$SRC"/tollgate_*.wasm "$SRC"/test_probe.wasm "$WASM_DIR/"
+  mkdir -p "$WASM_DIR" && cp "$SRC"/tollgate_*.wasm "$SRC"/test_probe.wasm "$SRC"/test_abi_fuzz.wasm "$WASM_DIR/"
   touch .cache/wasm-from-build-std
 else
   # After a fallback build, remove its copies so that cargo puts its own artifacts back.

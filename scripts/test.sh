@@ -31,6 +31,10 @@ log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; 
 # Release: the tests compile the filters with cranelift, which is slow unoptimised, and the
 # release build of wasmtime is already there for the module.
 (cd nginx-compat && cargo test -q --release -p tollgate-host -p tollgate-services)
+# The hostile-guest ABI fuzzer (tests/filters/abi-fuzz against the host core, in-process): a
+# fixed seed, 200,000 host calls (about 10-40 s). The long run: nginx-compat/README.md.
+(cd nginx-compat && ABI_FUZZ_SEED=2 ABI_FUZZ_CALLS=200000 \
+  cargo test -q --release -p tollgate-host --test abi_fuzz -- --ignored hostile_guest_long_run)
 
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)

@@ -343,7 +343,10 @@ fn eq_name(a: &[u8], b: &[u8]) -> bool {
 
 /// Returns `len` bytes to the guest: allocates them with the guest's allocator, lets `fill`
 /// write them (from the state), and stores the pointer and size at `ret_ptr` / `ret_size`.
-/// A zero length returns a null pointer without allocating (as Envoy does).
+/// A zero length returns a null pointer without allocating (as Envoy does). The allocator is
+/// guest code and may call the host first, changing what `fill` copies (the header, property,
+/// effective root...): `fill` then returns `None` (see [`mem::copy`]), and so does this
+/// (`InternalFailure`), rather than copying something of another length.
 fn return_with(
     caller: &mut C<'_>,
     ret_ptr: u32,
@@ -622,8 +625,7 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
                 key.clear();
                 key.extend_from_slice(path);
                 let r = return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                    dst.copy_from_slice(s.stream.properties.get(&key)?);
-                    Some(())
+                    mem::copy(dst, s.stream.properties.get(&key)?)
                 });
                 c.data_mut().scratch = key;
                 return r;
@@ -631,8 +633,7 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(which) = state.builtin_property(path) {
                 let len = state.builtin(which).len();
                 return return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                    dst.copy_from_slice(s.builtin(which));
-                    Some(())
+                    mem::copy(dst, s.builtin(which))
                 });
             }
             let value = match &state.stream.property_source {
@@ -748,8 +749,7 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             };
             let len = map.get(index).map_or(0, |(_, v)| v.len());
             return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                dst.copy_from_slice(&s.map(t)?.get(index)?.1);
-                Some(())
+                mem::copy(dst, &s.map(t)?.get(index)?.1)
             })
         },
     )?;
@@ -866,8 +866,7 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
             let end = start.saturating_add(max).min(buf.len());
             let len = end.saturating_sub(start);
             return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                dst.copy_from_slice(s.buffer(t)?.get(start..end)?);
-                Some(())
+                mem::copy(dst, s.buffer(t)?.get(start..end)?)
             })
         };
     d.env("proxy_get_buffer_bytes", get_buffer)?;
@@ -920,8 +919,7 @@ fn define_env(d: &mut Def<'_>) -> Result<(), Error> {
         |mut c: C<'_>, ret_ptr: u32, ret_size: u32| -> R {
             let len = c.data().buffer(7).map_or(0, <[u8]>::len);
             return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                dst.copy_from_slice(s.buffer(7)?);
-                Some(())
+                mem::copy(dst, s.buffer(7)?)
             })
         },
     )?;

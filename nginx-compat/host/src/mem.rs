@@ -37,6 +37,16 @@ pub(crate) fn write(mem: &mut [u8], ptr: u32, bytes: &[u8]) -> bool {
     }
 }
 
+/// Copies `src` into `dst` when they have the same length; `None` otherwise (a host function
+/// measured `src`, then the guest's allocator ran and changed it).
+pub(crate) fn copy(dst: &mut [u8], src: &[u8]) -> Option<()> {
+    if dst.len() != src.len() {
+        return None;
+    }
+    dst.copy_from_slice(src);
+    Some(())
+}
+
 pub(crate) fn write_u32(mem: &mut [u8], ptr: u32, v: u32) -> bool {
     write(mem, ptr, &v.to_le_bytes())
 }
@@ -66,7 +76,7 @@ pub(crate) fn serialized_size(map: &HeaderMap) -> Option<usize> {
     Some(size)
 }
 
-/// Serializes `map` into `dst`, which is exactly `serialized_size(map)` long.
+/// Serializes `map` into `dst`; `None` unless `dst` is exactly `serialized_size(map)` long.
 pub(crate) fn serialize_into(map: &HeaderMap, dst: &mut [u8]) -> Option<()> {
     let mut w = Writer { dst, at: 0 };
     w.put(&u32::try_from(map.len()).ok()?.to_le_bytes())?;
@@ -80,7 +90,7 @@ pub(crate) fn serialize_into(map: &HeaderMap, dst: &mut [u8]) -> Option<()> {
         w.put(v)?;
         w.put(&[0])?;
     }
-    Some(())
+    (w.at == w.dst.len()).then_some(())
 }
 
 struct Writer<'a> {

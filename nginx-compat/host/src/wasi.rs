@@ -30,6 +30,14 @@ fn monotonic_ns() -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Most bytes one `fd_write` takes, and most iovecs it reads (POSIX's `IOV_MAX`): beyond them
+/// it writes less than asked and says how much, a short write that WASI allows as POSIX
+/// `writev` does (Rust's `write_all` and wasi-libc's stdio write the rest with the next call).
+/// Without them one call over a few MiB of memory (thousands of iovecs naming the same
+/// buffer) kept the host copying and logging gigabytes.
+const MAX_WRITE_BYTES: u32 = 64 << 10;
+const MAX_IOVS: u32 = 1024;
+
 pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     d.wasi_func(
         "fd_write",
@@ -42,18 +50,25 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             };
             let mut written: u32 = 0;
             let mut at = iovs;
-            for _ in 0..iovs_len {
+            for _ in 0..iovs_len.min(MAX_IOVS) {
                 let (Some(ptr), Some(len)) = (
                     mem::read_u32(memory, at),
                     at.checked_add(4).and_then(|p| mem::read_u32(memory, p)),
                 ) else {
                     return e(EFAULT);
                 };
-                let Some(bytes) = mem::slice(memory, ptr, len) else {
+                if mem::slice(memory, ptr, len).is_none() {
+                    return e(EFAULT);
+                }
+                let take = len.min(MAX_WRITE_BYTES.saturating_sub(written));
+                let Some(bytes) = mem::slice(memory, ptr, take) else {
                     return e(EFAULT);
                 };
                 state.stdio(fd, bytes);
-                written = written.saturating_add(len);
+                written = written.saturating_add(take);
+                if written >= MAX_WRITE_BYTES {
+                    break;
+                }
                 let Some(next) = at.checked_add(8) else {
                     return e(EFAULT);
                 };
