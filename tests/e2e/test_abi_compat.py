@@ -182,3 +182,30 @@ def test_envoy_accepts_cr_lf_in_written_header_values(host, gateways, upstream, 
     g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=[dict(crlf, map="local")])
     r = requests.get(g.url + "/", timeout=10)
     assert r.headers.get("x-injected") == "yes"
+
+
+FRAMING = [("transfer-encoding", "chunked"), ("connection", "close"), ("keep-alive", "timeout=1"),
+           ("proxy-connection", "close"), ("upgrade", "h2c")]
+
+
+@pytest.mark.parametrize("map_", ["response", "local"])
+def test_framing_fields_a_filter_writes_never_reach_the_client(host, gateways, upstream, answer_server, map_):
+    """A filter writing `Transfer-Encoding: chunked` (or Connection, Keep-Alive, Upgrade) into a
+    response must not change how the response is framed: the host frames it. Measured: Envoy
+    1.40 drops Transfer-Encoding, Connection, Proxy-Connection and Upgrade from responses and
+    keeps Keep-Alive; nginx-compat drops all five (Upgrade stays on a 101). Two requests on one
+    keep-alive connection both read whole."""
+    writes = [{"map": map_, "op": "add", "name": k, "value": v} for k, v in FRAMING]
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=writes)
+    with requests.Session() as s:
+        for i in range(2):
+            r = s.get(g.url + f"/framed{i}", timeout=10)
+            names = [k.lower() for k in r.raw.headers.keys()]
+            assert "upgrade" not in names and "proxy-connection" not in names, names
+            if host.name != "envoy":
+                # Envoy 1.40 passes a filter's Keep-Alive on (measured); it does not frame.
+                assert "keep-alive" not in names, names
+            assert r.headers.get("connection", "").lower() != "close", r.headers
+            assert names.count("transfer-encoding") <= 1 and names.count("content-length") <= 1, names
+            if map_ == "response":
+                assert r.status_code == 200 and r.json()["path"] == f"/framed{i}"

@@ -492,6 +492,12 @@ pub unsafe fn apply_response_map(
                     }
                 }
                 _ if name.first() == Some(&b':') => {}
+                // Framing is nginx's: it writes its own Transfer-Encoding, Connection and
+                // Keep-Alive, so a filter's copies would contradict them (a client then reads a
+                // body framed one way as another, and the next response on the connection with
+                // it). Dropped as Envoy drops them from responses; Upgrade stays on a 101.
+                b"transfer-encoding" | b"connection" | b"keep-alive" | b"proxy-connection" => {}
+                b"upgrade" if (*out).status != 101 => {}
                 _ => {
                     let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
                     if name == b"cache-control" {
