@@ -90,6 +90,8 @@ class DemoUpstream:
 
 # tests/filters/probe: a test-only filter that uses the ABI as other people's filters do.
 PROBE_WASM = WASM_DIR / "test_probe.wasm"
+# tests/filters/abi-fuzz: a test-only hostile guest (seeded calls of every import).
+ABI_FUZZ_WASM = WASM_DIR / "test_abi_fuzz.wasm"
 
 
 @dataclasses.dataclass
