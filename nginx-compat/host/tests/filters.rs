@@ -524,7 +524,7 @@ fn cost_prices_an_openai_response() {
     let host = Rc::new(MemoryHost::new());
     let mut vm = vm("cost", &host);
     let config = r#"{"prices": {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07,
-        "output_cost_per_token": 6e-07}}, "tenant": {"header": "x-jwt-sub"}}"#;
+        "output_cost_per_token": 6e-07}}, "tenant": {"unverified_header": "x-jwt-sub"}}"#;
     let root = vm.create_root("cost", config.as_bytes()).unwrap();
     let id = vm.create_http(root).unwrap();
     let mut s = request("POST", "/v1/chat/completions", &[("x-jwt-sub", "alice")]);
@@ -720,7 +720,7 @@ fn guest_limits_headroom() {
             ));
         }
         prices.push('}');
-        format!(r#"{{"prices": {prices}, "tenant": {{"header": "x-jwt-sub"}}}}"#)
+        format!(r#"{{"prices": {prices}, "tenant": {{"unverified_header": "x-jwt-sub"}}}}"#)
     };
     let jwt = gateway_jwt_config();
     for (filter, config) in [
