@@ -91,11 +91,13 @@ impl RouteMatch {
         self.path.is_some() || self.prefix.as_deref().is_some_and(|p| p != "/")
     }
 
-    /// Whether a request with this normal `path` (no query), `method` and `host` matches.
+    /// Whether a request with this normal `path` (no query), `method` and `host` matches. A
+    /// match that does not need the path ([`Self::needs_path`]: prefix `/`) matches any `path`,
+    /// including the empty one a filter passes when it did not read `:path`.
     pub fn matches(&self, path: &str, method: &str, host: &str) -> bool {
         let path_ok = match (&self.path, &self.prefix) {
             (Some(exact), _) => path == exact,
-            (None, Some(prefix)) => prefix_matches(prefix, path),
+            (None, Some(prefix)) => prefix == "/" || prefix_matches(prefix, path),
             (None, None) => true,
         };
         if !path_ok {
@@ -160,6 +162,9 @@ mod tests {
         assert!(!v1.matches("/v10/chat", "GET", ""));
         assert!(RouteMatch::prefix("/").matches("/x", "GET", ""));
         assert!(!RouteMatch::prefix("/").needs_path());
+        // Filters skip reading `:path` for such a match and pass "": it still matches.
+        assert!(RouteMatch::prefix("/").matches("", "GET", "h"));
+        assert!(RouteMatch::default().matches("", "GET", "h"));
         assert!(healthz.needs_path());
     }
 
