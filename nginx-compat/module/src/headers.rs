@@ -182,9 +182,9 @@ struct HopByHop {
 }
 
 impl HopByHop {
-    /// Reads the `Connection` fields (all of them: a client may send several) and `Upgrade`.
-    /// Without a `Connection` field (nginx's typed pointer is null) nothing is nominated and
-    /// the list is not scanned.
+    /// Reads the `Connection` fields (all of them: a client may send several) and `Upgrade`
+    /// from the header list (nginx 1.22 does not fill `headers_in.connection`, and its typed
+    /// pointers name one field of several: the list is the only complete source).
     ///
     /// # Safety
     /// `hin` must be a live request's `headers_in`.
@@ -193,23 +193,26 @@ impl HopByHop {
             nominated: Vec::new(),
             upgrade: false,
         };
-        // SAFETY: the caller's live `headers_in`; its typed pointers are null when absent.
+        // SAFETY: the caller's live `headers_in` and its header list.
         unsafe {
-            if (*hin).connection.is_null() {
-                return hop;
-            }
+            let mut has_upgrade = false;
             for h in table_elts(&raw mut (*hin).headers) {
-                if (*h).hash == 0 || !bytes(&(*h).key).eq_ignore_ascii_case(b"connection") {
+                if (*h).hash == 0 {
                     continue;
                 }
-                for token in bytes(&(*h).value).split(|b| *b == b',') {
-                    let t = token.trim_ascii();
-                    if !t.is_empty() {
-                        hop.nominated.push(t.to_ascii_lowercase());
+                let key = bytes(&(*h).key);
+                if key.eq_ignore_ascii_case(b"upgrade") {
+                    has_upgrade = true;
+                } else if key.eq_ignore_ascii_case(b"connection") {
+                    for token in bytes(&(*h).value).split(|b| *b == b',') {
+                        let t = token.trim_ascii();
+                        if !t.is_empty() {
+                            hop.nominated.push(t.to_ascii_lowercase());
+                        }
                     }
                 }
             }
-            hop.upgrade = !(*hin).upgrade.is_null() && hop.nominates(b"upgrade");
+            hop.upgrade = has_upgrade && hop.nominates(b"upgrade");
         }
         hop
     }
