@@ -86,3 +86,69 @@ for plugin in ("jwt-auth", "metrics", "sticky-upstream"):
     seeds = plugin_configs(plugin) + [b"{}", b"", b"[]"]
     write("config_" + plugin.replace("-", "_"), seeds)
 print({d.name: len(list(d.iterdir())) for d in sorted((FUZZ / "corpus").iterdir())})
+
+# Cost and rate-limit targets.
+testdata = ROOT / "plugins/cost/testdata"
+streams = [(testdata / n).read_bytes() for n in ("openai_chat_stream.sse", "anthropic_messages_stream.sse")]
+streams += [s.replace(b"\n", b"\r\n") for s in streams] + [b"\xef\xbb\xbf" + streams[0]]
+streams += [b'event: response.completed\ndata: {"type":"response.completed","response":{"model":"m","usage":'
+            b'{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":1}}}}\n\n',
+            b": comment\nid: 1\nretry: 5\ndata: a\ndata: b\n\ndata\n\n\r\r"]
+write("sse_stream", [bytes([seed]) + s for s in streams for seed in (0, 0x5a, 0xc3)])
+
+bodies = [
+    b'{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant",'
+    b'"content":"Hi"}}],"usage":{"prompt_tokens":100,"completion_tokens":50,"total_tokens":150,'
+    b'"prompt_tokens_details":{"cached_tokens":40},"completion_tokens_details":{"reasoning_tokens":10}}}',
+    b'{"id":"r","object":"response","model":"o1","output":[],"usage":{"input_tokens":9,"output_tokens":3,'
+    b'"input_tokens_details":{"cached_tokens":2},"output_tokens_details":{"reasoning_tokens":1}}}',
+    b'{"object":"list","data":[{"embedding":[0.1,-2e-3,1E+2]}],"model":"e","usage":{"prompt_tokens":7,"total_tokens":7}}',
+    b'{"type":"message","model":"claude","content":[{"type":"text","text":"a\\"b\\u00e9"}],"usage":{"input_tokens":10,'
+    b'"cache_creation_input_tokens":5,"cache_read_input_tokens":7,"output_tokens":3}}',
+    b'{"usage":null,"message":{"model":"x","usage":{"input_tokens":1}},"response":{"usage":{"output_tokens":2}}}',
+]
+write("usage_json", [bytes([seed]) + b for b in bodies for seed in (0, 0x93)])
+
+write("request_body", [
+    b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"stream":true}',
+    b'{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":false,"x":[1,{"y":null}]}}',
+    b'{"model":"a","model":"b","stream":true,"stream_options":null,"temperature":0.10000000000000001}',
+    b'{"mod\\u0065l":"m","stream_options":{"include_usage":true},"stream_options":{}}',
+])
+
+fields = [
+    b"\x1f" + b"\xff".join([b"tenant-1", b"203.0.113.7\xfe10.0.0.1, 192.0.2.1", b"[2001:db8:1:2::5]:443", b"/v1/chat?x=1", b"POST", b"API.example.com:8443"]),
+    b"\x03" + b"\xff".join([b"  k  ", b"", b"192.0.2.9:5", b"/", b"GET", b"h"]),
+    b"\x80" + b"\xff".join([b"x" * 200, b"unknown, [2001:db8::1]:80", b"::ffff:192.0.2.1", b"/a", b"", b""]),
+]
+write("rate_limit_key", fields)
+
+confs = [(ROOT / "nginx-compat/conf/full-chain.conf").read_text(), (ROOT / "envoy/llm-gateway.yaml").read_text()]
+
+
+def configs(plugin: str) -> list[bytes]:
+    found = []
+    for text in confs:
+        found += re.findall(rf"proxy_wasm {plugin} '(.*?)';", text, re.S)
+        found += [m for m in re.findall(r"value: \|\n((?:\s{20}.*\n)+)", text) if (plugin == "cost") == ('"prices"' in m)
+                  and (plugin == "rate_limit") == ('"rules"' in m and '"limits"' in m)]
+    return [json.dumps(json.loads(c)).encode() for c in found]
+
+
+cost = configs("cost") + [json.dumps({
+    "ledger": "e2e", "prices": {"m": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07, "cache_read_input_token_cost": 7.5e-08,
+                                      "litellm_provider": "openai", "max_tokens": 16384}},
+    "tenant": {"api_key_header": "x-api-key", "default": "anon"}, "budgets": {"default": {"day_nano_usd": 1},
+    "tenants": {"t": {"month_nano_usd": 5}}}, "over_budget_status": 429, "unknown_model": {"action": "refuse",
+    "default_price": {"input_cost_per_token": 1e-18, "output_cost_per_token": 0}}, "unpriced_charge": "none",
+    "store_full": {"action": "pool", "status": 507}, "max_request_body_bytes": 0, "max_decoded_bytes": 1024}).encode()]
+write("config_cost", cost)
+rate = configs("rate_limit") + [json.dumps({
+    "zone": "z", "rules": [{"name": "r", "match": {"prefix": "/api", "methods": ["GET"], "hosts": ["a.example"]},
+                            "key": [{"header": "x-jwt-sub"}, {"client_address": {"trusted_hops": 1, "ipv6_prefix": 48}}, "path", "method", "host"],
+                            "limits": [{"algorithm": "token_bucket", "capacity": 20, "requests": 10, "per": "second"},
+                                       {"name": "daily", "algorithm": "fixed_window", "requests": 1000, "per": "day"}],
+                            "missing_key": "shared", "weight_header": "x-cost", "max_weight": 20, "max_keys": 10}],
+    "status": 503, "headers_on_allowed": False, "cas_retries": 0, "on_contention": "deny", "max_keys": 5,
+    "store_full": {"action": "overflow", "status": 429}}).encode()]
+write("config_rate_limit", rate)
