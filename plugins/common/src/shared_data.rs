@@ -423,19 +423,25 @@ pub const CREATION_LEASE_MS: u64 = 2_000;
 pub const CLOCK_TOLERANCE_MS: u64 = 1_000;
 
 /// Length of an encoded [`ZoneRecord`] (bytes).
-pub const ZONE_BYTES: usize = 17;
+pub const ZONE_BYTES: usize = 18;
 
 const TAG_ZONE: u8 = 16;
 
-/// A zone record: how many keys the zone has created, and its key-creation lease. One per zone
-/// (e.g. `ratelimit/<zone>/~zone`, `cost/<ledger>/~zone`). Bytes: tag 16, keys (u64 LE),
-/// lease end in Unix ms (u64 LE; 0 when free): [`ZONE_BYTES`] in all.
+/// A zone record: how many keys the zone has created, its key-creation lease, and whether the
+/// store has refused a new key. One per zone (e.g. `ratelimit/<zone>/~zone`,
+/// `cost/<ledger>/~zone`). Bytes: tag 16, keys (u64 LE), lease end in Unix ms (u64 LE; 0 when
+/// free), flags (bit 0: the store refused a key): [`ZONE_BYTES`] in all. A record of another
+/// length (an older layout) does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ZoneRecord {
     /// Keys created so far (only the counted ones, see [`create_once`]).
     pub keys: u64,
     /// The creation lease is held until this Unix time (ms); 0 when free.
     pub locked_until_ms: u64,
+    /// The store refused to write a new key (an nginx zone declared `eviction=none` is full).
+    /// Sticky: such a zone frees nothing until nginx restarts, so later creations are refused
+    /// at once, by every worker alike, instead of each one trying (see [`create_once`]).
+    pub store_full: bool,
 }
 
 impl ZoneRecord {
@@ -443,10 +449,12 @@ impl ZoneRecord {
     pub fn encode(&self) -> [u8; ZONE_BYTES] {
         let mut out = [0u8; ZONE_BYTES];
         let (tag, rest) = out.split_at_mut(1);
-        let (keys, lease) = rest.split_at_mut(8);
+        let (keys, rest) = rest.split_at_mut(8);
+        let (lease, flags) = rest.split_at_mut(8);
         tag.copy_from_slice(&[TAG_ZONE]);
         keys.copy_from_slice(&self.keys.to_le_bytes());
         lease.copy_from_slice(&self.locked_until_ms.to_le_bytes());
+        flags.copy_from_slice(&[u8::from(self.store_full)]);
         out
     }
 
@@ -460,9 +468,15 @@ impl ZoneRecord {
                 bytes.get(at..at.checked_add(8)?)?.try_into().ok()?,
             ))
         };
+        let store_full = match bytes.get(17)? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
         Some(ZoneRecord {
             keys: u64_at(1)?,
             locked_until_ms: u64_at(9)?,
+            store_full,
         })
     }
 }
@@ -549,8 +563,14 @@ pub enum CreateError {
 /// that both saw the key missing cannot both write it while the lease holds.
 ///
 /// A write of `key` that the store refuses ([`StoreError::Failed`]) releases the lease without
-/// counting and returns [`Created::StoreFull`]: a full store never leaves the lease held (it
-/// would block every other creation for [`CREATION_LEASE_MS`]).
+/// counting, marks the zone record [`ZoneRecord::store_full`] and returns
+/// [`Created::StoreFull`]: a full store never leaves the lease held (it would block every other
+/// creation for [`CREATION_LEASE_MS`]). Once marked, every later call returns
+/// `Created::StoreFull(`[`status::INTERNAL_FAILURE`]`)` (what the nginx host answers for a full
+/// zone) without taking the lease: the answer no longer
+/// depends on which worker asks, or on whether it met the lease held (a worker that gave up
+/// waiting for the lease cannot tell a full store from a busy one, and would let a request
+/// through that the store would have refused).
 ///
 /// Bound: a worker stalled for more than [`CREATION_LEASE_MS`] between taking the lease and
 /// writing can lose the lease to another worker, which may then create the same key first; the
@@ -586,6 +606,9 @@ pub fn create_once<S: SharedStore + ?Sized>(
             continue;
         };
         let zone = ZoneRecord::decode(&value).unwrap_or_default();
+        if zone.store_full {
+            return (Ok(Created::StoreFull(status::INTERNAL_FAILURE)), out);
+        }
         if counted && zone.keys >= max_keys {
             return (Ok(Created::ZoneFull), out);
         }
@@ -595,6 +618,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
         let locked = ZoneRecord {
             keys: zone.keys,
             locked_until_ms: lease_end,
+            store_full: false,
         }
         .encode();
         let taken = !held && zone_cas.is_some() && {
@@ -633,6 +657,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
         let released = ZoneRecord {
             keys,
             locked_until_ms: 0,
+            store_full: matches!(result, Ok(Created::StoreFull(_))),
         }
         .encode();
         let still_ours = match store.get(zone_key) {
@@ -664,12 +689,21 @@ mod tests {
         let z = ZoneRecord {
             keys: 7,
             locked_until_ms: 99,
+            store_full: true,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
-        assert_eq!(ZoneRecord::decode(&z.encode()[..16]), None);
+        assert_eq!(z.encode()[17], 1);
+        assert_eq!(
+            ZoneRecord::decode(&z.encode()[..17]),
+            None,
+            "the older layout"
+        );
         let mut bad = z.encode();
         bad[0] = 1;
         assert_eq!(ZoneRecord::decode(&bad), None);
+        let mut bad = z.encode();
+        bad[17] = 2;
+        assert_eq!(ZoneRecord::decode(&bad), None, "unknown flags");
     }
 
     #[test]
@@ -696,7 +730,8 @@ mod tests {
                 zone,
                 ZoneRecord {
                     keys: 1,
-                    locked_until_ms: 0
+                    locked_until_ms: 0,
+                    store_full: false,
                 },
                 "{semantics:?}"
             );
@@ -711,6 +746,7 @@ mod tests {
             &ZoneRecord {
                 keys: 2,
                 locked_until_ms: 0,
+                store_full: false,
             }
             .encode(),
             None,
@@ -728,6 +764,7 @@ mod tests {
         let held = ZoneRecord {
             keys: 0,
             locked_until_ms: 5_000,
+            store_full: false,
         };
         s.set("z", &held.encode(), None).unwrap();
         let (r, c) = create_once(&s, &zone(9), "k2", b"i", true, 4_000);
@@ -737,6 +774,7 @@ mod tests {
         let stale = ZoneRecord {
             keys: 0,
             locked_until_ms: 4_000 + CREATION_LEASE_MS + CLOCK_TOLERANCE_MS + 1,
+            store_full: false,
         };
         s.set("z", &stale.encode(), None).unwrap();
         assert_eq!(
@@ -755,10 +793,33 @@ mod tests {
             assert_eq!(r, Ok(Created::StoreFull(status::INTERNAL_FAILURE)));
             assert!(!c.created && !c.lock_lost);
             let z = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
-            assert_eq!(z, ZoneRecord::default(), "lease released, nothing counted");
-            // Room again: the very next creation goes through (no lease left behind).
+            let marked = ZoneRecord {
+                store_full: true,
+                ..ZoneRecord::default()
+            };
+            assert_eq!(
+                z, marked,
+                "lease released, nothing counted, the zone marked full"
+            );
+            // Marked: every later creation is refused at once, without the lease, even while
+            // another worker holds it (a worker that gave up waiting would not know).
+            let held = ZoneRecord {
+                locked_until_ms: 1_500,
+                ..marked
+            };
+            s.set("z", &held.encode(), s.get("z").unwrap().1).unwrap();
+            let (r, c) = create_once(&s, &zone(10), "k2", b"init", true, 1_001);
+            assert_eq!(r, Ok(Created::StoreFull(status::INTERNAL_FAILURE)));
+            assert_eq!((c.cas_retries, c.created), (0, false));
+            // Without the mark (another zone), room again: the very next creation goes through
+            // (no lease left behind by the refusal).
             s.set_capacity(None);
-            let (r, _) = create_once(&s, &zone(10), "k", b"init", true, 1_001);
+            ensure_zone(&s, "fresh").unwrap();
+            let fresh = Zone {
+                key: "fresh",
+                ..zone(10)
+            };
+            let (r, _) = create_once(&s, &fresh, "k", b"init", true, 1_001);
             assert_eq!(r, Ok(Created::Ready));
             // Reads that fail: an error, never a write over a key that may exist.
             s.set_failing_reads(true);

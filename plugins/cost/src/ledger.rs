@@ -10,8 +10,9 @@
 //!   when a period rolls over: a booking or a read in a new day (month) sees the stored day
 //!   (month) id differ and starts that period from 0. One read checks every budget; one CAS
 //!   write books.
-//! - `cost/<ledger>/~zone`: 16 bytes, tenants counted (u64 LE) and the key-creation lock's lease
-//!   end (Unix ms, u64 LE; 0 = free).
+//! - `cost/<ledger>/~zone`: the zone record (`tollgate_common::shared_data::ZoneRecord`, 18
+//!   bytes): tenants counted, the key-creation lock's lease end (Unix ms; 0 = free), and
+//!   whether the store has refused a new key.
 //! - `cost/<ledger>/~overflow`: a [`Spend`] shared by every tenant first seen once `max_tenants`
 //!   keys exist (their budgets are then checked against this pooled spend).
 //!
@@ -28,7 +29,11 @@
 //! the keys of tenants with a configured budget, is created in `on_configure`, before the zone
 //! can fill up): its spend is never lost, only shared, and a budget checked against the pooled
 //! spend is reached sooner, never later. The filter decides per request whether such a tenant
-//! is refused instead (`store_full`); a read that fails is an error, never a zero spend.
+//! is refused instead (`store_full`); a read that fails is an error, never a zero spend. The
+//! first refusal marks the zone record (`ZoneRecord::store_full`): every worker then treats a
+//! new tenant as refused at once, without taking the creation lease, so that no new tenant is
+//! let through because the lease happened to be held when it came (a worker cannot wait for
+//! the lease, and one that gave up cannot tell a full store from a busy one).
 //!
 //! # Key creation
 //!
@@ -541,6 +546,7 @@ mod tests {
         let z = ZoneRecord {
             keys: 3,
             locked_until_ms: 9,
+            store_full: false,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
     }
@@ -619,6 +625,7 @@ mod tests {
             let held = ZoneRecord {
                 keys: 0,
                 locked_until_ms: 1_000 + CREATION_LEASE_MS,
+                store_full: false,
             };
             store.set(&l.zone_key, &held.encode(), cas).unwrap();
             let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();
@@ -647,6 +654,26 @@ mod tests {
             assert!(stats.store_full);
             let zone = ZoneRecord::decode(&store.get(&l.zone_key).unwrap().0.unwrap()).unwrap();
             assert_eq!(zone.locked_until_ms, 0, "{sem:?}: lease released");
+            // Another worker now holds the creation lease (descheduled inside it): a second new
+            // tenant is still told the store is full, never admitted as if it had a record
+            // (before the zone record kept the refusal, `open` gave up on the lease and
+            // answered `Standing::Own`).
+            let (z, cas) = store.get(&l.zone_key).unwrap();
+            let held = ZoneRecord {
+                locked_until_ms: CREATION_LEASE_MS,
+                ..ZoneRecord::decode(&z.unwrap()).unwrap()
+            };
+            store.set(&l.zone_key, &held.encode(), cas).unwrap();
+            let mut stats = BookStats::default();
+            assert_eq!(
+                l.open(&store, &l.key("new2"), 0, &mut stats),
+                Err(OpenError::StoreFull(INTERNAL_FAILURE)),
+                "{sem:?}"
+            );
+            assert_eq!(
+                stats.cas_retries, 0,
+                "refused without waiting for the lease"
+            );
             // Its spend goes to the overflow record, never lost.
             let stats = l.book(&store, &l.key("new"), 0, 7).unwrap();
             assert!(stats.store_full && stats.overflowed);

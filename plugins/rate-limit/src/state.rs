@@ -11,12 +11,15 @@
 //!                  fixed window: units counted in the window
 //! ```
 //!
-//! Zone record (one per zone: the key count and the key-creation lock), [`ZONE_BYTES`] = 17:
+//! Zone record (one per zone: the key count, the key-creation lock and whether the store has
+//! refused a key), [`ZONE_BYTES`] = 18:
 //!
 //! ```text
-//! byte 0       tag: 16 = zone record v1
+//! byte 0       tag: 16 = zone record
 //! bytes 1..9   u64 keys created in the zone (counted against max_keys)
 //! bytes 9..17  u64 creation lock held until (Unix ms; 0 = free)
+//! byte 17      flags: bit 0 = the store refused a new key (sticky: later keys are refused
+//!              without taking the lock)
 //! ```
 //!
 //! Decoding refuses a wrong size, an unknown tag or (for states) another fingerprint; the caller
@@ -121,6 +124,7 @@ mod tests {
         let z = ZoneRecord {
             keys: 7,
             locked_until_ms: 9,
+            store_full: false,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
         assert_eq!(z.encode()[0], 16);

@@ -258,7 +258,8 @@ fn a_fresh_key_admits_exactly_n_under_every_interleaving() {
                     zone(&store),
                     ZoneRecord {
                         keys: 1,
-                        locked_until_ms: 0
+                        locked_until_ms: 0,
+                        store_full: false,
                     }
                 );
                 retries += t.retries;

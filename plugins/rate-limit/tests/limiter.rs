@@ -100,7 +100,8 @@ fn exact_and_one_read_at_most_one_write_per_limit_once_the_key_exists() {
             zone(&s),
             ZoneRecord {
                 keys: 1,
-                locked_until_ms: 0
+                locked_until_ms: 0,
+                store_full: false,
             }
         );
         let mut admitted = 1;
@@ -415,7 +416,8 @@ fn the_creation_lock_excludes_other_creators() {
             zone(&s),
             ZoneRecord {
                 keys: 1,
-                locked_until_ms: 0
+                locked_until_ms: 0,
+                store_full: false,
             }
         );
         assert_eq!(
@@ -506,6 +508,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
             let locked = ZoneRecord {
                 keys: 0,
                 locked_until_ms: T0 + ahead,
+                store_full: false,
             };
             s.set(ZONE, &locked.encode(), cas).unwrap();
             let v = run(&s, &st, &limits, "m", T0, 1);
@@ -518,7 +521,8 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
                     zone(&s),
                     ZoneRecord {
                         keys: 1,
-                        locked_until_ms: 0
+                        locked_until_ms: 0,
+                        store_full: false,
                     }
                 );
             }
