@@ -1,30 +1,72 @@
 //! Thin helpers over the proxy-wasm ABI, shared by the filters' glue. They never trap: the SDK's
 //! trait helpers (`get_http_request_header`, `get_shared_data`, `get_plugin_configuration`, ...)
-//! `unwrap()` host errors and non-UTF-8 header values, which a client controls, so filters call
-//! these instead.
+//! `unwrap()` host errors and non-UTF-8 header values, which a client controls, and its
+//! `hostcalls` wrappers `panic!` on statuses they do not expect (a host may answer `NotFound`
+//! or `Unimplemented` where Envoy answers `Ok`), so filters call these, made on the raw ABI
+//! (`crate::raw`), instead. A host error is logged or read as "absent", as each says.
 
-use std::time::UNIX_EPOCH;
+use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType, MetricType};
+use crate::raw;
 
-/// The host's wall clock in Unix seconds (0 if the host answers before 1970 or not at all).
+/// The host's wall clock in Unix seconds (0 if the host does not answer).
 pub fn now_unix_secs() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs())
+    raw::current_time_nanos().map_or(0, |t| t / 1_000_000_000)
+}
+
+/// The host's wall clock as a `SystemTime` (`None` if the host does not answer).
+pub fn now() -> Option<std::time::SystemTime> {
+    let nanos = raw::current_time_nanos().ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(nanos))
+}
+
+/// Installs the filters' logger at `level`: the `log` crate's macros write through
+/// `proxy_log`, and a line the host refuses is dropped (the SDK's logger unwraps that status).
+/// A panic, which the lints forbid but a dependency could still raise, is logged at critical
+/// before the guest traps. Idempotent.
+pub fn init_log(level: log::LevelFilter) {
+    static LOGGER: HostLogger = HostLogger;
+    if log::set_logger(&LOGGER).is_ok() {
+        std::panic::set_hook(Box::new(|info| {
+            let _ = raw::log(LogLevel::Critical, &info.to_string());
+        }));
+    }
+    log::set_max_level(level);
+}
+
+struct HostLogger;
+
+impl log::Log for HostLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let level = match record.level() {
+            log::Level::Trace => LogLevel::Trace,
+            log::Level::Debug => LogLevel::Debug,
+            log::Level::Info => LogLevel::Info,
+            log::Level::Warn => LogLevel::Warn,
+            log::Level::Error => LogLevel::Error,
+        };
+        let _ = raw::log(level, &record.args().to_string());
+    }
+
+    fn flush(&self) {}
 }
 
 /// Sends a local response with a JSON error body (`{"error":…,"message":…}`) and
 /// `extra_headers`; the request stops here.
 pub fn send_json_error(status: u32, extra_headers: &[(&str, &str)], error: &str, message: &str) {
     let body = crate::http::json_error_body(error, message);
-    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(extra_headers.len().saturating_add(1));
-    headers.push(("content-type", "application/json"));
-    headers.extend_from_slice(extra_headers);
-    if let Err(e) = hostcalls::send_http_response(status, headers, Some(&body)) {
-        log::error!("could not send the local response {status}: {e:?}");
+    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(extra_headers.len().saturating_add(1));
+    headers.push(("content-type", b"application/json"));
+    headers.extend(extra_headers.iter().map(|(n, v)| (*n, v.as_bytes())));
+    if let Err(e) = raw::send_local_response(status, &headers, &body) {
+        log::error!("could not send the local response {status}: host status {e}");
     }
 }
 
@@ -71,25 +113,67 @@ pub fn record(id: Option<u32>, value: u64) {
 
 /// The host's wall clock in Unix milliseconds (0 if unavailable).
 pub fn now_unix_millis() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    raw::current_time_nanos().map_or(0, |t| t / 1_000_000)
+}
+
+/// Sets the root context's tick period (ms); `Err` with the host's status.
+///
+/// # Errors
+/// The host's status code when it refuses the period.
+pub fn set_tick_period_ms(period_ms: u32) -> Result<(), u32> {
+    raw::set_tick_period_ms(period_ms)
 }
 
 /// The plugin configuration bytes (empty if none or on a host error).
 pub fn plugin_configuration() -> Vec<u8> {
-    hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+    buffer(BufferType::PluginConfiguration, usize::MAX)
+}
+
+/// At most `max` bytes of a buffer from its start (a body chunk, the plugin configuration, a
+/// call's response body); empty when absent or on a host error.
+pub fn buffer(buffer: BufferType, max: usize) -> Vec<u8> {
+    raw::buffer(buffer, 0, max)
         .ok()
         .flatten()
         .unwrap_or_default()
 }
 
+/// Replaces `size` bytes of a body buffer from its start with `data`.
+///
+/// # Errors
+/// The host's status code.
+pub fn set_buffer(buffer: BufferType, size: usize, data: &[u8]) -> Result<(), u32> {
+    raw::set_buffer(buffer, 0, size, data)
+}
+
+/// A header's raw value in `map`; `None` when absent or on a host error.
+pub fn header_bytes(map: MapType, name: &str) -> Option<Vec<u8>> {
+    raw::header_value(map, name).ok().flatten()
+}
+
+/// Every (name, value) of `map` in order; empty on a host error.
+pub fn headers(map: MapType) -> Vec<(String, Vec<u8>)> {
+    raw::header_map(map).unwrap_or_default()
+}
+
+/// A property's value (`["source", "address"]`, `["response", "code_details"]`, a signal's
+/// name); `None` when the host has none or answers with an error (e.g. ngx_wasm_module's
+/// `NotFound` for a property it does not map).
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    raw::property(path).ok().flatten()
+}
+
+/// Sets a property for the current request.
+///
+/// # Errors
+/// The host's status code (ngx_wasm_module answers `NotFound` for keys outside its namespaces).
+pub fn set_property(path: &[&str], value: &[u8]) -> Result<(), u32> {
+    raw::set_property(path, value)
+}
+
 /// A request header's raw value; `None` when absent or on a host error.
 pub fn request_header_bytes(name: &str) -> Option<Vec<u8>> {
-    hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-        .ok()
-        .flatten()
+    header_bytes(MapType::HttpRequestHeaders, name)
 }
 
 /// A request header's value as text: bytes that are not UTF-8 (obs-text, RFC 9110 section 5.5)
@@ -98,34 +182,35 @@ pub fn request_header(name: &str) -> Option<String> {
     request_header_bytes(name).map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
+/// Sets (`Some`, replacing the value) or removes (`None`) a header of `map`; a host error is
+/// logged.
+pub fn set_header(map: MapType, name: &str, value: Option<&str>) {
+    if let Err(status) = raw::set_header_value(map, name, value) {
+        log::warn!("could not set header {name} ({map:?}): host status {status}");
+    }
+}
+
 /// Sets (`Some`) or removes (`None`) a request header; a host error is logged.
 pub fn set_request_header(name: &str, value: Option<&str>) {
-    if let Err(e) = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value) {
-        log::warn!("could not set request header {name}: {e:?}");
-    }
+    set_header(MapType::HttpRequestHeaders, name, value);
 }
 
 /// Adds a response header; a host error is logged.
 pub fn add_response_header(name: &str, value: &str) {
-    if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
-        log::warn!("could not add response header {name}: {e:?}");
+    if let Err(status) = raw::add_header_value(MapType::HttpResponseHeaders, name, value) {
+        log::warn!("could not add response header {name}: host status {status}");
     }
 }
 
 /// A header of the response to a `dispatch_http_call`, as text (see [`request_header`]).
 pub fn http_call_response_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, name)
-        .ok()
-        .flatten()
+    header_bytes(MapType::HttpCallResponseHeaders, name)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
 /// The body of the response to a `dispatch_http_call`, at most `max` bytes (bytes).
 pub fn http_call_response_body(max: usize) -> Vec<u8> {
-    hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, max)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    buffer(BufferType::HttpCallResponseBody, max)
 }
 
 /// Refuses a request whose target path normalisation rejected: 400 with a JSON body

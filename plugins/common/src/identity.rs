@@ -122,9 +122,7 @@ pub struct HostIdentityView;
 #[cfg(target_arch = "wasm32")]
 impl IdentityView for HostIdentityView {
     fn property(&self, name: &str) -> Option<Vec<u8>> {
-        proxy_wasm::hostcalls::get_property(vec![name])
-            .ok()
-            .flatten()
+        crate::host::property(&[name])
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {

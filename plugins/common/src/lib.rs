@@ -4,6 +4,7 @@
 //! value checks, route matching, metric naming) are plain Rust, unit-tested on the native target.
 //! [`host`] is the thin layer over the proxy-wasm ABI; it compiles only for `wasm32`.
 
+pub mod abi_codec;
 pub mod config;
 pub mod http;
 pub mod identity;

@@ -41,16 +41,13 @@ pub fn verified_header(header: &str) -> String {
 /// Sets a property for the current request; a host error is logged, never fatal.
 #[cfg(target_arch = "wasm32")]
 pub fn set(name: &str, value: &str) {
-    if let Err(e) = proxy_wasm::hostcalls::set_property(vec![name], Some(value.as_bytes())) {
-        log::debug!("could not set property {name}: {e:?}");
+    if let Err(status) = crate::host::set_property(&[name], value.as_bytes()) {
+        log::debug!("could not set property {name}: host status {status}");
     }
 }
 
 /// A property set by a filter earlier on this request (`None` if unset or not UTF-8).
 #[cfg(target_arch = "wasm32")]
 pub fn get(name: &str) -> Option<String> {
-    proxy_wasm::hostcalls::get_property(vec![name])
-        .ok()
-        .flatten()
-        .and_then(|b| String::from_utf8(b).ok())
+    crate::host::property(&[name]).and_then(|b| String::from_utf8(b).ok())
 }

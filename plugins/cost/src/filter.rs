@@ -1,8 +1,8 @@
 //! proxy-wasm glue: the root context (configuration, counters, the ledger's records) and the
 //! HTTP context (one request), a thin shell over the host-free modules.
 //!
-//! Host calls go through `tollgate_common::host` and `proxy_wasm::hostcalls` with their errors
-//! handled, never through the SDK's trait helpers that unwrap (a non-UTF-8 header traps there).
+//! Host calls go through `tollgate_common::host` (the raw ABI, every status handled), never
+//! through the SDK's helpers, which unwrap or panic on statuses they do not expect.
 //!
 //! Per request:
 //! 1. Request headers: the tenant; one shared-data read of its spend (a tenant with a budget and
@@ -29,12 +29,11 @@
 
 use std::rc::Rc;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
+use proxy_wasm::types::{Action, BufferType, ContextType, MapType};
 use tollgate_common::host::{
-    add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
-    request_header_bytes, send_json_error, set_request_header,
+    self as host, add_response_header, count, count_n, define_counter, now_unix_millis,
+    plugin_configuration, request_header_bytes, send_json_error, set_request_header,
 };
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
@@ -70,7 +69,7 @@ const LOG_INTERVAL_MS: u64 = 10_000;
 pub const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(CostRoot::default()) });
 }}
 
@@ -263,7 +262,7 @@ struct CostHttp {
 }
 
 fn header_value(map: MapType, name: &str) -> Option<Vec<u8>> {
-    hostcalls::get_map_value_bytes(map, name).ok().flatten()
+    tollgate_common::host::header_bytes(map, name)
 }
 
 /// The proxy-wasm status of a store error.
@@ -275,10 +274,7 @@ fn status_of(e: StoreError) -> u32 {
 }
 
 fn body_chunk(buffer: BufferType, size: usize) -> Vec<u8> {
-    hostcalls::get_buffer(buffer, 0, size)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    tollgate_common::host::buffer(buffer, size)
 }
 
 impl CostHttp {
@@ -645,12 +641,14 @@ impl HttpContext for CostHttp {
             && request.include_usage() != Some(true)
         {
             if let Some(rewritten) = request.with_stream_usage() {
-                match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &rewritten) {
+                match host::set_buffer(BufferType::HttpRequestBody, body_size, &rewritten) {
                     Ok(()) => {
                         self.strip_usage = true;
                         self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
                     }
-                    Err(e) => log::warn!("cost: could not add stream_options.include_usage: {e:?}"),
+                    Err(e) => log::warn!(
+                        "cost: could not add stream_options.include_usage: host status {e}"
+                    ),
                 }
             }
         }
@@ -691,7 +689,7 @@ impl HttpContext for CostHttp {
                 self.strip = Some(Strip { held: Vec::new() });
                 // The stream changes size: the host frames it anew.
                 if length_header.is_some() {
-                    let _ = hostcalls::set_map_value(H, "content-length", None);
+                    host::set_header(H, "content-length", None);
                 }
             }
         } else if media == b"application/json" || media.ends_with(b"+json") {
@@ -717,10 +715,8 @@ impl HttpContext for CostHttp {
                 .response_bytes
                 .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
             if out != chunk {
-                if let Err(e) =
-                    hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out)
-                {
-                    log::warn!("cost: could not remove the usage event: {e:?}");
+                if let Err(e) = host::set_buffer(BufferType::HttpResponseBody, body_size, &out) {
+                    log::warn!("cost: could not remove the usage event: host status {e}");
                 }
             }
         } else if let Some(decoder) = self.decoder.as_mut() {

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action as HostAction, ContextType, LogLevel};
+use proxy_wasm::types::{Action as HostAction, ContextType};
 use tollgate_common::host::{
     count, define_counter, forward_normal_path, http_call_response_body, http_call_response_header,
     now_unix_secs, plugin_configuration, refuse_path, request_header, send_json_error,
@@ -28,11 +28,12 @@ use crate::verify::{authorize, verify, Reason};
 /// Largest JWKS response accepted (bytes).
 const MAX_JWKS_BYTES: usize = 1 << 20;
 /// Tick period while remote JWKS are configured.
-const TICK: Duration = Duration::from_millis(500);
+/// The root context's tick period (ms): remote JWKS refreshes are checked this often.
+const TICK_MS: u32 = 500;
 const METRIC: &str = "tollgate_jwt_auth_requests_total";
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(JwtAuthRoot::default()) });
 }}
 
@@ -229,8 +230,10 @@ impl RootContext for JwtAuthRoot {
             config,
         }));
         if !self.remotes.is_empty() {
-            if let Err(e) = proxy_wasm::hostcalls::set_tick_period(TICK) {
-                log::error!("jwt-auth: cannot set the tick period for remote JWKS: {e:?}");
+            if let Err(e) = tollgate_common::host::set_tick_period_ms(TICK_MS) {
+                log::error!(
+                    "jwt-auth: cannot set the tick period for remote JWKS: host status {e}"
+                );
                 return false;
             }
         }

@@ -11,9 +11,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::SystemTime;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType};
+use proxy_wasm::types::{Action, ContextType, MetricType};
 use tollgate_common::host::{plugin_configuration, request_header_bytes};
 use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
@@ -29,7 +28,7 @@ use crate::tenants::Tenants;
 const MAX_SERIES: usize = 100_000;
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(MetricsRoot::default()) });
 }}
 
@@ -87,12 +86,12 @@ struct MetricsHttp {
 }
 
 fn now() -> Option<SystemTime> {
-    hostcalls::get_current_time().ok()
+    tollgate_common::host::now()
 }
 
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
 fn int_property(path: Vec<&str>) -> Option<u64> {
-    let bytes = hostcalls::get_property(path).ok().flatten()?;
+    let bytes = tollgate_common::host::property(&path)?;
     let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }

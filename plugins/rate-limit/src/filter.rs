@@ -8,9 +8,8 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::rc::Rc;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel, MapType};
+use proxy_wasm::types::{Action, ContextType, MapType};
 use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, forward_normal_path, now_unix_millis,
     plugin_configuration, refuse_path, request_header_bytes, send_json_error,
@@ -43,7 +42,7 @@ const STORE_LOG_INTERVAL_MS: u64 = 10_000;
 const INVALID_PATHS: &str = "tollgate_rate_limit_invalid_path_total";
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(RateLimitRoot::default()) });
 }}
 
@@ -203,8 +202,7 @@ impl IdentityView for HostRequest {
 
 impl RequestView for HostRequest {
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
-        hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
-            .unwrap_or_default()
+        tollgate_common::host::headers(MapType::HttpRequestHeaders)
             .into_iter()
             .filter(|(name, _)| name.eq_ignore_ascii_case("x-forwarded-for"))
             .map(|(_, value)| value)
@@ -212,9 +210,7 @@ impl RequestView for HostRequest {
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
-        hostcalls::get_property(vec!["source", "address"])
-            .ok()
-            .flatten()
+        tollgate_common::host::property(&["source", "address"])
     }
 
     fn path(&self) -> Option<&[u8]> {

@@ -21,10 +21,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel};
-use tollgate_common::host::{count, define_counter, now_unix_secs, send_json_error};
+use proxy_wasm::types::{Action, ContextType, MapType};
+use tollgate_common::host::{self as host, count, define_counter, now_unix_secs, send_json_error};
 use tollgate_common::metrics::metric_name;
 
 use crate::choose::Draws;
@@ -34,7 +33,7 @@ use crate::sticky::{after_response, decide, Decision, Outcome, ResponseAction};
 const METRIC: &str = "tollgate_sticky_upstream_requests_total";
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(StickyRoot::default()) });
 }}
 
@@ -109,7 +108,7 @@ impl StickyHttp {
     /// The value of the configured `hash_header`, if the configuration chooses by hash.
     fn hash_key(&self, config: &Config) -> Option<Vec<u8>> {
         match &config.choose_by {
-            ChooseBy::HashHeader(h) => self.get_http_request_header_bytes(h),
+            ChooseBy::HashHeader(h) => host::request_header_bytes(h),
             ChooseBy::Weighted => None,
         }
     }
@@ -130,7 +129,7 @@ impl HttpContext for StickyHttp {
             return Action::Pause;
         };
         let config = &shared.config;
-        let cookie = self.get_http_request_header_bytes("cookie");
+        let cookie = host::request_header_bytes("cookie");
         let cookie = cookie.as_deref().map(String::from_utf8_lossy);
         let decision = decide(
             config,
@@ -142,12 +141,12 @@ impl HttpContext for StickyHttp {
         let Some(decision) = decision.filter(|d| config.upstream_name(d.upstream).is_some()) else {
             // Unreachable with a valid configuration (the total weight is positive); never
             // route on a client's copy of the header.
-            self.set_http_request_header(&config.route_header, None);
+            host::set_request_header(&config.route_header, None);
             send_json_error(503, &[], "no_upstream", "no upstream can take the request");
             return Action::Pause;
         };
         // Replaces every copy the client may have sent (the host's replace removes the others).
-        self.set_http_request_header(
+        host::set_request_header(
             &config.route_header,
             config.upstream_name(decision.upstream),
         );
@@ -164,7 +163,7 @@ impl HttpContext for StickyHttp {
         let status = if config.repin_statuses.is_empty() {
             None
         } else {
-            self.get_http_response_header_bytes(":status")
+            host::header_bytes(MapType::HttpResponseHeaders, ":status")
                 .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
         };
         let action = after_response(
@@ -175,9 +174,7 @@ impl HttpContext for StickyHttp {
                 // Envoy: `via_upstream` when the upstream answered; anything else (or a host
                 // without the property) is the proxy's own answer. Not the SDK's
                 // `get_property`, which unwraps host errors.
-                hostcalls::get_property(vec!["response", "code_details"])
-                    .ok()
-                    .flatten()
+                host::property(&["response", "code_details"])
                     .is_none_or(|details| details != b"via_upstream")
             },
             || self.hash_key(config),
@@ -198,7 +195,7 @@ impl HttpContext for StickyHttp {
             }
         };
         if let Some(set_cookie) = config.set_cookie(upstream, now_unix_secs()) {
-            self.add_http_response_header("set-cookie", &set_cookie);
+            host::add_response_header("set-cookie", &set_cookie);
         }
         Action::Continue
     }

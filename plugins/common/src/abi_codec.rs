@@ -1,0 +1,120 @@
+//! The byte layouts the proxy-wasm ABI (0.2.1) uses to pass header maps and property paths
+//! between host and guest, encoded and decoded without trapping on what a host hands back.
+//! Host-free, so that the layouts are unit-tested natively; `raw` makes the calls.
+//!
+//! - A header map: `u32 LE` count N, then N pairs of `u32 LE` (name length, value length), then
+//!   for each pair the name's bytes, a NUL, the value's bytes, a NUL (the ABI's
+//!   `proxy_get_header_map_pairs` / `proxy_dispatch_http_call` layout).
+//! - A property path: its segments joined by NUL (`proxy_get_property`, `proxy_set_property`).
+
+/// Encodes `pairs` as a proxy-wasm header map. `None` when a count or length does not fit in a
+/// `u32` (the layout's limit; not reachable with real headers).
+pub fn encode_map(pairs: &[(&str, &[u8])]) -> Option<Vec<u8>> {
+    let mut size = 4usize;
+    for (name, value) in pairs {
+        size = size
+            .checked_add(name.len())?
+            .checked_add(value.len())?
+            .checked_add(10)?;
+    }
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&u32::try_from(pairs.len()).ok()?.to_le_bytes());
+    for (name, value) in pairs {
+        out.extend_from_slice(&u32::try_from(name.len()).ok()?.to_le_bytes());
+        out.extend_from_slice(&u32::try_from(value.len()).ok()?.to_le_bytes());
+    }
+    for (name, value) in pairs {
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.extend_from_slice(value);
+        out.push(0);
+    }
+    Some(out)
+}
+
+/// Decodes a proxy-wasm header map into (name, value) pairs; names that are not UTF-8 become
+/// U+FFFD-replaced text (a client controls them in some hosts). `None` when the bytes are not a
+/// well-formed map (a count or a length past the end): the caller treats it as a host error.
+/// An empty buffer is an empty map.
+pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    if bytes.is_empty() {
+        return Some(Vec::new());
+    }
+    let u32_at = |at: usize| -> Option<usize> {
+        let word = bytes.get(at..at.checked_add(4)?)?;
+        usize::try_from(u32::from_le_bytes(word.try_into().ok()?)).ok()
+    };
+    let count = u32_at(0)?;
+    let mut data = count.checked_mul(8)?.checked_add(4)?;
+    if data > bytes.len() {
+        return None;
+    }
+    let mut pairs = Vec::with_capacity(count);
+    for n in 0..count {
+        let sizes = n.checked_mul(8)?.checked_add(4)?;
+        let (name_len, value_len) = (u32_at(sizes)?, u32_at(sizes.checked_add(4)?)?);
+        let name = bytes.get(data..data.checked_add(name_len)?)?;
+        data = data.checked_add(name_len)?.checked_add(1)?;
+        let value = bytes.get(data..data.checked_add(value_len)?)?;
+        data = data.checked_add(value_len)?.checked_add(1)?;
+        pairs.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
+    }
+    Some(pairs)
+}
+
+/// Encodes a property path (`["request", "path"]` → `request\0path`).
+pub fn encode_path(path: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, part) in path.iter().enumerate() {
+        if i > 0 {
+            out.push(0);
+        }
+        out.extend_from_slice(part.as_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_round_trip_in_the_abi_layout() {
+        let pairs: [(&str, &[u8]); 2] = [(":path", b"/a"), ("x", b"\xff")];
+        let bytes = encode_map(&pairs).unwrap();
+        // Written out by hand from the ABI's description (proxy-wasm spec, "header maps").
+        let mut expected = vec![2, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0];
+        expected.extend_from_slice(b":path\0/a\0x\0\xff\0");
+        assert_eq!(bytes, expected);
+        let back = decode_map(&bytes).unwrap();
+        assert_eq!(
+            back,
+            vec![
+                (":path".to_string(), b"/a".to_vec()),
+                ("x".to_string(), b"\xff".to_vec())
+            ]
+        );
+        assert_eq!(decode_map(&[]), Some(vec![]));
+        assert_eq!(encode_path(&["request", "path"]), b"request\0path");
+        assert_eq!(encode_path(&["x"]), b"x");
+    }
+
+    #[test]
+    fn malformed_maps_from_a_host_are_refused_not_trapped_on() {
+        let good = encode_map(&[("name", b"value")]).unwrap();
+        for cut in 0..good.len() - 1 {
+            assert_eq!(decode_map(&good[..cut.max(1)]), None, "cut at {cut}");
+        }
+        // A count far past the buffer, a length past the end.
+        assert_eq!(decode_map(&[0xff, 0xff, 0xff, 0xff]), None);
+        let mut long = good.clone();
+        long[4] = 200;
+        assert_eq!(decode_map(&long), None);
+        // A name that is not UTF-8 is replaced, not a trap.
+        let odd = encode_map(&[("a", b"v")]).unwrap();
+        let mut odd = odd;
+        let at = odd.len() - 4;
+        odd[at] = 0xfe;
+        assert_eq!(decode_map(&odd).unwrap()[0].0, "\u{fffd}");
+    }
+}
