@@ -61,6 +61,13 @@ bootstrap_debian() {
     --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/lintian/*'
     --dpkgopt='path-exclude=/usr/share/linda/*' --dpkgopt='path-exclude=/usr/share/locale/*'
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+    # The official Debian images' apt configuration (their /etc/apt/apt.conf.d/docker-*), which
+    # the Dockerfiles rely on: no .deb files, no pkgcache.bin/srcpkgcache.bin (80 MB) left in
+    # a layer after `apt-get install`, no translations.
+    --aptopt='DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; }'
+    --aptopt='APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; }'
+    --aptopt='Dir::Cache::pkgcache ""' --aptopt='Dir::Cache::srcpkgcache ""'
+    --aptopt='Acquire::Languages "none"' --aptopt='Apt::AutoRemove::SuggestsImportant "false"'
     "$SUITE")
   recipe="mmdebstrap $(mmdebstrap --version) ${args[*]} $(cat "$sources")"
   hash=$(printf '%s' "$recipe" | sha256sum | cut -c1-16)
@@ -227,31 +234,37 @@ checks() {
   ip link set lo up
   [ -x target/demo-upstream ] || "$ROOT/scripts/build.sh"
   target/demo-upstream -listen 127.0.0.1:8080 -name demo-upstream 2> "$OUT/upstream.log" & STARTED+=($!)
+  disown "$!"   # stopped by stop_started; no job notice
   local status=0
   check localhost/tollgate-envoy envoy || status=1
   check localhost/tollgate-nginx-debian nginx || status=1
   return "$status"
 }
 
-# Sizes: each image pushed to an OCI layout twice, layers uncompressed (the sum is what
-# `docker images` shows) and gzip-compressed (what a registry stores and `docker pull` fetches).
+# Sizes: each image pushed to an OCI layout with gzip-compressed layers: their sum is what a
+# registry stores and `docker pull` fetches; the sum of the same layers decompressed (the tar
+# streams) is what `docker images` shows.
 sizes() {
-  rm -rf "$OUT/oci-tar" "$OUT/oci-gzip"
+  rm -rf "$OUT/oci"
   printf '%-44s %14s %14s\n' image "uncompressed" "compressed" | tee "$OUT/sizes.txt"
   local image
   for image in localhost/tollgate-envoy localhost/tollgate-nginx-debian "$ENVOY_BASE_IMAGE" "$DEBIAN_IMAGE"; do
-    buildah push --quiet --disable-compression "$image" "oci:$OUT/oci-tar:${image##*/}" >/dev/null
-    buildah push --quiet --compression-format gzip "$image" "oci:$OUT/oci-gzip:${image##*/}" >/dev/null
-    python3 - "$OUT" "${image##*/}" "$image" <<'PY' | tee -a "$OUT/sizes.txt"
-import json, os, sys
-out, ref, image = sys.argv[1:]
-def total(layout):
-    index = json.load(open(os.path.join(out, layout, "index.json")))
-    m = next(d for d in index["manifests"] if d.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
-    blob = lambda d: os.path.join(out, layout, "blobs", *d["digest"].split(":"))
-    manifest = json.load(open(blob(m)))
-    return sum(l["size"] for l in manifest["layers"])
-print("%-44s %11.1f MB %11.1f MB" % (image, total("oci-tar") / 1e6, total("oci-gzip") / 1e6))
+    buildah push --quiet --compression-format gzip "$image" "oci:$OUT/oci:${image##*/}" >/dev/null
+    python3 - "$OUT/oci" "${image##*/}" "$image" <<'PY' | tee -a "$OUT/sizes.txt"
+import gzip, json, os, sys
+layout, ref, image = sys.argv[1:]
+blob = lambda d: os.path.join(layout, "blobs", *d["digest"].split(":"))
+index = json.load(open(os.path.join(layout, "index.json")))
+m = next(d for d in index["manifests"] if d.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
+layers = json.load(open(blob(m)))["layers"]
+assert all(l["mediaType"].endswith("gzip") for l in layers), layers
+def unpacked(path):
+    n = 0
+    with gzip.open(path) as f:
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+    return n
+print("%-44s %11.1f MB %11.1f MB" % (image, sum(unpacked(blob(l)) for l in layers) / 1e6, sum(l["size"] for l in layers) / 1e6))
 PY
   done
 }
