@@ -183,6 +183,12 @@ if [ "$(cat "$TREE/.made" 2>/dev/null)" != "$tree_for" ] || [ ! -f "$TREE/nginx/
    sh "$ROOT/docker/nginx-source-tree.sh" "$TREE" > "$MUSL/source-tree.log" 2>&1) \
     || { log "docker/nginx-source-tree.sh failed: see $MUSL/source-tree.log"; tail -n 20 "$MUSL/source-tree.log" >&2; exit 1; }
   rm -f "$tarball" "$TREE"/nginx-*.tar.gz
+  # The script's tree must be configured as the binary was: the same ngx_auto_config.h as the
+  # binary's own build tree, but for the NGX_CONFIGURE string (the arguments as re-quoted).
+  if ! diff <(grep -v '^#define NGX_CONFIGURE ' "$NGX_SRC/objs/ngx_auto_config.h") \
+            <(grep -v '^#define NGX_CONFIGURE ' "$TREE/nginx/objs/ngx_auto_config.h") >&2; then
+    log "docker/nginx-source-tree.sh configured nginx unlike the binary (ngx_auto_config.h differs)"; exit 1
+  fi
   echo "$tree_for" > "$TREE/.made"
 fi
 # Its own target directory, so it neither waits for nor invalidates the glibc build in
