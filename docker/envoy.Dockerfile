@@ -18,6 +18,8 @@ COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
 COPY tools tools
+# Members of the root workspace too (test filters): cargo loads every member's manifest.
+COPY tests/filters tests/filters
 COPY scripts/lib.sh scripts/lib.sh
 # plugin_crates (scripts/lib.sh): every crate of plugins/ that builds a cdylib.
 # tools/trim-callbacks then writes each module to /out without the stream callbacks its filter

@@ -21,6 +21,8 @@ COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
 COPY tools tools
+# Members of the root workspace too (test filters): cargo loads every member's manifest.
+COPY tests/filters tests/filters
 COPY scripts/lib.sh scripts/lib.sh
 # plugin_crates (scripts/lib.sh): every crate of plugins/ that builds a cdylib.
 # tools/trim-callbacks then writes each module to /out without the stream callbacks its filter
@@ -63,6 +65,8 @@ COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
 COPY tools tools
+# Members of the root workspace too (test filters): cargo loads every member's manifest.
+COPY tests/filters tests/filters
 COPY nginx-compat nginx-compat
 # A cdylib on musl needs crt-static off (with it, rustc refuses the cdylib crate type).
 ENV NGINX_SOURCE_DIR=/build/nginx NGINX_BUILD_DIR=/build/nginx/objs \

@@ -22,6 +22,8 @@ COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
 COPY tools tools
+# Members of the root workspace too (test filters): cargo loads every member's manifest.
+COPY tests/filters tests/filters
 COPY scripts/lib.sh scripts/lib.sh
 # plugin_crates (scripts/lib.sh): every crate of plugins/ that builds a cdylib.
 # tools/trim-callbacks then writes each module to /out without the stream callbacks its filter
@@ -51,11 +53,13 @@ ENV RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo PATH=/usr/local/ca
 COPY --from=rust /usr/local/rustup /usr/local/rustup
 COPY --from=rust /usr/local/cargo /usr/local/cargo
 # nginx-dev pinned to the installed nginx (headers and conf_flags of that exact build);
-# DL3008: the rest are build tools of the stage only (any version of the release will do).
+# DL3008: the rest are build tools of the stage only (any version of the release will do);
+# ca-certificates because cargo fetches crates over TLS and this stage, built on nginx-base,
+# has no CA bundle otherwise (the official Rust image installs it for the same reason).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-       "nginx-dev=$(dpkg-query -W -f='${Version}' nginx)" libclang-dev dpkg-dev gcc libc6-dev make \
+       "nginx-dev=$(dpkg-query -W -f='${Version}' nginx)" ca-certificates libclang-dev dpkg-dev gcc libc6-dev make \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # nginx-compat's workspace uses plugins/common, a member of the root workspace.
@@ -63,6 +67,8 @@ COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY plugins plugins
 COPY bench/wasm-floor bench/wasm-floor
 COPY tools tools
+# Members of the root workspace too (test filters): cargo loads every member's manifest.
+COPY tests/filters tests/filters
 COPY nginx-compat nginx-compat
 COPY scripts/lib.sh scripts/apt.sh scripts/build-nginx-module.sh scripts/
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

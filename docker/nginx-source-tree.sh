@@ -6,7 +6,9 @@
 # --add-module/--add-dynamic-module and --with-*=dynamic: their sources and libraries are not
 # here, and they do not change the core's structures or the module signature).
 #   nginx-source-tree.sh DEST      -> DEST/nginx (NGINX_SOURCE_DIR), DEST/nginx/objs (NGINX_BUILD_DIR)
-# NGINX_SOURCE_SHA256, when set, must match the downloaded tarball.
+# NGINX_SOURCE_SHA256, when set, must match the downloaded tarball. NGINX_SOURCE_URL (default:
+# nginx.org's tarball of the installed version) fetches another source of the same version, e.g.
+# file:///... (scripts/build-nginx-musl.sh builds its musl module through this script that way).
 set -eu
 dest=${1:?usage: nginx-source-tree.sh DEST}
 version=$(nginx -v 2>&1 | sed -n 's|^nginx version: nginx/||p')
@@ -15,7 +17,7 @@ args=$(nginx -V 2>&1 | sed -n 's/^configure arguments: //p')
 
 mkdir -p "$dest"
 cd "$dest"
-curl -fsSL --retry 3 -o "nginx-$version.tar.gz" "https://nginx.org/download/nginx-$version.tar.gz"
+curl -fsSL --retry 3 -o "nginx-$version.tar.gz" "${NGINX_SOURCE_URL:-https://nginx.org/download/nginx-$version.tar.gz}"
 if [ -n "${NGINX_SOURCE_SHA256:-}" ]; then
   echo "$NGINX_SOURCE_SHA256  nginx-$version.tar.gz" | sha256sum -c -
 fi

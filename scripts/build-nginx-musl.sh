@@ -5,7 +5,9 @@
 # Docker.
 #   target/nginx-musl/install/sbin/nginx                       nginx 1.22.1 on musl
 #   target/nginx-musl/ngx_http_tollgate_wasm_module.so         the module, a musl .so
-#   target/nginx-musl/src/nginx-1.22.1/{,objs}                 NGINX_SOURCE_DIR, NGINX_BUILD_DIR
+#   target/nginx-musl/src/nginx-1.22.1                         nginx's source (Debian's, patched)
+#   target/nginx-musl/source-tree/nginx/{,objs}                NGINX_SOURCE_DIR, NGINX_BUILD_DIR
+#                                                              (docker/nginx-source-tree.sh)
 #
 # Steps, each skipped when its stamp says it is done (idempotent; quick once built):
 #   1. Debian's musl-tools (musl-gcc; the musl package provides the loader
@@ -19,7 +21,12 @@
 #      the tests speak plain HTTP); `make -j1` (the machine is shared) and `make install`.
 #   4. A self-check of the binary: `nginx -V`, `nginx -t`, then a request served (return,
 #      a regex location, proxy_pass through the upstream module, gzip).
-#   5. The module: cargo build --target x86_64-unknown-linux-musl with `-crt-static` (a dynamic
+#   5. The module, the way docker/nginx-alpine.Dockerfile builds it: docker/nginx-source-tree.sh
+#      configures a build tree from this nginx binary's own `nginx -v`/`nginx -V` (as on Alpine,
+#      which has no nginx-dev), from a tarball of the very source the binary was built from
+#      (Debian's, patched: nginx.org is not reachable here, and Debian's patches change
+#      structures, e.g. a bit added to ngx_connection_s); then
+#      cargo build --target x86_64-unknown-linux-musl with `-crt-static` (a dynamic
 #      .so against musl's libc.so; with crt-static rustc would refuse the cdylib), linked by
 #      musl-gcc (Rust's unwinder from rustup's libunwind.a: Debian has no libgcc_s for musl),
 #      bindgen reading musl's headers, in its own target directory (target/nginx-musl/cargo);
@@ -158,9 +165,35 @@ fi
 log "musl nginx OK: $("$NGINX" -v 2>&1), interpreter $interp; served return, regex, proxy_pass, gzip"
 [ "$nginx_only" = 1 ] && exit 0
 
-# 5. The nginx-compat module for musl, against this build tree. Its own target directory, so
-# it neither waits for nor invalidates the glibc build in nginx-compat/target.
-export NGINX_SOURCE_DIR="$NGX_SRC" NGINX_BUILD_DIR="$NGX_SRC/objs"
+# 5. The nginx-compat module for musl, against a build tree made by docker/nginx-source-tree.sh
+# from this binary (its version, its `nginx -V` arguments) as the Alpine image makes it. The
+# script's download is given a tarball of the source this binary was built from (checked
+# against its own sha256: the script's checksum path runs too). Redone when the binary changes.
+TREE="$MUSL/source-tree"
+tree_for="$(sha256sum < "$NGINX") $(sha256sum < "$ROOT/docker/nginx-source-tree.sh")"
+if [ "$(cat "$TREE/.made" 2>/dev/null)" != "$tree_for" ] || [ ! -f "$TREE/nginx/objs/ngx_auto_config.h" ]; then
+  log "configuring the module's build tree with docker/nginx-source-tree.sh (as in the Alpine image)"
+  rm -rf "$TREE" && mkdir -p "$TREE"
+  tarball="$MUSL/nginx-source.tar.gz"
+  tar -C "$SRC_ROOT" --exclude=nginx-1.22.1/objs --exclude=nginx-1.22.1/Makefile --exclude=nginx-1.22.1/debian --exclude=nginx-1.22.1/.pc \
+    -czf "$tarball" nginx-1.22.1
+  sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+  # The script runs `nginx`: this binary, first on PATH.
+  (export PATH="$PREFIX/sbin:$PATH" NGINX_SOURCE_URL="file://$tarball" NGINX_SOURCE_SHA256="$sum"
+   sh "$ROOT/docker/nginx-source-tree.sh" "$TREE" > "$MUSL/source-tree.log" 2>&1) \
+    || { log "docker/nginx-source-tree.sh failed: see $MUSL/source-tree.log"; tail -n 20 "$MUSL/source-tree.log" >&2; exit 1; }
+  rm -f "$tarball" "$TREE"/nginx-*.tar.gz
+  # The script's tree must be configured as the binary was: the same ngx_auto_config.h as the
+  # binary's own build tree, but for the NGX_CONFIGURE string (the arguments as re-quoted).
+  if ! diff <(grep -v '^#define NGX_CONFIGURE ' "$NGX_SRC/objs/ngx_auto_config.h") \
+            <(grep -v '^#define NGX_CONFIGURE ' "$TREE/nginx/objs/ngx_auto_config.h") >&2; then
+    log "docker/nginx-source-tree.sh configured nginx unlike the binary (ngx_auto_config.h differs)"; exit 1
+  fi
+  echo "$tree_for" > "$TREE/.made"
+fi
+# Its own target directory, so it neither waits for nor invalidates the glibc build in
+# nginx-compat/target.
+export NGINX_SOURCE_DIR="$TREE/nginx" NGINX_BUILD_DIR="$TREE/nginx/objs"
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=musl-gcc
 # Without crt-static, Rust's std links its unwinder as -lgcc_s, and Debian has no libgcc_s
 # built for musl (its libgcc_s.so.1 needs glibc): a linker script named libgcc_s.so sends the
@@ -187,4 +220,4 @@ fi
 if ! cmp -s "$so" "$MODULE_OUT"; then cp "$so" "$MODULE_OUT.tmp" && mv "$MODULE_OUT.tmp" "$MODULE_OUT"; fi
 printf 'load_module %s;\n%s' "$MODULE_OUT" "$(cat "$check/conf/nginx.conf")" > "$check/conf/module.conf"
 "$NGINX" -t -q -p "$check/" -c conf/module.conf || { log "the musl nginx does not load $MODULE_OUT"; exit 1; }
-log "module OK: $MODULE_OUT loads into the musl nginx (nginx -t)"
+log "module OK: $MODULE_OUT, built against docker/nginx-source-tree.sh's tree, loads into the musl nginx (nginx -t)"

@@ -17,14 +17,7 @@ target/demo-upstream -listen 127.0.0.1:8080 -name demo-upstream 2> .cache/demo/u
 for _ in $(seq 100); do curl -fs -o /dev/null http://127.0.0.1:9901/ready && break; sleep 0.2; done
 curl -fs -o /dev/null http://127.0.0.1:9901/ready || { tail -n 30 .cache/demo/envoy.log; exit 1; }
 
-# A demo token for the provider in envoy/gateway.yaml, signed by PyJWT (not by the gateway).
-token=$("$VENV/bin/python" - <<'PY'
-import time, jwt
-now = int(time.time())
-claims = {"iss": "https://demo.tollgate.local", "aud": "demo-api", "sub": "alice", "role": "reader", "iat": now, "exp": now + 3600}
-print(jwt.encode(claims, "tollgate-demo-secret-change-me-0123456789", algorithm="HS256", headers={"kid": "demo"}))
-PY
-)
+token=$(demo_token)   # scripts/lib.sh
 show() { echo; echo "\$ $*"; "$@"; echo; }
 show curl -s -i http://127.0.0.1:10000/hello
 show curl -s -i http://127.0.0.1:10000/hello -H "authorization: Bearer $token"

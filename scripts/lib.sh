@@ -8,3 +8,13 @@ log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
 envoy_bin() { ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -n1; }
 # The wasm filters (crate directories under plugins/ that build a cdylib).
 plugin_crates() { grep -l 'cdylib' "$ROOT"/plugins/*/Cargo.toml | xargs -n1 dirname | xargs -n1 basename; }
+# A demo token (HS256, 1 hour) for the provider of the shipped configurations (envoy/gateway.yaml,
+# nginx-compat/conf/gateway.conf), signed by PyJWT from the venv, not by the gateway.
+demo_token() {
+  "$VENV/bin/python" - <<'PY'
+import time, jwt
+now = int(time.time())
+claims = {"iss": "https://demo.tollgate.local", "aud": "demo-api", "sub": "alice", "role": "reader", "iat": now, "exp": now + 3600}
+print(jwt.encode(claims, "tollgate-demo-secret-change-me-0123456789", algorithm="HS256", headers={"kid": "demo"}))
+PY
+}

@@ -39,6 +39,16 @@ log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; 
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
 
+# The images of docker/ built from their Dockerfiles with buildah (installed by the script; it
+# needs root), each run on its default configuration as its own user and checked on the demo
+# requests and its health check; sizes printed. Warm: layer and cargo caches kept by buildah.
+log "images: scripts/images.sh (Envoy and Debian nginx, buildah)"
+if [ "$(id -u)" -eq 0 ]; then
+  "$ROOT/scripts/images.sh"
+else
+  log "skipped: scripts/images.sh needs root (buildah's chroot isolation, unshare --net)"
+fi
+
 "$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
 "$ROOT/scripts/k6.sh" >/dev/null   # the gateway report's smoke mode (k6 v1.8.1 from the Go module proxy; minutes when cold)
 "$ROOT/scripts/apt.sh" prometheus   # test_metrics.py: a real Prometheus and promtool
