@@ -10,6 +10,7 @@ pub mod identity;
 pub mod log_every;
 pub mod metrics;
 pub mod path;
+pub mod remote;
 pub mod route;
 pub mod shared_data;
 pub mod signals;
@@ -18,3 +19,5 @@ pub mod signals;
 pub mod host;
 #[cfg(target_arch = "wasm32")]
 pub mod raw;
+#[cfg(target_arch = "wasm32")]
+pub mod remote_fetch;
