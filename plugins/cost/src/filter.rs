@@ -26,12 +26,20 @@
 //!    stream, whichever comes first. A response that cannot be priced exactly is counted by
 //!    reason and charged per `unpriced_charge` (`unpriced`).
 //! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
+//!
+//! With `remote_prices`, the root context refreshes the price table on ticks through
+//! `tollgate_common::remote_fetch` (one fetch per `cache_duration_seconds` for the whole
+//! gateway); a fetched table replaces the one in use only once it parsed whole and priced at
+//! least one model. Requests use the table in use when they are priced.
 
+use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
+use tollgate_common::host::now_unix_secs;
 use tollgate_common::host::{
     add_response_header, count, count_n, define_counter, now_unix_millis, plugin_configuration,
     request_header_bytes, send_json_error, set_request_header,
@@ -39,16 +47,19 @@ use tollgate_common::host::{
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
+use tollgate_common::remote::TICK_MILLIS;
+use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::shared_data::{HostSharedData, StoreError};
 use tollgate_common::signals;
 
 use crate::body_end::BodyEnd;
-use crate::config::{Config, StoreFullAction, UnpricedCharge};
+use crate::config::{Config, StoreFullAction, UnpricedCharge, PRICES_NAMESPACE};
 use crate::decode::{Coding, DecodeError, Decoder};
 use crate::json_scan::{JsonScan, ScanError};
 use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
+use crate::price_table::{Loaded, PriceTable};
 use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
 use crate::unpriced::{estimate, Reason};
@@ -152,14 +163,57 @@ impl Counters {
 struct Shared {
     config: Config,
     counters: Counters,
+    /// The table in use: `prices`, then each good remote table.
+    prices: RefCell<Rc<PriceTable>>,
+}
+
+impl Shared {
+    fn table(&self) -> Rc<PriceTable> {
+        Rc::clone(&self.prices.borrow())
+    }
 }
 
 #[derive(Default)]
 struct CostRoot {
     shared: Option<Rc<Shared>>,
+    remote: Option<RemoteDocument>,
 }
 
-impl Context for CostRoot {}
+/// A fetched price table: it must parse whole and price at least one model.
+fn checked_table(body: &[u8]) -> Result<Loaded, String> {
+    let loaded = PriceTable::parse(body, "remote_prices").map_err(|e| e.to_string())?;
+    if loaded.table.is_empty() {
+        return Err("no model priced per token".to_string());
+    }
+    Ok(loaded)
+}
+
+impl CostRoot {
+    fn install(&self, loaded: Loaded, source: &str) {
+        log::info!("{}", loaded.summary(source));
+        if let Some(shared) = &self.shared {
+            *shared.prices.borrow_mut() = Rc::new(loaded.table);
+        }
+    }
+}
+
+impl Context for CostRoot {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(remote) = self.remote.as_mut().filter(|r| r.owns(token_id)) else {
+            return;
+        };
+        if let Some((_, loaded)) = remote.on_response(now_unix_secs(), body_size, checked_table) {
+            let source = format!("{}{}", remote.source.cluster, remote.source.path);
+            self.install(loaded, &source);
+        }
+    }
+}
 
 impl RootContext for CostRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -182,11 +236,40 @@ impl RootContext for CostRoot {
                  tenants with a budget follow store_full until it can be"
             );
         }
+        log::info!("{}", config.prices_loaded);
+        self.remote = config
+            .remote_prices
+            .clone()
+            .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "cost: prices"));
         self.shared = Some(Rc::new(Shared {
+            prices: RefCell::new(Rc::clone(&config.prices)),
             config,
             counters: Counters::define(),
         }));
+        if self.remote.is_some() {
+            if let Err(e) = hostcalls::set_tick_period(Duration::from_millis(TICK_MILLIS)) {
+                log::error!("cost: cannot set the tick period for remote_prices: {e:?}");
+                return false;
+            }
+        }
         true
+    }
+
+    fn on_tick(&mut self) {
+        let Some(remote) = self.remote.as_mut() else {
+            return;
+        };
+        let Some((fetched_at, body)) = remote.tick(now_unix_secs()) else {
+            return;
+        };
+        let source = format!(
+            "{}{} (fetched at {fetched_at})",
+            remote.source.cluster, remote.source.path
+        );
+        match checked_table(&body) {
+            Ok(loaded) => self.install(loaded, &source),
+            Err(e) => log::warn!("cost: prices from {source} unusable here: {e}"),
+        }
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -322,15 +405,16 @@ impl CostHttp {
         // What providers bill: a 2xx answer to a request that named a model.
         let llm_call = self.success && self.request_model.is_some();
         let outcome = self.outcome();
+        let table = shared.table();
         let priced = outcome.and_then(|usage| {
             // The response's model, else the request's (a provider may answer with a dated
             // variant of the requested name), else the default price.
             let price = usage
                 .model
                 .as_deref()
-                .and_then(|m| config.prices.get(m))
-                .or_else(|| config.price(self.request_model.as_deref()))
-                .or_else(|| config.price(usage.model.as_deref()));
+                .and_then(|m| table.get(m))
+                .or_else(|| config.price(&table, self.request_model.as_deref()))
+                .or_else(|| config.price(&table, usage.model.as_deref()));
             let price = price.ok_or(Reason::UnknownModel)?;
             let nano = cost_nano(&usage, price).map_err(|_| Reason::Inconsistent)?;
             Ok((usage, nano))
@@ -357,7 +441,7 @@ impl CostHttp {
                 shared.counters.reason(reason);
                 let charge = match config.unpriced_charge {
                     UnpricedCharge::Bytes => config
-                        .price(self.request_model.as_deref())
+                        .price(&table, self.request_model.as_deref())
                         .and_then(|p| estimate(p, self.request_bytes, self.response_bytes)),
                     UnpricedCharge::None => None,
                 };
@@ -623,7 +707,7 @@ impl HttpContext for CostHttp {
         let model = request.model();
         if let Some(m) = model
             .as_deref()
-            .filter(|m| config.refuses_model(m, self.budgeted))
+            .filter(|m| config.refuses_model(&shared.table(), m, self.budgeted))
         {
             let message = format!("model {m} has no price at this gateway");
             signals::set(signals::COST_MODEL, m);
