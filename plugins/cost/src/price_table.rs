@@ -416,6 +416,8 @@ impl<'de> Visitor<'de> for FileVisitor<'_> {
                 model: &model,
             })?;
             if let Err(e) = add_entry(&mut loaded, &model, &entry, self.label) {
+                // The table is refused; the rest is read (unchecked) so the error is this one.
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 return Ok(Err(e));
             }
         }
