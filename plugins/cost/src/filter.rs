@@ -179,6 +179,15 @@ struct CostRoot {
     remote: Option<RemoteDocument>,
 }
 
+/// Milliseconds of the host's clock since `start` (for the load log lines).
+fn millis_since(start: Option<std::time::SystemTime>) -> f64 {
+    let now = hostcalls::get_current_time().ok();
+    match (start, now) {
+        (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        _ => 0.0,
+    }
+}
+
 /// A fetched price table: it must parse whole and price at least one model.
 fn checked_table(body: &[u8]) -> Result<Loaded, String> {
     let loaded = PriceTable::parse(body, "remote_prices").map_err(|e| e.to_string())?;
@@ -189,8 +198,9 @@ fn checked_table(body: &[u8]) -> Result<Loaded, String> {
 }
 
 impl CostRoot {
-    fn install(&self, loaded: Loaded, source: &str) {
-        log::info!("{}", loaded.summary(source));
+    /// Puts a checked table in use (`millis`: what reading it took, for the log line).
+    fn install(&self, loaded: Loaded, source: &str, millis: f64) {
+        log::info!("{} (read in {millis:.1} ms)", loaded.summary(source));
         if let Some(shared) = &self.shared {
             *shared.prices.borrow_mut() = Rc::new(loaded.table);
         }
@@ -208,15 +218,17 @@ impl Context for CostRoot {
         let Some(remote) = self.remote.as_mut().filter(|r| r.owns(token_id)) else {
             return;
         };
+        let started = hostcalls::get_current_time().ok();
         if let Some((_, loaded)) = remote.on_response(now_unix_secs(), body_size, checked_table) {
             let source = format!("{}{}", remote.source.cluster, remote.source.path);
-            self.install(loaded, &source);
+            self.install(loaded, &source, millis_since(started));
         }
     }
 }
 
 impl RootContext for CostRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
+        let started = hostcalls::get_current_time().ok();
         let config = match Config::parse(&plugin_configuration()) {
             Ok(c) => c,
             Err(e) => {
@@ -236,7 +248,11 @@ impl RootContext for CostRoot {
                  tenants with a budget follow store_full until it can be"
             );
         }
-        log::info!("{}", config.prices_loaded);
+        log::info!(
+            "{} (configuration read in {:.1} ms)",
+            config.prices_loaded,
+            millis_since(started)
+        );
         self.remote = config
             .remote_prices
             .clone()
@@ -266,8 +282,9 @@ impl RootContext for CostRoot {
             "{}{} (fetched at {fetched_at})",
             remote.source.cluster, remote.source.path
         );
+        let started = hostcalls::get_current_time().ok();
         match checked_table(&body) {
-            Ok(loaded) => self.install(loaded, &source),
+            Ok(loaded) => self.install(loaded, &source, millis_since(started)),
             Err(e) => log::warn!("cost: prices from {source} unusable here: {e}"),
         }
     }

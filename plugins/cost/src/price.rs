@@ -192,7 +192,17 @@ pub fn parse_usd_per_token(text: &str) -> Result<u64, String> {
         return Err(format!("{text} is not a JSON number"));
     }
     // value = digits · 10^(exponent − frac_len) USD = digits · 10^(exponent − frac_len + 18) atto.
-    let digits = format!("{int_part}{frac_part}");
+    // (On the stack: the text is at most MAX_NUMBER_CHARS long.)
+    let mut buf = [0u8; MAX_NUMBER_CHARS];
+    let mut len = 0usize;
+    for b in int_part.bytes().chain(frac_part.bytes()) {
+        if let Some(slot) = buf.get_mut(len) {
+            *slot = b;
+            len = len.saturating_add(1);
+        }
+    }
+    let digits = std::str::from_utf8(buf.get(..len).unwrap_or_default())
+        .map_err(|_| format!("{text} is not a JSON number"))?;
     let digits = digits.trim_start_matches('0');
     let trailing_zeros = digits
         .len()

@@ -227,7 +227,7 @@ impl PriceTable {
 /// One price entry that must be priced per token (`unknown_model.default_price`); errors name
 /// `label` and the field.
 pub fn single_price(entry: &Entry, label: &str) -> Result<ModelPrice, ConfigError> {
-    match entry_price(entry, label) {
+    match entry_price(entry, &|| label.to_string()) {
         Ok(Ok(price)) => Ok(price),
         Ok(Err(reason)) => Err(ConfigError::new(
             label,
@@ -286,8 +286,13 @@ pub struct Entry {
 
 /// A context-tier field: `(base field, threshold in tokens)`.
 fn tier_field(name: &str) -> Option<(&'static str, u64)> {
-    let (base, rest) = name.split_once("_above_")?;
-    let base = TIER_FIELDS.iter().find(|f| **f == base)?;
+    // Cheap rejections first: this runs on every member name of a 3 MB file.
+    if !name.ends_with("_tokens") {
+        return None;
+    }
+    let (base, rest) = TIER_FIELDS
+        .iter()
+        .find_map(|f| Some((*f, name.strip_prefix(f)?.strip_prefix("_above_")?)))?;
     let n = rest.strip_suffix("_tokens")?;
     let (digits, scale) = match n.strip_suffix('k') {
         Some(d) => (d, 1000),
@@ -298,6 +303,14 @@ fn tier_field(name: &str) -> Option<(&'static str, u64)> {
     }
     let value: u64 = digits.parse().ok()?;
     Some((base, value.checked_mul(scale)?))
+}
+
+/// Whether `haystack` contains `needle` (short needles; no searcher set-up per call).
+fn has(haystack: &str, needle: &[u8]) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w == needle)
 }
 
 impl<'de> Deserialize<'de> for Entry {
@@ -370,27 +383,28 @@ impl Visitor<'_> for KeyVisitor {
     }
 
     fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
-        Ok(
-            if PRICE_FIELDS.contains(&key) || tier_field(key).is_some() {
-                Key::Price(key.to_string())
-            } else if key == "mode" {
-                Key::Mode
-            } else if key == "tiered_pricing" {
-                Key::TieredPricing
-            } else if !key.contains("cost") {
-                Key::Other
-            } else if key.contains("per_image") || key.contains("per_pixel") {
-                Key::PerImage
-            } else if key.contains("per_second") {
-                Key::PerSecond
-            } else if key.contains("per_character") {
-                Key::PerCharacter
-            } else if !key.contains("per_token") && !key.contains("token_cost") {
-                Key::PerCall
-            } else {
-                Key::Other
-            },
-        )
+        let priced =
+            (key.starts_with("input_") || key.starts_with("output_") || key.starts_with("cache_"))
+                && (PRICE_FIELDS.contains(&key) || tier_field(key).is_some());
+        Ok(if priced {
+            Key::Price(key.to_string())
+        } else if key == "mode" {
+            Key::Mode
+        } else if key == "tiered_pricing" {
+            Key::TieredPricing
+        } else if !has(key, b"cost") {
+            Key::Other
+        } else if has(key, b"per_image") || has(key, b"per_pixel") {
+            Key::PerImage
+        } else if has(key, b"per_second") {
+            Key::PerSecond
+        } else if has(key, b"per_character") {
+            Key::PerCharacter
+        } else if !has(key, b"per_token") && !has(key, b"token_cost") {
+            Key::PerCall
+        } else {
+            Key::Other
+        })
     }
 }
 
@@ -450,7 +464,7 @@ fn add_entry(
         loaded.skipped.add(SkipReason::SchemaExample, model);
         return Ok(());
     }
-    match entry_price(entry, &format!("{label}.{model}"))? {
+    match entry_price(entry, &|| format!("{label}.{model}"))? {
         Ok(price) => {
             loaded.table.models.insert(model.to_string(), price);
         }
@@ -460,13 +474,19 @@ fn add_entry(
 }
 
 /// The price of an entry, or why it is skipped; `Err` refuses the table.
-fn entry_price(entry: &Entry, label: &str) -> Result<Result<ModelPrice, SkipReason>, FieldError> {
+/// (`label` makes the entry's JSON path, for an error only.)
+fn entry_price(
+    entry: &Entry,
+    label: &dyn Fn() -> String,
+) -> Result<Result<ModelPrice, SkipReason>, FieldError> {
     let mut base: [Option<u64>; 5] = [None; 5];
     let mut tier = ContextTier::default();
     let mut threshold: Option<u64> = None;
     let mut several = false;
     for (name, raw) in &entry.fields {
-        let Some(value) = price_value(raw, &format!("{label}.{name}"))? else {
+        let Some(value) =
+            price_value(raw).map_err(|message| (format!("{}.{name}", label()), message))?
+        else {
             continue;
         };
         if let Some(i) = PRICE_FIELDS.iter().position(|f| f == name) {
@@ -528,22 +548,17 @@ fn entry_price(entry: &Entry, label: &str) -> Result<Result<ModelPrice, SkipReas
     }))
 }
 
-/// A price field's value: `None` for `null`.
-fn price_value(raw: &RawValue, field: &str) -> Result<Option<u64>, FieldError> {
+/// A price field's value: `None` for `null`; the error's message.
+fn price_value(raw: &RawValue) -> Result<Option<u64>, String> {
     let text = raw.get().trim();
     if text == "null" {
         return Ok(None);
     }
     if !text.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
         let shown: String = text.chars().take(40).collect();
-        return Err((
-            field.to_string(),
-            format!("expected a number of USD per token, got {shown}"),
-        ));
+        return Err(format!("expected a number of USD per token, got {shown}"));
     }
-    parse_usd_per_token(text)
-        .map(Some)
-        .map_err(|m| (field.to_string(), m))
+    parse_usd_per_token(text).map(Some)
 }
 
 #[cfg(test)]
