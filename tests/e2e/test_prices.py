@@ -237,3 +237,16 @@ def test_hostile_price_answers_change_nothing(host, upstream, gateways, price_se
     why = {"garbage": "refused", "too_large": "over max_bytes", "endless": "fetch failed",
            "deep": "recursion limit exceeded"}[answer]
     wait_until(lambda: why in g.log.read_text(errors="replace"), 10)
+
+
+def test_the_litellm_file_as_a_remote_table(host, upstream, gateways, price_server, litellm_prices):
+    """The real 3.2 MB file served as remote_prices: read a slice per callback, so no callback
+    nears nginx's 100 ms guest deadline (in one go it takes 50-130 ms there), then in use by
+    both workers."""
+    price_server.serve(litellm.price_file().read_bytes())
+    g = remote_gateway(host, upstream, gateways, price_server)
+    want = nano(litellm_prices["gpt-4o-2024-05-13"], 1000, 0)
+    wait_until(lambda: all(chat(g, "gpt-4o-2024-05-13", 1000, 0) == want for _ in range(8)), 30)
+    log = g.log.read_text(errors="replace")
+    assert "deadline" not in log and "trapped" not in log, log[-3000:]
+    assert re.search(r"prices from prices/prices.json[^\n]*: 3676 models loaded", log), log[-3000:]

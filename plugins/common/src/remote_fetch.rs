@@ -10,13 +10,16 @@ use proxy_wasm::hostcalls;
 
 use crate::host::{http_call_response_body, http_call_response_header};
 use crate::remote::{
-    after_fetch, document_at, document_key, encode_document, plan_tick, RemoteSource,
+    after_fetch, document_at, document_key, encode_document, plan_tick, Lease, RemoteSource,
 };
 use crate::shared_data::{cas_update, HostSharedData, SharedStore, StoreError};
 
 /// CAS attempts of one write before giving up (another VM wrote meanwhile: its record is as
 /// fresh).
 const ATTEMPTS: u32 = 4;
+/// How long the VM that fetched a document holds the lease while its filter checks it
+/// (seconds): a large document is read over several ticks.
+pub const CHECK_LEASE_SECONDS: u64 = 60;
 
 /// One remote document of a root context.
 #[derive(Debug)]
@@ -144,16 +147,11 @@ impl RemoteDocument {
         }
     }
 
-    /// The response to this document's fetch (`body_size` bytes) at `now`: a 200 of at most
-    /// `max_bytes` that `check` accepts is stored for every VM and returned with its
-    /// `fetched_at` to install. Anything else (another status, too large, refused by `check`,
-    /// not storable) keeps the current document everywhere, logged.
-    pub fn on_response<T>(
-        &mut self,
-        now: u64,
-        body_size: usize,
-        check: impl FnOnce(&[u8]) -> Result<T, String>,
-    ) -> Option<(u64, T)> {
+    /// The response to this document's fetch (`body_size` bytes) at `now`: the body of a 200 of
+    /// at most `max_bytes`, to be checked by the filter and then given to [`Self::accept`] or
+    /// [`Self::reject`] (the lease is held [`CHECK_LEASE_SECONDS`] meanwhile, so no other VM
+    /// fetches it again). Anything else keeps the current document everywhere, logged.
+    pub fn on_response(&mut self, now: u64, body_size: usize) -> Option<Vec<u8>> {
         self.in_flight = None;
         let status = http_call_response_header(":status").unwrap_or_default();
         if status != "200" {
@@ -170,16 +168,26 @@ impl RemoteDocument {
             );
             return None;
         }
-        let body = http_call_response_body(body_size);
-        let parsed = match check(&body) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                self.failed(now, &format!("refused: {e}"));
-                return None;
-            }
-        };
+        if let Err(e) = store(&self.key, |previous| {
+            let mut lease = previous.and_then(Lease::decode).unwrap_or_default();
+            lease.lease_until = now.saturating_add(CHECK_LEASE_SECONDS);
+            lease.encode()
+        }) {
+            log::warn!("{}: could not extend the lease {}: {e}", self.label, self.key);
+        }
+        Some(http_call_response_body(body_size))
+    }
+
+    /// A fetched body the filter checked and refused: every VM keeps its document.
+    pub fn reject(&self, now: u64, why: &str) {
+        self.failed(now, &format!("refused: {why}"));
+    }
+
+    /// A fetched body the filter checked and accepted, at `now`: stored for every VM. `false`
+    /// (logged) when it cannot be stored; then no VM installs it, this one neither.
+    pub fn accept(&mut self, now: u64, body: &[u8]) -> bool {
         // The document first, then the record that points at it (module docs of `remote`).
-        let value = encode_document(now, &body);
+        let value = encode_document(now, body);
         let doc_key = document_key(&self.key);
         let written = match HostSharedData.get(&doc_key) {
             Ok((_, cas)) => HostSharedData.set(&doc_key, &value, cas),
@@ -194,18 +202,14 @@ impl RemoteDocument {
                 ),
             };
             self.failed(now, &format!("cannot store the document: {why}"));
-            return None;
+            return false;
         }
         let retry = self.source.retry_seconds;
         if let Err(e) = store(&self.key, |_| after_fetch(now, None, true, retry).encode()) {
-            log::warn!(
-                "{}: could not store the record {}: {e}",
-                self.label,
-                self.key
-            );
+            log::warn!("{}: could not store the record {}: {e}", self.label, self.key);
         }
         self.installed = now;
         log::info!("{}: fetched {} bytes at {now}", self.label, body.len());
-        Some((now, parsed))
+        true
     }
 }

@@ -59,7 +59,7 @@ use crate::json_scan::{JsonScan, ScanError};
 use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
-use crate::price_table::{Loaded, PriceTable};
+use crate::price_table::{IncrementalParse, Loaded, PriceTable, Step};
 use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
 use crate::unpriced::{estimate, Reason};
@@ -177,7 +177,26 @@ impl Shared {
 struct CostRoot {
     shared: Option<Rc<Shared>>,
     remote: Option<RemoteDocument>,
+    /// A remote table being read, a slice per callback.
+    pending: Option<Pending>,
 }
+
+/// A remote price table being read over several callbacks (`price_table::IncrementalParse`):
+/// nginx bounds each callback (`tollgate_guest_deadline`, 100 ms by default), and LiteLLM's
+/// 3.2 MB file takes longer than that in one go there.
+struct Pending {
+    parse: IncrementalParse,
+    /// For the log line.
+    source: String,
+    /// Fetched by this VM: stored in shared data for the others once it reads well.
+    fetched_here: bool,
+    started: Option<std::time::SystemTime>,
+}
+
+/// Bytes of a remote table read per step, and the time after which a callback stops stepping
+/// (ms): a callback reads the table for about this long, far under nginx's 100 ms deadline.
+const STEP_BYTES: usize = 128 << 10;
+const STEP_MILLIS: f64 = 15.0;
 
 /// Milliseconds of the host's clock since `start` (for the load log lines).
 fn millis_since(start: Option<std::time::SystemTime>) -> f64 {
@@ -188,22 +207,52 @@ fn millis_since(start: Option<std::time::SystemTime>) -> f64 {
     }
 }
 
-/// A fetched price table: it must parse whole and price at least one model.
-fn checked_table(body: &[u8]) -> Result<Loaded, String> {
-    let loaded = PriceTable::parse(body, "remote_prices").map_err(|e| e.to_string())?;
-    if loaded.table.is_empty() {
-        return Err("no model priced per token".to_string());
+impl CostRoot {
+    /// Reads the pending remote table for about STEP_MILLIS; puts it in use when it is read
+    /// whole and prices at least one model (stored for every VM first if fetched here).
+    fn advance(&mut self) {
+        let began = hostcalls::get_current_time().ok();
+        let result = loop {
+            let Some(pending) = self.pending.as_mut() else {
+                return;
+            };
+            match pending.parse.step(STEP_BYTES) {
+                Step::More if millis_since(began) < STEP_MILLIS => {}
+                Step::More => return,
+                Step::Done(result) => break result,
+            }
+        };
+        let (Some(pending), Some(remote)) = (self.pending.take(), self.remote.as_mut()) else {
+            return;
+        };
+        let now = now_unix_secs();
+        let refused = match result {
+            Ok(loaded) if loaded.table.is_empty() => Some("no model priced per token".to_string()),
+            Ok(loaded) => {
+                if pending.fetched_here && !remote.accept(now, pending.parse.document()) {
+                    return;
+                }
+                let millis = millis_since(pending.started);
+                install(&self.shared, loaded, &pending.source, millis);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = refused {
+            if pending.fetched_here {
+                remote.reject(now, &why);
+            } else {
+                log::warn!("cost: prices from {} unusable here: {why}", pending.source);
+            }
+        }
     }
-    Ok(loaded)
 }
 
-impl CostRoot {
-    /// Puts a checked table in use (`millis`: what reading it took, for the log line).
-    fn install(&self, loaded: Loaded, source: &str, millis: f64) {
-        log::info!("{} (read in {millis:.1} ms)", loaded.summary(source));
-        if let Some(shared) = &self.shared {
-            *shared.prices.borrow_mut() = Rc::new(loaded.table);
-        }
+/// Puts a checked table in use (`millis`: what reading it took, for the log line).
+fn install(shared: &Option<Rc<Shared>>, loaded: Loaded, source: &str, millis: f64) {
+    log::info!("{} (read in {millis:.1} ms)", loaded.summary(source));
+    if let Some(shared) = shared {
+        *shared.prices.borrow_mut() = Rc::new(loaded.table);
     }
 }
 
@@ -218,11 +267,17 @@ impl Context for CostRoot {
         let Some(remote) = self.remote.as_mut().filter(|r| r.owns(token_id)) else {
             return;
         };
-        let started = hostcalls::get_current_time().ok();
-        if let Some((_, loaded)) = remote.on_response(now_unix_secs(), body_size, checked_table) {
-            let source = format!("{}{}", remote.source.cluster, remote.source.path);
-            self.install(loaded, &source, millis_since(started));
-        }
+        let Some(body) = remote.on_response(now_unix_secs(), body_size) else {
+            return;
+        };
+        let source = format!("{}{}", remote.source.cluster, remote.source.path);
+        self.pending = Some(Pending {
+            parse: IncrementalParse::new(body, "remote_prices"),
+            source,
+            fetched_here: true,
+            started: hostcalls::get_current_time().ok(),
+        });
+        self.advance();
     }
 }
 
@@ -275,18 +330,19 @@ impl RootContext for CostRoot {
         let Some(remote) = self.remote.as_mut() else {
             return;
         };
-        let Some((fetched_at, body)) = remote.tick(now_unix_secs()) else {
-            return;
-        };
-        let source = format!(
-            "{}{} (fetched at {fetched_at})",
-            remote.source.cluster, remote.source.path
-        );
-        let started = hostcalls::get_current_time().ok();
-        match checked_table(&body) {
-            Ok(loaded) => self.install(loaded, &source, millis_since(started)),
-            Err(e) => log::warn!("cost: prices from {source} unusable here: {e}"),
+        if let Some((fetched_at, body)) = remote.tick(now_unix_secs()) {
+            let source = format!(
+                "{}{} (fetched at {fetched_at})",
+                remote.source.cluster, remote.source.path
+            );
+            self.pending = Some(Pending {
+                parse: IncrementalParse::new(body, "remote_prices"),
+                source,
+                fetched_here: false,
+                started: hostcalls::get_current_time().ok(),
+            });
         }
+        self.advance();
     }
 
     fn get_type(&self) -> Option<ContextType> {

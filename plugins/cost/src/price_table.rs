@@ -39,6 +39,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::ConfigError;
+// (IncrementalParse's scanner works on bytes; entries are read by serde_json.)
 
 use crate::price::{parse_usd_per_token, ContextTier, ModelPrice};
 
@@ -214,13 +215,174 @@ impl PriceTable {
     /// Parses a LiteLLM price file (a JSON object of entries by model name). Errors name
     /// `<label>.<model>.<field>` (or `<label>` when the document is not such an object).
     pub fn parse(json: &[u8], label: &str) -> Result<Loaded, ConfigError> {
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let loaded = de
-            .deserialize_map(FileVisitor { label })
-            .map_err(|e| ConfigError::new(label, e.to_string()))?;
-        de.end()
-            .map_err(|e| ConfigError::new(label, format!("trailing characters: {e}")))?;
-        loaded.map_err(|(field, message)| ConfigError::new(field, message))
+        let mut loaded = Loaded::default();
+        read_object(json, label, &mut loaded)?;
+        Ok(loaded)
+    }
+}
+
+/// Reads the JSON object `json` of entries into `loaded`.
+fn read_object(json: &[u8], label: &str, loaded: &mut Loaded) -> Result<(), ConfigError> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let read = de
+        .deserialize_map(FileVisitor { label, loaded })
+        .map_err(|e| ConfigError::new(label, e.to_string()))?;
+    de.end()
+        .map_err(|e| ConfigError::new(label, format!("trailing characters: {e}")))?;
+    read.map_err(|(field, message)| ConfigError::new(field, message))
+}
+
+/// Deepest nesting of a price file read by [`IncrementalParse`] (serde_json's own limit).
+const MAX_DEPTH: u32 = 128;
+
+/// A price file read a slice at a time, so that no single proxy-wasm callback reads megabytes
+/// (nginx bounds each callback by `tollgate_guest_deadline`, 100 ms by default; LiteLLM's 3.2 MB
+/// file takes 50-130 ms in one go there). A byte scanner (strings, escapes, depth) finds each
+/// top-level member; each member is then read as [`PriceTable::parse`] reads it, with the same
+/// rules and errors. The result is the same as [`PriceTable::parse`]'s on any document.
+#[derive(Debug)]
+pub struct IncrementalParse {
+    doc: Vec<u8>,
+    label: String,
+    pos: usize,
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// Where the current top-level member starts (after `{` or `,`).
+    member: usize,
+    opened: bool,
+    had_comma: bool,
+    loaded: Loaded,
+}
+
+/// What [`IncrementalParse::step`] got to.
+#[derive(Debug)]
+pub enum Step {
+    /// More to read.
+    More,
+    /// Read whole: the table, or why it is refused.
+    Done(Result<Loaded, ConfigError>),
+}
+
+impl IncrementalParse {
+    /// Starts reading `doc`; errors will name `label`.
+    pub fn new(doc: Vec<u8>, label: &str) -> Self {
+        IncrementalParse {
+            doc,
+            label: label.to_string(),
+            pos: 0,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            member: 0,
+            opened: false,
+            had_comma: false,
+            loaded: Loaded::default(),
+        }
+    }
+
+    /// The document (bytes).
+    pub fn document(&self) -> &[u8] {
+        &self.doc
+    }
+
+    /// Reads at least `budget` more bytes of the document (up to the end of the member they end
+    /// in).
+    pub fn step(&mut self, budget: usize) -> Step {
+        match self.scan(budget) {
+            Ok(false) => Step::More,
+            Ok(true) => Step::Done(Ok(std::mem::take(&mut self.loaded))),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn error(&self, message: &str) -> ConfigError {
+        ConfigError::new(
+            self.label.clone(),
+            format!("{message} at byte {}", self.pos),
+        )
+    }
+
+    /// `Ok(true)` when the document has been read whole.
+    fn scan(&mut self, budget: usize) -> Result<bool, ConfigError> {
+        let stop = self.pos.saturating_add(budget);
+        while let Some(&b) = self.doc.get(self.pos) {
+            let at = self.pos;
+            self.pos = self.pos.saturating_add(1);
+            if !self.opened {
+                match b {
+                    b' ' | b'\t' | b'\n' | b'\r' => continue,
+                    b'{' => {
+                        self.opened = true;
+                        self.depth = 1;
+                        self.member = self.pos;
+                        continue;
+                    }
+                    _ => return Err(self.error("expected a JSON object of price entries")),
+                }
+            }
+            if self.depth == 0 {
+                if b.is_ascii_whitespace() {
+                    continue;
+                }
+                return Err(self.error("trailing characters after the object"));
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => {
+                    self.depth = self.depth.saturating_add(1);
+                    if self.depth > MAX_DEPTH {
+                        return Err(self.error("nested too deeply"));
+                    }
+                }
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.member_done(at, true)?;
+                    }
+                }
+                b',' if self.depth == 1 => {
+                    self.member_done(at, false)?;
+                    self.had_comma = true;
+                    self.member = self.pos;
+                    if self.pos >= stop {
+                        return Ok(false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !self.opened || self.depth != 0 || self.in_string {
+            return Err(self.error("the document ends early"));
+        }
+        Ok(true)
+    }
+
+    /// Reads the member `doc[member..end]` (`"model": {...}`) into the table.
+    fn member_done(&mut self, end: usize, closing: bool) -> Result<(), ConfigError> {
+        let text = self.doc.get(self.member..end).unwrap_or_default();
+        if text.iter().all(u8::is_ascii_whitespace) {
+            // `{}` is an empty table; a member missing before or after a comma is an error.
+            if closing && !self.had_comma {
+                return Ok(());
+            }
+            return Err(self.error("a member is missing around a comma"));
+        }
+        let mut wrapped = Vec::with_capacity(text.len().saturating_add(2));
+        wrapped.push(b'{');
+        wrapped.extend_from_slice(text);
+        wrapped.push(b'}');
+        read_object(&wrapped, &self.label, &mut self.loaded)
     }
 }
 
@@ -413,29 +575,30 @@ type FieldError = (String, String);
 
 struct FileVisitor<'a> {
     label: &'a str,
+    loaded: &'a mut Loaded,
 }
 
 impl<'de> Visitor<'de> for FileVisitor<'_> {
-    type Value = Result<Loaded, FieldError>;
+    type Value = Result<(), FieldError>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object of LiteLLM price entries by model name")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut loaded = Loaded::default();
+        let loaded = self.loaded;
         while let Some(model) = map.next_key::<String>()? {
             let entry = map.next_value_seed(EntrySeed {
                 label: self.label,
                 model: &model,
             })?;
-            if let Err(e) = add_entry(&mut loaded, &model, &entry, self.label) {
+            if let Err(e) = add_entry(loaded, &model, &entry, self.label) {
                 // The table is refused; the rest is read (unchecked) so the error is this one.
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 return Ok(Err(e));
             }
         }
-        Ok(Ok(loaded))
+        Ok(Ok(()))
     }
 }
 
@@ -656,6 +819,58 @@ mod tests {
             .contains("prices.m"));
         assert!(load(r#"{"m": {}} x"#).is_err());
         assert!(load(r#"{"m": {"input_cost_per_token": 1e-6"#).is_err());
+    }
+
+    /// Reads `json` with IncrementalParse in steps of `budget` bytes.
+    fn incremental(json: &str, budget: usize) -> Result<Loaded, ConfigError> {
+        let mut p = IncrementalParse::new(json.as_bytes().to_vec(), "prices");
+        for _ in 0..100_000 {
+            if let Step::Done(r) = p.step(budget) {
+                return r;
+            }
+        }
+        panic!("never done");
+    }
+
+    #[test]
+    fn incremental_reads_as_the_whole_parse() {
+        let docs = [
+            r#"{"a": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6, "s": "x,}{]\"\\", "n": [1, {"b": [2]}]},
+               "sample_spec": {"input_cost_per_token": 0.0}, "c": {"mode": "chat"},
+               "d": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6}}  "#,
+            "{}",
+            " { } ",
+            r#"{"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}, "n": {}}"#,
+            r#"{"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 1}, }"#,
+            r#"{"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 1},, "n": {}}"#,
+            r#"{"m": {"input_cost_per_token": 1e-6, "#,
+            r#"{"m": {}} x"#,
+            r#"[]"#,
+            "",
+            r#"{"m": "#,
+            r#"{"m": {"a": "unterminated}}"#,
+        ];
+        for doc in docs {
+            let whole = PriceTable::parse(doc.as_bytes(), "prices");
+            for budget in [1, 7, 64, 1 << 20] {
+                let part = incremental(doc, budget);
+                match (&whole, &part) {
+                    (Ok(w), Ok(p)) => {
+                        assert_eq!(w.table, p.table, "{doc}");
+                        assert_eq!(w.skipped, p.skipped, "{doc}");
+                    }
+                    (Err(w), Err(p)) => {
+                        if w.field != "prices" {
+                            assert_eq!(w.field, p.field, "{doc}");
+                        }
+                    }
+                    _ => panic!("{doc} (budget {budget}): {whole:?} vs {part:?}"),
+                }
+            }
+        }
+        let deep = format!(r#"{{"m": {}{}}}"#, "[".repeat(200), "]".repeat(200));
+        assert!(PriceTable::parse(deep.as_bytes(), "prices").is_err());
+        assert!(incremental(&deep, 64).is_err());
     }
 
     #[test]

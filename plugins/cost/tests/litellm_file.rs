@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use tollgate_cost::price_table::PriceTable;
+use tollgate_cost::price_table::{IncrementalParse, PriceTable, Step};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -63,4 +63,16 @@ fn the_whole_file_loads_when_fetched() {
         loaded.summary("the file"),
         json.len()
     );
+    // Read 256 KiB at a time (as the filter reads a remote table): the same table.
+    let mut p = IncrementalParse::new(json.clone(), "prices");
+    let mut steps = 0;
+    let parts = loop {
+        steps += 1;
+        if let Step::Done(r) = p.step(256 << 10) {
+            break r.unwrap();
+        }
+    };
+    assert_eq!(parts.table, loaded.table);
+    assert_eq!(parts.skipped, loaded.skipped);
+    assert!(steps >= json.len() / (256 << 10), "{steps}");
 }

@@ -117,13 +117,17 @@ impl Context for JwtAuthRoot {
             return;
         };
         let provider = state.provider;
-        let checked = state
-            .document
-            .on_response(now_unix_secs(), body_size, |body| {
-                KeySet::from_jwks(&String::from_utf8_lossy(body), false)
-            });
-        if let Some((_, (set, skipped))) = checked {
-            self.install_set(provider, set, skipped);
+        let now = now_unix_secs();
+        let Some(body) = state.document.on_response(now, body_size) else {
+            return;
+        };
+        match KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
+            Ok((set, skipped)) => {
+                if state.document.accept(now, &body) {
+                    self.install_set(provider, set, skipped);
+                }
+            }
+            Err(e) => state.document.reject(now, &e),
         }
     }
 }
