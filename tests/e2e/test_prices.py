@@ -235,7 +235,7 @@ def test_hostile_price_answers_change_nothing(host, upstream, gateways, price_se
         assert all_priced(g, 1_000_000, n=4)
         time.sleep(1)
     why = {"garbage": "refused", "too_large": "over max_bytes", "endless": "fetch failed",
-           "deep": "recursion limit exceeded"}[answer]
+           "deep": "nested too deeply"}[answer]
     wait_until(lambda: why in g.log.read_text(errors="replace"), 10)
 
 

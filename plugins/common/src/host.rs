@@ -113,8 +113,10 @@ pub fn add_response_header(name: &str, value: &str) {
 }
 
 /// A header of the response to a `dispatch_http_call`, as text (see [`request_header`]).
+/// `None` when absent, and when the call got no response at all (Envoy then answers a status the
+/// SDK's wrapper panics on: `crate::raw`).
 pub fn http_call_response_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, name)
+    crate::raw::header_map_value(MapType::HttpCallResponseHeaders, name)
         .ok()
         .flatten()
         .map(|b| String::from_utf8_lossy(&b).into_owned())

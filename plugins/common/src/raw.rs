@@ -13,6 +13,36 @@ extern "C" {
     fn proxy_define_metric(kind: u32, name: *const u8, name_len: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
+    fn proxy_get_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+}
+
+/// `proxy_get_header_map_value`: the value (`None`: no such header, status `NotFound`), or the
+/// host's status code. Envoy answers another status for the response headers of an HTTP call
+/// that got no response (a timeout, a reset), on which the SDK's wrapper panics.
+pub fn header_map_value(
+    map: proxy_wasm::types::MapType,
+    key: &str,
+) -> Result<Option<Vec<u8>>, u32> {
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: `key` is live for the call; the out-pointers are live locals.
+    let status = unsafe {
+        proxy_get_header_map_value(map as u32, key.as_ptr(), key.len(), &mut data, &mut size)
+    };
+    match status {
+        0 if data.is_null() => Ok(Some(Vec::new())),
+        // SAFETY: on Ok the host returns `size` bytes allocated through this module's
+        // `proxy_on_memory_allocate` and hands them to the guest (as the SDK's wrapper assumes).
+        0 => Ok(Some(unsafe { Vec::from_raw_parts(data, size, size) })),
+        1 => Ok(None),
+        s => Err(s),
+    }
 }
 
 /// `proxy_define_metric`: the metric's id, or the host's status code.

@@ -173,7 +173,11 @@ impl RemoteDocument {
             lease.lease_until = now.saturating_add(CHECK_LEASE_SECONDS);
             lease.encode()
         }) {
-            log::warn!("{}: could not extend the lease {}: {e}", self.label, self.key);
+            log::warn!(
+                "{}: could not extend the lease {}: {e}",
+                self.label,
+                self.key
+            );
         }
         Some(http_call_response_body(body_size))
     }
@@ -206,7 +210,11 @@ impl RemoteDocument {
         }
         let retry = self.source.retry_seconds;
         if let Err(e) = store(&self.key, |_| after_fetch(now, None, true, retry).encode()) {
-            log::warn!("{}: could not store the record {}: {e}", self.label, self.key);
+            log::warn!(
+                "{}: could not store the record {}: {e}",
+                self.label,
+                self.key
+            );
         }
         self.installed = now;
         log::info!("{}: fetched {} bytes at {now}", self.label, body.len());
