@@ -47,6 +47,17 @@ def wait_for_port(port: int, proc: subprocess.Popen | None, timeout: float, log:
     raise TimeoutError(f"port {port} not listening after {timeout}s: {tail(log)}")
 
 
+def wait_until(predicate, timeout: float, step: float = 0.25) -> float:
+    """Polls `predicate` every `step` seconds until it is true; the seconds that took, or
+    AssertionError after `timeout`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
 def tail(log: pathlib.Path | None, lines: int = 30) -> str:
     if log is None or not log.exists():
         return ""

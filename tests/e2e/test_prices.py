@@ -24,7 +24,7 @@ import pytest
 import requests
 
 import litellm
-from harness import FilterSpec, GatewaySpec
+from harness import FilterSpec, GatewaySpec, wait_until
 
 TENANT = "x-tenant"
 BASE = {"ledger": "prices", "tenant": {"unverified_header": TENANT}, "spend_headers": True,
@@ -50,15 +50,6 @@ def nano(entry: dict, p: int, c: int) -> int:
     """The exact cost in USD of the file's numbers (their decimal text), to nano-USD half up."""
     usd = p * Fraction(repr(entry["input_cost_per_token"])) + c * Fraction(repr(entry["output_cost_per_token"]))
     return floor(usd * 10**9 + Fraction(1, 2))
-
-
-def wait_until(predicate, timeout: float, step: float = 0.25) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture(scope="module")
