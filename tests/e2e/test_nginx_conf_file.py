@@ -37,6 +37,7 @@ wasm {{
 {wasm}
 }}
 http {{
+    access_log off;
     client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
     server {{
         listen 127.0.0.1:1;
