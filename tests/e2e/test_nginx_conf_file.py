@@ -18,6 +18,8 @@ from harness import NGINX_BUILDS, WASM_DIR, nginx_quote, selected_nginx_hosts
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 
 COST_WASM = WASM_DIR / "tollgate_cost.wasm"
+# For the cases that fail before any filter runs: compiles in a fraction of cost's time.
+FLOOR_WASM = WASM_DIR / "tollgate_wasm_floor.wasm"
 
 
 @pytest.fixture(params=selected_nginx_hosts())
@@ -25,7 +27,7 @@ def nginx_build(request):
     return NGINX_BUILDS[request.param]
 
 
-def nginx_t(build, tmp: pathlib.Path, location: str, wasm: str = "") -> subprocess.CompletedProcess:
+def nginx_t(build, tmp: pathlib.Path, location: str, wasm: str = "", filter_wasm: pathlib.Path = COST_WASM) -> subprocess.CompletedProcess:
     binary, module = build
     conf = tmp / "nginx.conf"
     conf.write_text(f"""load_module {module};
@@ -33,7 +35,7 @@ worker_processes 1;
 pid {tmp}/nginx.pid;
 events {{}}
 wasm {{
-    module cost {COST_WASM};
+    module cost {filter_wasm};
 {wasm}
 }}
 http {{
@@ -79,8 +81,8 @@ def test_a_3mb_configuration_loads_from_a_file_relative_to_the_prefix(nginx_buil
 
 
 def test_missing_unreadable_or_refused_files_fail_naming_them(nginx_build, tmp_path):
-    def fails(location: str, *needles: str, wasm: str = "") -> None:
-        r = nginx_t(nginx_build, tmp_path, location, wasm)
+    def fails(location: str, *needles: str, wasm: str = "", filter_wasm: pathlib.Path = FLOOR_WASM) -> None:
+        r = nginx_t(nginx_build, tmp_path, location, wasm, filter_wasm)
         assert r.returncode != 0, r.stderr[-2000:]
         out = r.stderr + (tmp_path / "error.log").read_text()
         for n in needles:
@@ -94,16 +96,17 @@ def test_missing_unreadable_or_refused_files_fail_naming_them(nginx_build, tmp_p
     fails("tollgate_proxy_wasm_file cost empty.json;", "empty")
     # Invalid JSON: the filter's message (with line and column in the file) and the file.
     (tmp_path / "bad.json").write_text('{\n  "ledger": "x",\n  "prices": {"m": {"input_cost_per_token": -1e-6,\n')
-    fails(f"tollgate_proxy_wasm_file cost {tmp_path}/bad.json;", 'refused its configuration (read from', "bad.json", "line")
+    fails(f"tollgate_proxy_wasm_file cost {tmp_path}/bad.json;", 'refused its configuration (read from', "bad.json", "line",
+          filter_wasm=COST_WASM)
     # Valid JSON, a refused value: named by its field.
     bad = cost_config()
     bad["prices"]["gpt-4o"]["output_cost_per_token"] = -1
     (tmp_path / "neg.json").write_text(json.dumps(bad))
-    fails("tollgate_proxy_wasm_file cost neg.json;", "neg.json", "prices.gpt-4o.output_cost_per_token")
+    fails("tollgate_proxy_wasm_file cost neg.json;", "neg.json", "prices.gpt-4o.output_cost_per_token", filter_wasm=COST_WASM)
     fails("tollgate_proxy_wasm_file cost;", "invalid number of arguments")
     # The VM configuration of a module from a file: the same rules.
     fails("", f'"{tmp_path}/no-vm.json"', "No such file",
-          wasm=f"    tollgate_module_file cost2 {COST_WASM} no-vm.json;")
+          wasm=f"    tollgate_module_file cost2 {FLOOR_WASM} no-vm.json;")
     (tmp_path / "vm.json").write_text("{}")
-    ok = nginx_t(nginx_build, tmp_path, "", f"    tollgate_module_file cost2 {COST_WASM} vm.json;")
+    ok = nginx_t(nginx_build, tmp_path, "", f"    tollgate_module_file cost2 {FLOOR_WASM} vm.json;", FLOOR_WASM)
     assert ok.returncode == 0, ok.stderr[-2000:]
