@@ -232,6 +232,11 @@ fn read_object(json: &[u8], label: &str, loaded: &mut Loaded) -> Result<(), Conf
     read.map_err(|(field, message)| ConfigError::new(field, message))
 }
 
+/// JSON's whitespace (RFC 8259 section 2: space, tab, LF, CR; not form feed).
+fn json_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// Deepest nesting of a price file read by [`IncrementalParse`] (serde_json's own limit).
 const MAX_DEPTH: u32 = 128;
 
@@ -252,6 +257,8 @@ pub struct IncrementalParse {
     member: usize,
     opened: bool,
     had_comma: bool,
+    /// The open brackets, innermost last (at most MAX_DEPTH).
+    open: Vec<u8>,
     loaded: Loaded,
 }
 
@@ -277,6 +284,7 @@ impl IncrementalParse {
             member: 0,
             opened: false,
             had_comma: false,
+            open: Vec::new(),
             loaded: Loaded::default(),
         }
     }
@@ -311,10 +319,11 @@ impl IncrementalParse {
             self.pos = self.pos.saturating_add(1);
             if !self.opened {
                 match b {
-                    b' ' | b'\t' | b'\n' | b'\r' => continue,
+                    b if json_whitespace(b) => continue,
                     b'{' => {
                         self.opened = true;
                         self.depth = 1;
+                        self.open.push(b'{');
                         self.member = self.pos;
                         continue;
                     }
@@ -322,7 +331,7 @@ impl IncrementalParse {
                 }
             }
             if self.depth == 0 {
-                if b.is_ascii_whitespace() {
+                if json_whitespace(b) {
                     continue;
                 }
                 return Err(self.error("trailing characters after the object"));
@@ -344,8 +353,13 @@ impl IncrementalParse {
                     if self.depth > MAX_DEPTH {
                         return Err(self.error("nested too deeply"));
                     }
+                    self.open.push(b);
                 }
                 b'}' | b']' => {
+                    let opener = if b == b'}' { b'{' } else { b'[' };
+                    if self.open.pop() != Some(opener) {
+                        return Err(self.error("mismatched brackets"));
+                    }
                     self.depth = self.depth.saturating_sub(1);
                     if self.depth == 0 {
                         self.member_done(at, true)?;
@@ -371,7 +385,7 @@ impl IncrementalParse {
     /// Reads the member `doc[member..end]` (`"model": {...}`) into the table.
     fn member_done(&mut self, end: usize, closing: bool) -> Result<(), ConfigError> {
         let text = self.doc.get(self.member..end).unwrap_or_default();
-        if text.iter().all(u8::is_ascii_whitespace) {
+        if text.iter().copied().all(json_whitespace) {
             // `{}` is an empty table; a member missing before or after a comma is an error.
             if closing && !self.had_comma {
                 return Ok(());
@@ -840,6 +854,10 @@ mod tests {
                "d": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6}}  "#,
             "{}",
             " { } ",
+            "{\u{c}}",
+            "{]",
+            r#"{"m": {"a": [1}]}"#,
+            "{}\u{c}",
             r#"{"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}, "n": {}}"#,
             r#"{"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 1}, }"#,
             r#"{"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 1},, "n": {}}"#,
