@@ -32,6 +32,8 @@ configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 | likely | gateway.py's tollgate-likely: metrics, jwt-auth, rate-limit, cost; the identities are the subject jwt-auth verified |
 | likely-dotted | the same, the request's path spelt `/v1/./chat//completions`: the filters' path normalisation takes its slow path and rewrites `:path` (not ordered with the others in the sanity check) |
 | full | gateway.py's tollgate-full: metrics, jwt-auth, rate-limit, cost, sticky-upstream (3 upstreams) |
+| cost-3 | only when named: bench/cost.py's cost filter (x-tenant as sent) with a 3-model price table |
+| cost-litellm | only when named: the same with LiteLLM's whole price file (tests/e2e/litellm.py, 3.2 MB, 3,676 models priced; nginx reads it with `tollgate_proxy_wasm_file`) |
 
 Modules: `--module [LABEL=]PATH`, repeatable (default: the built target/nginx/
 ngx_http_tollgate_wasm_module.so, label "built"). Every module is copied first (as
@@ -58,7 +60,8 @@ inclusive cost of each call edge (recursively through other such code).
     scripts/bench.sh instructions --wasm main=/tmp/main-wasm --wasm branch=target/wasm32-wasip1/release \
         --variants proxy-only,likely,likely-dotted,full      # what the filters' changes cost per request
 
-Output: bench/results/instructions.{md,json} (smoke: instructions.smoke.*); the callgrind
+Output: bench/results/instructions.{md,json} (smoke: instructions.smoke.*; only cost-3 and
+cost-litellm: instructions_prices.*); the callgrind
 files stay in bench/results/tmp/instructions/<module>/<variant>/run<k>/callgrind.out.1 for
 callgrind_annotate or kcachegrind.
 """
@@ -94,9 +97,13 @@ from harness import DemoUpstream, GatewaySpec
 BENCH = runner.BENCH
 ROOT = runner.ROOT
 MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
-VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "likely", "likely-dotted", "full"]
-# Variants the sanity check does not order (same chain as another, another request).
-UNORDERED = {"likely-dotted"}
+VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "likely", "likely-dotted", "full", "cost-3", "cost-litellm"]
+# Variants the sanity check does not order (same chain as another, another request, or a
+# comparison of their own).
+UNORDERED = {"likely-dotted", "cost-3", "cost-litellm"}
+# Run only when asked for (--variants): the cost filter alone with a 3-model price table and
+# with LiteLLM's whole price file (issue 22: the lookup must stay O(1)).
+PRICE_VARIANTS = ["cost-3", "cost-litellm"]
 DOTTED_PATH = "/v1/./chat//completions"
 SMOKE_VARIANTS = ["proxy-only", "floor-1"]
 LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "nginx", "other"]
@@ -198,6 +205,14 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
     if name == "full":
         chain = likely + [sticky_upstream.tollgate()]
         return spec(chain, sticky_upstream.tollgate_upstreams(ports), route_header=sticky_upstream.ROUTE_HEADER)
+    if name in PRICE_VARIANTS:
+        import litellm  # tests/e2e/litellm.py: the pinned file, fetched from PyPI once
+        base = cost.tollgate(False)
+        prices = (json.loads(litellm.price_file().read_bytes()) if name == "cost-litellm"
+                  else {**base.config["prices"],
+                        "gpt-4o": {"input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05},
+                        "claude-sonnet-4-5": {"input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05}})
+        return spec([harness.FilterSpec("cost", {**base.config, "prices": prices})], blue)
     raise SystemExit(f"unknown variant {name}; known: {VARIANTS}")
 
 
@@ -481,7 +496,8 @@ def options() -> argparse.Namespace:
     a = ap.parse_args()
     a.warmup = a.warmup if a.warmup is not None else (3 if a.smoke else 50)
     a.requests = a.requests if a.requests is not None else (5 if a.smoke else 200)
-    a.variants = a.variants.split(",") if a.variants else (SMOKE_VARIANTS if a.smoke else VARIANTS)
+    a.variants = a.variants.split(",") if a.variants else (
+        SMOKE_VARIANTS if a.smoke else [v for v in VARIANTS if v not in PRICE_VARIANTS])
     unknown = set(a.variants) - set(VARIANTS)
     if unknown or a.warmup < 0 or a.requests < 1 or a.repeat < 1:
         ap.error(f"unknown variants {sorted(unknown)}" if unknown else "--warmup >= 0, --requests >= 1, --repeat >= 1")
@@ -679,7 +695,8 @@ def main() -> int:
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is missing: scripts/apt.sh valgrind")
-    name = "instructions.smoke" if a.smoke else "instructions"
+    name = "instructions.smoke" if a.smoke else (
+        "instructions_prices" if set(a.variants) <= set(PRICE_VARIANTS) else "instructions")
     workdir = BENCH / "results" / "tmp" / name
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)

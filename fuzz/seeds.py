@@ -143,6 +143,11 @@ cost = configs("cost") + [json.dumps({
     "default_price": {"input_cost_per_token": 1e-18, "output_cost_per_token": 0}}, "unpriced_charge": "none",
     "store_full": {"action": "pool", "status": 507}, "max_request_body_bytes": 0, "max_decoded_bytes": 1024}).encode()]
 write("config_cost", cost)
+excerpt = (ROOT / "plugins/cost/testdata/litellm_excerpt.json").read_bytes()
+tables = [excerpt, b"{}", b'{"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2.5e-18, "x": "a,}{\\"\\\\"}}',
+          b'{"m": {"input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05, "input_cost_per_token_above_200k_tokens": 6e-06}}',
+          b'{"m": {"input_cost_per_token": -1}, "n": {}}', b'{"m": [[[[]]]]}', b'{"m": {"tiered_pricing": []}} x']
+write("price_table", [bytes([s]) + t for t in tables for s in (0, 1, 7, 200)])
 rate = configs("rate_limit") + [json.dumps({
     "zone": "z", "rules": [{"name": "r", "match": {"prefix": "/api", "methods": ["GET"], "hosts": ["a.example"]},
                             "key": [{"header": "x-jwt-sub"}, {"client_address": {"trusted_hops": 1, "ipv6_prefix": 48}}, "path", "method", "host"],

@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
             };
             for p in c
                 .prices
-                .values()
+                .prices()
                 .chain(c.unknown_model.default_price.iter())
             {
                 assert!(cost_nano(&one, p).is_ok(), "{p:?}");

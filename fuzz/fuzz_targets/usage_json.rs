@@ -26,6 +26,7 @@ const PRICE: ModelPrice = ModelPrice {
     cache_read: Some(75_000_000_000),
     cache_creation: Some(187_500_000_001),
     reasoning: None,
+    tier: None,
 };
 
 /// The cost in nano-USD computed apart: parts in u128, rounded half up once.

@@ -47,6 +47,17 @@ def wait_for_port(port: int, proc: subprocess.Popen | None, timeout: float, log:
     raise TimeoutError(f"port {port} not listening after {timeout}s: {tail(log)}")
 
 
+def wait_until(predicate, timeout: float, step: float = 0.25) -> float:
+    """Polls `predicate` every `step` seconds until it is true; the seconds that took, or
+    AssertionError after `timeout`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
 def tail(log: pathlib.Path | None, lines: int = 30) -> str:
     if log is None or not log.exists():
         return ""
@@ -308,11 +319,18 @@ def nginx_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# Longest plugin configuration written inline: nginx refuses an argument longer than about 4 KB;
+# longer ones go to a file read by `tollgate_proxy_wasm_file` (nginx-compat/module/src/conf_file.rs).
+NGINX_INLINE_CONFIG_MAX = 3000
+
+
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
                  log_level: str = "info", module: pathlib.Path | None = None) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
-    `proxy_wasm` directives, upstreams as `upstream {}` blocks (routed by `spec.route_header`
-    through `$http_<header>` when set), and an admin server (`/stats`, `/ready`)."""
+    `proxy_wasm` directives (`tollgate_proxy_wasm_file` with a file under `prefix` for
+    configurations over NGINX_INLINE_CONFIG_MAX bytes), upstreams as `upstream {}` blocks (routed
+    by `spec.route_header` through `$http_<header>` when set), and an admin server (`/stats`,
+    `/ready`)."""
     module = module or NGINX_MODULE
     if not module.exists():
         raise RuntimeError(f"{module} is missing: run scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)")
@@ -323,7 +341,13 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
             raise RuntimeError(f"Envoy's native filter {f.name} has no nginx equivalent")
         name = f.root_id or f.plugin.replace("-", "_")
         modules.setdefault(name, f.wasm)
-        chain.append(f"            proxy_wasm {name} {nginx_quote(json.dumps(f.config))};")
+        text = json.dumps(f.config)
+        if len(text) > NGINX_INLINE_CONFIG_MAX:
+            config_file = prefix / f"filter-{len(chain)}-{name}.json"
+            config_file.write_text(text)
+            chain.append(f"            tollgate_proxy_wasm_file {name} {config_file};")
+        else:
+            chain.append(f"            proxy_wasm {name} {nginx_quote(text)};")
     upstreams = []
     for name, ports in spec.upstreams.items():
         servers = "".join(f"        server 127.0.0.1:{p};\n" for p in (ports if isinstance(ports, list) else [ports]))

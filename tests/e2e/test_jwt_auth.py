@@ -10,7 +10,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 
 import tokens
-from harness import ROOT, FilterSpec, GatewaySpec
+from harness import ROOT, FilterSpec, GatewaySpec, wait_until
 from jwks_server import JwksServer
 
 PARTNER_ISSUER = "https://partner.e2e"
@@ -188,15 +188,6 @@ def jwks_server(keys):
     s = JwksServer({"keys": [tokens.public_jwk(keys.rsa, "rotate-a", "rsa")]})
     yield s
     s.stop()
-
-
-def wait_until(predicate, timeout: float, step: float = 0.25) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def test_remote_jwks_rotation_is_picked_up_and_fetched_once_per_ttl(host, upstream, gateways, keys, jwks_server):

@@ -7,6 +7,7 @@
 //!
 //! - `module NAME PATH [CONFIG];` compiles `PATH` right away, in the master (a bad `.wasm`
 //!   fails `nginx -t` at that line). `CONFIG` is the VM configuration (`on_vm_start`).
+//!   `tollgate_module_file NAME PATH FILE;` reads it from `FILE` (`crate::conf_file`).
 //! - `shm_kv NAME|* SIZE [eviction=lru|slru|none];` declares a shared key/value zone
 //!   (`proxy_get/set_shared_data`; a key `NAME/rest` goes to the zone `NAME`, others to `*`).
 //! - `shm_queue NAME SIZE;` declares a shared queue zone: the queue `NAME` of
@@ -184,6 +185,21 @@ unsafe extern "C" fn module_directive(
     _cmd: *mut ngx_command_t,
     conf: *mut c_void,
 ) -> *mut c_char {
+    // SAFETY: nginx's contract for directive handlers.
+    unsafe { add_module(cf, conf, false) }
+}
+
+unsafe extern "C" fn module_file_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx's contract for directive handlers.
+    unsafe { add_module(cf, conf, true) }
+}
+
+/// `module NAME PATH [CONFIG];`, or with `from_file`, `tollgate_module_file NAME PATH FILE;`.
+unsafe fn add_module(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) -> *mut c_char {
     // SAFETY: `conf` is our CoreConf (NGX_DIRECT_CONF); `cf` is live during the handler.
     unsafe {
         let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
@@ -228,7 +244,18 @@ unsafe extern "C" fn module_directive(
                 )
             }
         };
-        let vm_config = args.get(3).map(|c| bytes(c).to_vec()).unwrap_or_default();
+        let vm_config = match (from_file, args.get(3)) {
+            (false, arg) => arg.map(|c| bytes(c).to_vec()).unwrap_or_default(),
+            (true, Some(arg)) => match crate::conf_file::read(cf, arg) {
+                Ok((_, contents)) => contents,
+                Err(e) => {
+                    return conf_error(cf, &format!("tollgate: tollgate_module_file {name_s}: {e}"))
+                }
+            },
+            (true, None) => {
+                return conf_error(cf, "tollgate: tollgate_module_file NAME PATH FILE;")
+            }
+        };
         conf.modules.push(ModuleDef {
             name: name_s,
             path: path_buf,
@@ -661,13 +688,18 @@ const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
 const UNSUPPORTED: u32 = IN_WASM | NGX_CONF_ANY;
 const UNSUPPORTED_BLOCK: u32 = IN_WASM | NGX_CONF_BLOCK | NGX_CONF_ANY;
 
-static mut CORE_COMMANDS: [ngx_command_t; 33] = [
+static mut CORE_COMMANDS: [ngx_command_t; 34] = [
     command!(
         "wasm",
         NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
         wasm_block
     ),
     command!("module", IN_WASM | NGX_CONF_TAKE23, module_directive),
+    command!(
+        "tollgate_module_file",
+        IN_WASM | NGX_CONF_TAKE3,
+        module_file_directive
+    ),
     command!(
         "shm_kv",
         IN_WASM | NGX_CONF_TAKE2 | NGX_CONF_TAKE3,

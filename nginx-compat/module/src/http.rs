@@ -7,6 +7,8 @@
 //!   outer level's chain; one without any inherits it whole.
 //! - `proxy_wasm_isolation none|stream|filter;` (inherited).
 //! - `proxy_wasm_request_headers_in_access on|off;` (inherited; default off: rewrite phase).
+//! - `tollgate_proxy_wasm_file NAME FILE;`: `proxy_wasm NAME CONFIG;` with `CONFIG` read from
+//!   `FILE` (Tollgate's own directive, for configurations of any size: `conf_file`).
 //! - `tollgate_metrics;` (location): the Prometheus text endpoint (Tollgate's own directive).
 //! - Every other ngx_wasm_module http directive fails `nginx -t` with a clear message.
 
@@ -18,8 +20,8 @@ use ngx::ffi::{
     ngx_http_core_loc_conf_t, ngx_http_core_main_conf_t, ngx_http_handler_pt, ngx_http_module_t,
     ngx_http_output_body_filter_pt, ngx_http_output_header_filter_pt, ngx_http_request_t,
     ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS,
-    NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_MODULE,
-    NGX_HTTP_SRV_CONF,
+    NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2, NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF,
+    NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF,
 };
 use ngx::ngx_string;
 
@@ -35,6 +37,9 @@ use crate::worker::{with_worker, FilterDef, ModuleRt, Worker};
 pub struct MainConf {
     /// Filters by index (location chains refer to them).
     pub filters: Vec<FilterDef>,
+    /// The file each filter's configuration was read from (`tollgate_proxy_wasm_file`), by
+    /// filter index, for error messages.
+    pub config_files: Vec<(usize, std::path::PathBuf)>,
 }
 
 /// A server or location configuration.
@@ -119,6 +124,21 @@ unsafe extern "C" fn proxy_wasm_directive(
     _cmd: *mut ngx_command_t,
     conf: *mut c_void,
 ) -> *mut c_char {
+    // SAFETY: nginx's contract for directive handlers.
+    unsafe { add_filter(cf, conf, false) }
+}
+
+unsafe extern "C" fn proxy_wasm_file_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx's contract for directive handlers.
+    unsafe { add_filter(cf, conf, true) }
+}
+
+/// `proxy_wasm NAME [CONFIG];`, or with `from_file`, `tollgate_proxy_wasm_file NAME FILE;`.
+unsafe fn add_filter(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) -> *mut c_char {
     // SAFETY: `conf` is our LocConf; cf is live.
     unsafe {
         let Some(lcf) = conf.cast::<LocConf>().as_mut() else {
@@ -137,13 +157,28 @@ unsafe extern "C" fn proxy_wasm_directive(
         let Some(main) = main_conf_of_cf(cf) else {
             return conf_error(cf, "tollgate: no http configuration");
         };
-        let config = args.get(2).map(|c| bytes(c).to_vec()).unwrap_or_default();
+        let (config, file) = match (from_file, args.get(2)) {
+            (false, arg) => (arg.map(|c| bytes(c).to_vec()).unwrap_or_default(), None),
+            (true, Some(arg)) => match crate::conf_file::read(cf, arg) {
+                Ok((path, contents)) => (contents, Some(path)),
+                Err(e) => {
+                    return conf_error(
+                        cf,
+                        &format!("tollgate: tollgate_proxy_wasm_file {name}: {e}"),
+                    )
+                }
+            },
+            (true, None) => return conf_error(cf, "tollgate: tollgate_proxy_wasm_file NAME FILE;"),
+        };
         main.filters.push(FilterDef {
             name,
             module,
             config,
         });
         let idx = main.filters.len().saturating_sub(1);
+        if let Some(path) = file {
+            main.config_files.push((idx, path));
+        }
         lcf.chain.get_or_insert_with(Vec::new).push(idx);
         CONF_OK
     }
@@ -246,11 +281,16 @@ macro_rules! loc_command {
     };
 }
 
-static mut HTTP_COMMANDS: [ngx_command_t; 17] = [
+static mut HTTP_COMMANDS: [ngx_command_t; 18] = [
     loc_command!(
         "proxy_wasm",
         ANY_LEVEL | NGX_CONF_TAKE12,
         proxy_wasm_directive
+    ),
+    loc_command!(
+        "tollgate_proxy_wasm_file",
+        ANY_LEVEL | NGX_CONF_TAKE2,
+        proxy_wasm_file_directive
     ),
     loc_command!(
         "proxy_wasm_isolation",
@@ -416,10 +456,21 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
                 &core.limits,
             )
             .map_err(|e| format!("tollgate: module \"{}\": {}", def.name, e.0))?;
-            for f in main.filters.iter().filter(|f| f.module == m) {
+            for (i, f) in main
+                .filters
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.module == m)
+            {
                 vm.create_root(&f.name, &f.config).map_err(|e| {
+                    let file = main
+                        .config_files
+                        .iter()
+                        .find(|(idx, _)| *idx == i)
+                        .map(|(_, path)| format!(" (read from \"{}\")", path.display()))
+                        .unwrap_or_default();
                     format!(
-                        "tollgate: filter \"{}\" refused its configuration: {}",
+                        "tollgate: filter \"{}\" refused its configuration{file}: {}",
                         f.name, e.0
                     )
                 })?;

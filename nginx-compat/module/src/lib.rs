@@ -19,6 +19,7 @@
 
 pub mod body;
 pub mod calls;
+pub mod conf_file;
 pub mod core;
 pub mod headers;
 pub mod host;

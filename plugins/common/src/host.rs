@@ -203,6 +203,8 @@ pub fn add_response_header(name: &str, value: &str) {
 }
 
 /// A header of the response to a `dispatch_http_call`, as text (see [`request_header`]).
+/// `None` when absent, and when the call got no response at all (Envoy then answers a status the
+/// SDK's wrapper panics on: `crate::raw`).
 pub fn http_call_response_header(name: &str) -> Option<String> {
     header_bytes(MapType::HttpCallResponseHeaders, name)
         .map(|b| String::from_utf8_lossy(&b).into_owned())

@@ -11,6 +11,7 @@ pub mod identity;
 pub mod log_every;
 pub mod metrics;
 pub mod path;
+pub mod remote;
 pub mod route;
 pub mod shared_data;
 pub mod signals;
@@ -19,3 +20,5 @@ pub mod signals;
 pub mod host;
 #[cfg(target_arch = "wasm32")]
 pub mod raw;
+#[cfg(target_arch = "wasm32")]
+pub mod remote_fetch;

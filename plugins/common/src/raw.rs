@@ -100,13 +100,14 @@ unsafe fn owned(data: *mut u8, size: usize) -> Option<Vec<u8>> {
     (!data.is_null()).then(|| unsafe { Vec::from_raw_parts(data, size, size) })
 }
 
-/// A call that returns bytes: `Ok(None)` for `NotFound` or no data.
+/// A call that returns bytes: `Ok(None)` for `NotFound`.
 fn bytes_of(status: u32, data: *mut u8, size: usize) -> Result<Option<Vec<u8>>, u32> {
     // SAFETY: `data`/`size` come from the host's answer to the call just made; on a status
     // other than Ok the host wrote nothing (and a non-null pointer is still ours to free).
     let value = unsafe { owned(data, size) };
     match status {
-        0 => Ok(value),
+        // Ok without data: present and empty (a header or property with an empty value).
+        0 => Ok(Some(value.unwrap_or_default())),
         NOT_FOUND => Ok(None),
         s => Err(s),
     }

@@ -1,7 +1,8 @@
 //! The cost plugin configuration: JSON, parsed strictly (unknown fields, wrong types and
-//! impossible values refuse the whole configuration, naming the field), except inside a model's
-//! price entry, where LiteLLM's other fields (`max_tokens`, `litellm_provider`, `mode`, ...) are
-//! ignored so that entries of `model_prices_and_context_window.json` can be pasted verbatim.
+//! impossible values refuse the whole configuration, naming the field), except `prices`, which
+//! is LiteLLM's price file as it is (`model_prices_and_context_window.json`, or entries of it):
+//! entries not priced per token are skipped and LiteLLM's other fields ignored
+//! (`price_table`).
 //!
 //! ```json
 //! {
@@ -10,6 +11,9 @@
 //!     "gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07,
 //!                     "cache_read_input_token_cost": 7.5e-08}
 //!   },
+//!   "remote_prices": {"cluster": "prices", "path": "/model_prices_and_context_window.json",
+//!                     "cache_duration_seconds": 3600, "retry_seconds": 60,
+//!                     "timeout_ms": 10000, "max_bytes": 16777216},
 //!   "tenant": {"header": "x-jwt-sub", "default": "anonymous"},
 //!   "budgets": {"default": {"day_nano_usd": 1000000000},
 //!               "tenants": {"alice": {"day_nano_usd": 5000000000, "month_nano_usd": 50000000000}}},
@@ -31,15 +35,18 @@
 //! See the crate README for each field.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
 use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHENTICATED};
+use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::shared_data::StoreFull;
 
 use crate::ledger::{Budget, Ledger};
-use crate::price::{parse_usd_per_token, ModelPrice};
+use crate::price::ModelPrice;
+use crate::price_table::{single_price, Entry, Loaded, PriceTable};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 
 /// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
@@ -63,21 +70,29 @@ pub const DEFAULT_MAX_TENANTS: u64 = 100_000;
 /// Longest tenant and ledger name (bytes).
 pub const MAX_TENANT_BYTES: usize = 128;
 
-/// The LiteLLM price fields read (USD per token); every other member of an entry is ignored.
-pub const PRICE_FIELDS: [&str; 5] = [
-    "input_cost_per_token",
-    "output_cost_per_token",
-    "cache_read_input_token_cost",
-    "cache_creation_input_token_cost",
-    "output_cost_per_reasoning_token",
-];
+/// Defaults of `remote_prices`: refreshed hourly, retried after 60 s, 10 s timeout, bodies up to
+/// 16 MiB (LiteLLM's file is 3.2 MB in 1.109.1), at most 64 MiB.
+pub const REMOTE_PRICES_DEFAULTS: RemoteDefaults = RemoteDefaults {
+    cache_duration_seconds: 3600,
+    retry_seconds: 60,
+    timeout_ms: 10_000,
+    max_bytes: 16 << 20,
+    max_bytes_limit: 64 << 20,
+};
+
+/// The shared-data namespace of remote price tables (`tollgate.cost.prices/<cluster><path>`;
+/// in nginx, the `shm_kv` zone `tollgate.cost.prices` if declared, else `*`).
+pub const PRICES_NAMESPACE: &str = "tollgate.cost.prices";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default = "default_ledger")]
     ledger: String,
-    prices: HashMap<String, BTreeMap<String, Box<RawValue>>>,
+    #[serde(default)]
+    prices: Option<Box<RawValue>>,
+    #[serde(default)]
+    remote_prices: Option<RawRemote>,
     #[serde(default)]
     tenant: RawTenant,
     #[serde(default)]
@@ -172,7 +187,7 @@ struct RawUnknownModel {
     #[serde(default = "default_unknown_model_status")]
     status: u32,
     #[serde(default)]
-    default_price: Option<BTreeMap<String, Box<RawValue>>>,
+    default_price: Option<Entry>,
 }
 
 impl Default for RawUnknownModel {
@@ -247,8 +262,12 @@ pub enum TenantSource {
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Prices per model name (exact match).
-    pub prices: HashMap<String, ModelPrice>,
+    /// The prices of `prices` (until a remote table is installed, and while none can be).
+    pub prices: Rc<PriceTable>,
+    /// What loading `prices` skipped, for the log line.
+    pub prices_loaded: String,
+    /// Where a price table is fetched from and refreshed.
+    pub remote_prices: Option<RemoteSource>,
     /// Where the tenant comes from.
     pub tenant: TenantSource,
     /// The tenant of requests without a usable tenant value.
@@ -289,48 +308,6 @@ pub fn valid_tenant(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
 }
 
-/// A LiteLLM price entry; errors name `prices.<model>.<field>` (`label` is `prices.<model>`).
-fn model_price(
-    entry: &BTreeMap<String, Box<RawValue>>,
-    label: &str,
-) -> Result<ModelPrice, ConfigError> {
-    let get = |f: &str| price_field(entry, label, f);
-    let required = |f: &str| {
-        get(f)?.ok_or_else(|| ConfigError::new(format!("{label}.{f}"), "missing (USD per token)"))
-    };
-    Ok(ModelPrice {
-        input: required("input_cost_per_token")?,
-        output: required("output_cost_per_token")?,
-        cache_read: get("cache_read_input_token_cost")?,
-        cache_creation: get("cache_creation_input_token_cost")?,
-        reasoning: get("output_cost_per_reasoning_token")?,
-    })
-}
-
-fn price_field(
-    entry: &BTreeMap<String, Box<RawValue>>,
-    label: &str,
-    field: &str,
-) -> Result<Option<u64>, ConfigError> {
-    let Some(raw) = entry.get(field) else {
-        return Ok(None);
-    };
-    let text = raw.get().trim();
-    if text == "null" {
-        return Ok(None);
-    }
-    let path = format!("{label}.{field}");
-    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
-        return Err(ConfigError::new(
-            path,
-            format!("expected a number of USD per token, got {text}"),
-        ));
-    }
-    parse_usd_per_token(text)
-        .map(Some)
-        .map_err(|m| ConfigError::new(path, m))
-}
-
 fn budget(raw: RawBudget) -> Budget {
     Budget {
         day: raw.day_nano_usd,
@@ -358,15 +335,23 @@ impl Config {
                 "must be 1 to 128 visible ASCII characters other than /",
             ));
         }
-        let mut prices = HashMap::with_capacity(raw.prices.len());
-        for (model, entry) in &raw.prices {
-            prices.insert(
-                model.clone(),
-                model_price(entry, &format!("prices.{model}"))?,
-            );
+        let loaded = match &raw.prices {
+            Some(json) => PriceTable::parse(json.get().as_bytes(), "prices")?,
+            None => Loaded::default(),
+        };
+        let remote_prices = match raw.remote_prices {
+            Some(r) => Some(r.checked("remote_prices", REMOTE_PRICES_DEFAULTS)?),
+            None => None,
+        };
+        if raw.prices.is_none() && remote_prices.is_none() {
+            return Err(ConfigError::new(
+                "prices",
+                "missing: give prices (LiteLLM's price file or entries of it), remote_prices, \
+                 or both (prices is then used until the first fetch)",
+            ));
         }
         let default_price = match &raw.unknown_model.default_price {
-            Some(entry) => Some(model_price(entry, "unknown_model.default_price")?),
+            Some(entry) => Some(single_price(entry, "unknown_model.default_price")?),
             None => None,
         };
         if !(1024..=MAX_DECODED_BYTES).contains(&raw.max_decoded_bytes) {
@@ -434,7 +419,9 @@ impl Config {
         }
         let store_full = raw.store_full.checked()?;
         Ok(Config {
-            prices,
+            prices_loaded: loaded.summary("the configuration"),
+            prices: Rc::new(loaded.table),
+            remote_prices,
             tenant,
             default_tenant,
             default_budget: raw.budgets.default.map(budget).unwrap_or_default(),
@@ -461,17 +448,22 @@ impl Config {
         })
     }
 
-    /// The price of `model`: its entry in `prices`, else `unknown_model.default_price`.
-    pub fn price(&self, model: Option<&str>) -> Option<&ModelPrice> {
+    /// The price of `model` in `table` (the table in use: `prices` or the remote one, looked up
+    /// by `PriceTable::get`'s rules), else `unknown_model.default_price`.
+    pub fn price<'a>(
+        &'a self,
+        table: &'a PriceTable,
+        model: Option<&str>,
+    ) -> Option<&'a ModelPrice> {
         model
-            .and_then(|m| self.prices.get(m))
+            .and_then(|m| table.get(m))
             .or(self.unknown_model.default_price.as_ref())
     }
 
     /// Whether a request of a tenant (`budgeted`: it has a budget) naming `model` is refused
-    /// before the upstream by the `unknown_model` policy.
-    pub fn refuses_model(&self, model: &str, budgeted: bool) -> bool {
-        if self.price(Some(model)).is_some() {
+    /// before the upstream by the `unknown_model` policy (`table`: the table in use).
+    pub fn refuses_model(&self, table: &PriceTable, model: &str, budgeted: bool) -> bool {
+        if self.price(table, Some(model)).is_some() {
             return false;
         }
         match self.unknown_model.action {

@@ -26,11 +26,18 @@
 //!    stream, whichever comes first. A response that cannot be priced exactly is counted by
 //!    reason and charged per `unpriced_charge` (`unpriced`).
 //! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
+//!
+//! With `remote_prices`, the root context refreshes the price table on ticks through
+//! `tollgate_common::remote_fetch` (one fetch per `cache_duration_seconds` for the whole
+//! gateway); a fetched table replaces the one in use only once it parsed whole and priced at
+//! least one model. Requests use the table in use when they are priced.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, MapType};
+use tollgate_common::host::now_unix_secs;
 use tollgate_common::host::{
     self as host, add_response_header, count, count_n, define_counter, now_unix_millis,
     plugin_configuration, request_header_bytes, send_json_error, set_request_header,
@@ -38,16 +45,19 @@ use tollgate_common::host::{
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::metrics::metric_name;
+use tollgate_common::remote::TICK_MILLIS;
+use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::shared_data::{HostSharedData, StoreError};
 use tollgate_common::signals;
 
 use crate::body_end::BodyEnd;
-use crate::config::{Config, StoreFullAction, UnpricedCharge};
+use crate::config::{Config, StoreFullAction, UnpricedCharge, PRICES_NAMESPACE};
 use crate::decode::{Coding, DecodeError, Decoder};
 use crate::json_scan::{JsonScan, ScanError};
 use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
+use crate::price_table::{IncrementalParse, Loaded, PriceTable, Step};
 use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
 use crate::unpriced::{estimate, Reason};
@@ -151,17 +161,127 @@ impl Counters {
 struct Shared {
     config: Config,
     counters: Counters,
+    /// The table in use: `prices`, then each good remote table.
+    prices: RefCell<Rc<PriceTable>>,
+}
+
+impl Shared {
+    fn table(&self) -> Rc<PriceTable> {
+        Rc::clone(&self.prices.borrow())
+    }
 }
 
 #[derive(Default)]
 struct CostRoot {
     shared: Option<Rc<Shared>>,
+    remote: Option<RemoteDocument>,
+    /// A remote table being read, a slice per callback.
+    pending: Option<Pending>,
 }
 
-impl Context for CostRoot {}
+/// A remote price table being read over several callbacks (`price_table::IncrementalParse`):
+/// nginx bounds each callback (`tollgate_guest_deadline`, 100 ms by default), and LiteLLM's
+/// 3.2 MB file takes longer than that in one go there.
+struct Pending {
+    parse: IncrementalParse,
+    /// For the log line.
+    source: String,
+    /// Fetched by this VM: stored in shared data for the others once it reads well.
+    fetched_here: bool,
+    started: Option<std::time::SystemTime>,
+}
+
+/// Bytes of a remote table read per step, and the time after which a callback stops stepping
+/// (ms): a callback reads the table for about this long, far under nginx's 100 ms deadline.
+const STEP_BYTES: usize = 128 << 10;
+const STEP_MILLIS: f64 = 15.0;
+
+/// Milliseconds of the host's clock since `start` (for the load log lines).
+fn millis_since(start: Option<std::time::SystemTime>) -> f64 {
+    let now = host::now();
+    match (start, now) {
+        (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        _ => 0.0,
+    }
+}
+
+impl CostRoot {
+    /// Reads the pending remote table for about STEP_MILLIS; puts it in use when it is read
+    /// whole and prices at least one model (stored for every VM first if fetched here).
+    fn advance(&mut self) {
+        let began = host::now();
+        let result = loop {
+            let Some(pending) = self.pending.as_mut() else {
+                return;
+            };
+            match pending.parse.step(STEP_BYTES) {
+                Step::More if millis_since(began) < STEP_MILLIS => {}
+                Step::More => return,
+                Step::Done(result) => break result,
+            }
+        };
+        let (Some(pending), Some(remote)) = (self.pending.take(), self.remote.as_mut()) else {
+            return;
+        };
+        let now = now_unix_secs();
+        let refused = match result {
+            Ok(loaded) if loaded.table.is_empty() => Some("no model priced per token".to_string()),
+            Ok(loaded) => {
+                if pending.fetched_here && !remote.accept(now, pending.parse.document()) {
+                    return;
+                }
+                let millis = millis_since(pending.started);
+                install(&self.shared, loaded, &pending.source, millis);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = refused {
+            if pending.fetched_here {
+                remote.reject(now, &why);
+            } else {
+                log::warn!("cost: prices from {} unusable here: {why}", pending.source);
+            }
+        }
+    }
+}
+
+/// Puts a checked table in use (`millis`: what reading it took, for the log line).
+fn install(shared: &Option<Rc<Shared>>, loaded: Loaded, source: &str, millis: f64) {
+    log::info!("{} (read in {millis:.1} ms)", loaded.summary(source));
+    if let Some(shared) = shared {
+        *shared.prices.borrow_mut() = Rc::new(loaded.table);
+    }
+}
+
+impl Context for CostRoot {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(remote) = self.remote.as_mut().filter(|r| r.owns(token_id)) else {
+            return;
+        };
+        let Some(body) = remote.on_response(now_unix_secs(), body_size) else {
+            return;
+        };
+        let source = format!("{}{}", remote.source.cluster, remote.source.path);
+        self.pending = Some(Pending {
+            parse: IncrementalParse::new(body, "remote_prices"),
+            source,
+            fetched_here: true,
+            started: host::now(),
+        });
+        self.advance();
+    }
+}
 
 impl RootContext for CostRoot {
     fn on_configure(&mut self, _size: usize) -> bool {
+        let started = host::now();
         let config = match Config::parse(&plugin_configuration()) {
             Ok(c) => c,
             Err(e) => {
@@ -181,11 +301,46 @@ impl RootContext for CostRoot {
                  tenants with a budget follow store_full until it can be"
             );
         }
+        log::info!(
+            "{} (configuration read in {:.1} ms)",
+            config.prices_loaded,
+            millis_since(started)
+        );
+        self.remote = config
+            .remote_prices
+            .clone()
+            .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "cost: prices"));
         self.shared = Some(Rc::new(Shared {
+            prices: RefCell::new(Rc::clone(&config.prices)),
             config,
             counters: Counters::define(),
         }));
+        if self.remote.is_some() {
+            if let Err(e) = host::set_tick_period_ms(TICK_MILLIS) {
+                log::error!("cost: cannot set the tick period for remote_prices: host status {e}");
+                return false;
+            }
+        }
         true
+    }
+
+    fn on_tick(&mut self) {
+        let Some(remote) = self.remote.as_mut() else {
+            return;
+        };
+        if let Some((fetched_at, body)) = remote.tick(now_unix_secs()) {
+            let source = format!(
+                "{}{} (fetched at {fetched_at})",
+                remote.source.cluster, remote.source.path
+            );
+            self.pending = Some(Pending {
+                parse: IncrementalParse::new(body, "remote_prices"),
+                source,
+                fetched_here: false,
+                started: host::now(),
+            });
+        }
+        self.advance();
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -318,15 +473,16 @@ impl CostHttp {
         // What providers bill: a 2xx answer to a request that named a model.
         let llm_call = self.success && self.request_model.is_some();
         let outcome = self.outcome();
+        let table = shared.table();
         let priced = outcome.and_then(|usage| {
             // The response's model, else the request's (a provider may answer with a dated
             // variant of the requested name), else the default price.
             let price = usage
                 .model
                 .as_deref()
-                .and_then(|m| config.prices.get(m))
-                .or_else(|| config.price(self.request_model.as_deref()))
-                .or_else(|| config.price(usage.model.as_deref()));
+                .and_then(|m| table.get(m))
+                .or_else(|| config.price(&table, self.request_model.as_deref()))
+                .or_else(|| config.price(&table, usage.model.as_deref()));
             let price = price.ok_or(Reason::UnknownModel)?;
             let nano = cost_nano(&usage, price).map_err(|_| Reason::Inconsistent)?;
             Ok((usage, nano))
@@ -353,7 +509,7 @@ impl CostHttp {
                 shared.counters.reason(reason);
                 let charge = match config.unpriced_charge {
                     UnpricedCharge::Bytes => config
-                        .price(self.request_model.as_deref())
+                        .price(&table, self.request_model.as_deref())
                         .and_then(|p| estimate(p, self.request_bytes, self.response_bytes)),
                     UnpricedCharge::None => None,
                 };
@@ -619,7 +775,7 @@ impl HttpContext for CostHttp {
         let model = request.model();
         if let Some(m) = model
             .as_deref()
-            .filter(|m| config.refuses_model(m, self.budgeted))
+            .filter(|m| config.refuses_model(&shared.table(), m, self.budgeted))
         {
             let message = format!("model {m} has no price at this gateway");
             signals::set(signals::COST_MODEL, m);

@@ -6,6 +6,7 @@
 //! - [`body_end`]: when a response body is complete for the client (`Content-Length`).
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
+//! - [`price_table`]: LiteLLM's price file as it is, and the lookup of model names.
 //! - [`decode`]: bounded gzip/deflate decoding of compressed responses.
 //! - [`request`]: the request body (model, stream flags) and the `include_usage` rewrite.
 //! - [`json_scan`]: the incremental JSON scanner that reads `usage` from bodies of any size.
@@ -23,6 +24,7 @@ pub mod json_scan;
 pub mod ledger;
 pub mod period;
 pub mod price;
+pub mod price_table;
 pub mod request;
 pub mod sse;
 pub mod unpriced;

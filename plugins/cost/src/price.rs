@@ -3,8 +3,11 @@
 //! Units:
 //! - **prices**: atto-USD (10^-18 USD) per token, `u64`. A LiteLLM price such as
 //!   `1.5e-07` USD/token is 150,000,000,000 atto-USD/token. Any decimal price with at most 18
-//!   digits after the decimal point and at most 18.4 USD/token is exact in this unit; others are
-//!   refused when the configuration loads ([`parse_usd_per_token`]).
+//!   digits after the decimal point and at most 18.4 USD/token is exact in this unit. A price
+//!   written more precisely (binary floating-point noise, as in LiteLLM's
+//!   `1.0000000000000001e-7`) is rounded to the nearest atto-USD, halves up; a non-zero price
+//!   that rounds to 0 is refused, as are negative, non-numeric and absurd values
+//!   ([`parse_usd_per_token`]).
 //! - **costs and spend**: nano-USD (10^-9 USD), `u64` (up to 1.8·10^10 USD).
 //!
 //! A request's cost is the exact sum, in atto-USD with `u128` intermediates (every product of a
@@ -19,6 +22,8 @@ use crate::usage::Usage;
 pub const ATTO_PER_USD: u128 = 1_000_000_000_000_000_000;
 /// atto-USD per nano-USD.
 pub const ATTO_PER_NANO: u128 = 1_000_000_000;
+/// Longest number text read as a price (characters); LiteLLM's longest is 23.
+pub const MAX_NUMBER_CHARS: usize = 64;
 
 /// One model's prices, atto-USD per token (LiteLLM field names in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,6 +39,50 @@ pub struct ModelPrice {
     pub cache_creation: Option<u64>,
     /// Reasoning output token [`output_cost_per_reasoning_token`]; `None`: `output`.
     pub reasoning: Option<u64>,
+    /// Prices of requests whose prompt is longer than a threshold (LiteLLM's
+    /// `*_above_<N>k_tokens` fields).
+    pub tier: Option<ContextTier>,
+}
+
+/// LiteLLM's context-length tier: when a request's input tokens (cache reads and writes
+/// included) exceed `above_input_tokens`, every token of it is priced at these rates
+/// (`input_cost_per_token_above_200k_tokens`, `output_cost_per_token_above_200k_tokens`,
+/// `cache_read_input_token_cost_above_200k_tokens`,
+/// `cache_creation_input_token_cost_above_200k_tokens`), each absent one falling back to the
+/// base rate, as in LiteLLM's `_get_token_base_cost` (litellm 1.109.1). atto-USD per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContextTier {
+    /// The threshold (tokens, exclusive: `200k` is 200,000).
+    pub above_input_tokens: u64,
+    /// Uncached input token.
+    pub input: Option<u64>,
+    /// Output token.
+    pub output: Option<u64>,
+    /// Cache read.
+    pub cache_read: Option<u64>,
+    /// Cache creation.
+    pub cache_creation: Option<u64>,
+}
+
+impl ModelPrice {
+    /// The rates that apply to a request with `input_tokens` input tokens (its tier's when
+    /// above the threshold), with every fallback resolved: `(input, cache_read,
+    /// cache_creation, output, reasoning)`.
+    pub fn rates(&self, input_tokens: u64) -> [u64; 5] {
+        let tier = self
+            .tier
+            .filter(|t| input_tokens > t.above_input_tokens)
+            .unwrap_or_default();
+        let input = tier.input.unwrap_or(self.input);
+        let output = tier.output.unwrap_or(self.output);
+        [
+            input,
+            tier.cache_read.or(self.cache_read).unwrap_or(input),
+            tier.cache_creation.or(self.cache_creation).unwrap_or(input),
+            output,
+            self.reasoning.unwrap_or(output),
+        ]
+    }
 }
 
 /// Why a usage could not be priced.
@@ -61,21 +110,13 @@ pub fn cost_atto(usage: &Usage, price: &ModelPrice) -> Result<u128, PriceError> 
         .output_tokens
         .checked_sub(usage.reasoning_tokens)
         .ok_or(PriceError::Inconsistent)?;
+    let [input, cache_read, cache_creation, output, reasoning] = price.rates(usage.input_tokens);
     let parts: [(u64, u64); 5] = [
-        (uncached, price.input),
-        (
-            usage.cached_input_tokens,
-            price.cache_read.unwrap_or(price.input),
-        ),
-        (
-            usage.cache_creation_input_tokens,
-            price.cache_creation.unwrap_or(price.input),
-        ),
-        (plain_output, price.output),
-        (
-            usage.reasoning_tokens,
-            price.reasoning.unwrap_or(price.output),
-        ),
+        (uncached, input),
+        (usage.cached_input_tokens, cache_read),
+        (usage.cache_creation_input_tokens, cache_creation),
+        (plain_output, output),
+        (usage.reasoning_tokens, reasoning),
     ];
     let mut total: u128 = 0;
     for (tokens, unit) in parts {
@@ -107,10 +148,19 @@ pub fn cost_nano(usage: &Usage, price: &ModelPrice) -> Result<u64, PriceError> {
 /// A JSON number's text (USD per token) as atto-USD per token, exactly.
 ///
 /// Accepts the JSON number grammar (RFC 8259 section 6): `-`? digits (`.` digits)? (`e`|`E`
-/// (`+`|`-`)? digits)?. Errors (a message for the configuration error): negative, not a number,
-/// more precise than 10^-18 USD, or larger than `u64::MAX` atto-USD (18.4 USD/token).
+/// (`+`|`-`)? digits)?, at most [`MAX_NUMBER_CHARS`] characters. A value more precise than
+/// 10^-18 USD is rounded to the nearest atto-USD, a half up (`1.0000000000000001e-7` is
+/// 100,000,000,000 atto-USD; `2.5e-18` is 3). Errors (a message for the configuration error):
+/// negative, not a number, non-zero but under half an atto-USD (rounds to 0: a unit error, not
+/// noise), or larger than `u64::MAX` atto-USD (18.4 USD/token).
 pub fn parse_usd_per_token(text: &str) -> Result<u64, String> {
     let text = text.trim();
+    if text.len() > MAX_NUMBER_CHARS {
+        return Err(format!(
+            "a number of {} characters is not a price (at most {MAX_NUMBER_CHARS})",
+            text.len()
+        ));
+    }
     if text.starts_with('-') {
         // "-0" is zero, whatever its sign.
         let rest = text.trim_start_matches('-');
@@ -142,7 +192,17 @@ pub fn parse_usd_per_token(text: &str) -> Result<u64, String> {
         return Err(format!("{text} is not a JSON number"));
     }
     // value = digits · 10^(exponent − frac_len) USD = digits · 10^(exponent − frac_len + 18) atto.
-    let digits = format!("{int_part}{frac_part}");
+    // (On the stack: the text is at most MAX_NUMBER_CHARS long.)
+    let mut buf = [0u8; MAX_NUMBER_CHARS];
+    let mut len = 0usize;
+    for b in int_part.bytes().chain(frac_part.bytes()) {
+        if let Some(slot) = buf.get_mut(len) {
+            *slot = b;
+            len = len.saturating_add(1);
+        }
+    }
+    let digits = std::str::from_utf8(buf.get(..len).unwrap_or_default())
+        .map_err(|_| format!("{text} is not a JSON number"))?;
     let digits = digits.trim_start_matches('0');
     let trailing_zeros = digits
         .len()
@@ -159,15 +219,36 @@ pub fn parse_usd_per_token(text: &str) -> Result<u64, String> {
         .and_then(|s| s.checked_add(zeros))
         .ok_or_else(|| format!("{text}: exponent out of range"))?;
     let too_big = || format!("{text} USD/token is more than 18.4 USD per token");
-    if scale < 0 {
-        return Err(format!(
-            "{text} USD/token is not a whole number of atto-USD (10^-18 USD) per token"
-        ));
-    }
-    if significant.len() > 20 || scale > 20 {
+    let (kept, round_up) = if scale < 0 {
+        // Digits finer than an atto-USD: keep the others, round on the first one dropped.
+        let drop = usize::try_from(scale.unsigned_abs()).unwrap_or(usize::MAX);
+        let keep = significant.len().saturating_sub(drop);
+        let first_dropped = if drop > significant.len() {
+            b'0'
+        } else {
+            significant.as_bytes().get(keep).copied().unwrap_or(b'0')
+        };
+        (significant.get(..keep).unwrap_or(""), first_dropped >= b'5')
+    } else {
+        (significant, false)
+    };
+    let scale = scale.max(0);
+    if kept.len() > 20 || scale > 20 {
         return Err(too_big());
     }
-    let mut value: u128 = significant.parse().map_err(|_| too_big())?;
+    let mut value: u128 = if kept.is_empty() {
+        0
+    } else {
+        kept.parse().map_err(|_| too_big())?
+    };
+    if round_up {
+        value = value.saturating_add(1);
+    }
+    if value == 0 {
+        return Err(format!(
+            "{text} USD/token is under half an atto-USD (10^-18 USD) per token: not a price"
+        ));
+    }
     for _ in 0..scale {
         value = value.checked_mul(10).ok_or_else(too_big)?;
     }
@@ -195,11 +276,41 @@ mod tests {
     }
 
     #[test]
+    fn rounds_floating_point_noise_to_the_nearest_atto_usd() {
+        // Seen in LiteLLM 1.109.1's price file.
+        assert_eq!(
+            parse_usd_per_token("1.0000000000000001e-7"),
+            Ok(100_000_000_000)
+        );
+        assert_eq!(
+            parse_usd_per_token("8.900000000000001e-7"),
+            Ok(890_000_000_000)
+        );
+        assert_eq!(
+            parse_usd_per_token("3.0001999999999996e-07"),
+            Ok(300_020_000_000)
+        );
+        assert_eq!(
+            parse_usd_per_token("2.9999900000000002e-06"),
+            Ok(2_999_990_000_000)
+        );
+        // Halves up, at the unit.
+        assert_eq!(parse_usd_per_token("2.5e-18"), Ok(3));
+        assert_eq!(parse_usd_per_token("2.49e-18"), Ok(2));
+        assert_eq!(parse_usd_per_token("5e-19"), Ok(1));
+        assert_eq!(parse_usd_per_token("0.00000000000000000149"), Ok(1));
+    }
+
+    #[test]
     fn refuses_what_is_not_exact_or_not_a_price() {
         for bad in [
             "-1e-7",
+            "-1.0000000000000001e-7",
             "1e-19",
+            "4.9e-19",
+            "1e-300",
             "0.0000000000000000001",
+            "0.00000000000000000000000000000000000000000000000000000000000000001",
             "19",
             "1e300",
             "abc",
@@ -231,6 +342,7 @@ mod tests {
             cache_read: Some(100),
             cache_creation: Some(2_000),
             reasoning: Some(50_000),
+            tier: None,
         };
         let usage = Usage {
             input_tokens: 100,

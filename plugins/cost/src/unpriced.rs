@@ -93,6 +93,7 @@ mod tests {
             cache_read: Some(1),
             cache_creation: None,
             reasoning: Some(1),
+            tier: None,
         };
         assert_eq!(estimate(&p, 1_000, 10), Some(156_000));
         assert_eq!(estimate(&p, 0, 0), Some(0));

@@ -141,13 +141,16 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
       "tenant": {"header": "x-jwt-sub"}
     }"#;
     let c = Config::parse(config).unwrap();
-    let p = c.prices["gpt-4o-mini"];
+    let p = *c.prices.get("gpt-4o-mini").unwrap();
     assert_eq!(
         (p.input, p.output, p.cache_read),
         (150_000_000_000, 600_000_000_000, Some(75_000_000_000))
     );
     assert_eq!(
-        c.prices["claude-3-5-sonnet-20241022"].cache_creation,
+        c.prices
+            .get("claude-3-5-sonnet-20241022")
+            .unwrap()
+            .cache_creation,
         Some(3_750_000_000_000)
     );
     assert_eq!(c.over_budget_status, 402);
@@ -175,10 +178,19 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
         ),
         "prices.m.input_cost_per_token",
     );
-    refuse(
-        &format!(r#"{{"prices":{{"m":{{"input_cost_per_token":1e-7}}}},{t}}}"#),
-        "prices.m.output_cost_per_token",
+    // An entry without an output price is skipped (LiteLLM's file has such entries), not
+    // refused; the summary says so.
+    let skipped = Config::parse(
+        format!(r#"{{"prices":{{"m":{{"input_cost_per_token":1e-7}}}},{t}}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(skipped.prices.get("m").is_none());
+    assert!(
+        skipped.prices_loaded.contains("1 no_output_price (e.g. m)"),
+        "{}",
+        skipped.prices_loaded
     );
+    refuse(&format!("{{{t}}}"), "prices");
     refuse(
         &format!(r#"{{"prices":{{}},{t},"over_budget_status":403}}"#),
         "over_budget_status",

@@ -29,6 +29,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::path::{normalize, PathError, PathPolicy, RequestPath};
+use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::route::RouteMatch;
 use tollgate_common::signals;
 
@@ -86,7 +87,7 @@ struct RawProvider {
     #[serde(default)]
     audiences: Vec<String>,
     local_jwks: Option<serde_json::Value>,
-    remote_jwks: Option<RawRemoteJwks>,
+    remote_jwks: Option<RawRemote>,
     #[serde(default)]
     pem_keys: Vec<RawPemKey>,
     #[serde(default)]
@@ -115,29 +116,18 @@ fn default_skew() -> u64 {
     DEFAULT_CLOCK_SKEW_SECONDS
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRemoteJwks {
-    cluster: String,
-    path: String,
-    authority: Option<String>,
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
-    #[serde(default = "default_cache_duration")]
-    cache_duration_seconds: u64,
-    #[serde(default = "default_retry")]
-    retry_seconds: u64,
-}
+/// Defaults of `remote_jwks` (timeout 5 s, refreshed every 300 s, retried after 10 s, bodies up
+/// to 1 MiB).
+pub const REMOTE_JWKS_DEFAULTS: RemoteDefaults = RemoteDefaults {
+    cache_duration_seconds: 300,
+    retry_seconds: 10,
+    timeout_ms: 5000,
+    max_bytes: 1 << 20,
+    max_bytes_limit: 1 << 24,
+};
 
-fn default_timeout_ms() -> u64 {
-    5000
-}
-fn default_cache_duration() -> u64 {
-    300
-}
-fn default_retry() -> u64 {
-    10
-}
+/// The shared-data namespace of remote JWKS records (`tollgate.jwt_auth/jwks/<cluster><path>`).
+pub const JWKS_NAMESPACE: &str = "tollgate.jwt_auth/jwks";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -188,31 +178,7 @@ pub enum KeySource {
     /// Keys fixed by the configuration (inline JWKS, PEM keys, HMAC secrets).
     Static(KeySet),
     /// A JWKS fetched with `dispatch_http_call`, shared by all VMs through shared data.
-    Remote(RemoteJwks),
-}
-
-/// A remote JWKS endpoint (an upstream cluster of the proxy).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteJwks {
-    /// Cluster name (Envoy) or upstream (nginx) to call.
-    pub cluster: String,
-    /// Request path, e.g. `/.well-known/jwks.json`.
-    pub path: String,
-    /// `:authority` of the request (defaults to the cluster name).
-    pub authority: String,
-    /// Call timeout (milliseconds).
-    pub timeout_ms: u64,
-    /// How long a fetched JWKS is used before it is refreshed (seconds).
-    pub cache_duration_seconds: u64,
-    /// Delay before another attempt after a failed fetch (seconds).
-    pub retry_seconds: u64,
-}
-
-impl RemoteJwks {
-    /// The shared-data key of this JWKS, the same for every VM that fetches the same document.
-    pub fn shared_data_key(&self) -> String {
-        format!("tollgate.jwt_auth/jwks/{}{}", self.cluster, self.path)
-    }
+    Remote(RemoteSource),
 }
 
 /// A claim copied into a request header after successful verification.
@@ -478,30 +444,7 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
         ));
     }
     let keys = if let Some(r) = p.remote_jwks {
-        let f = format!("{field}.remote_jwks");
-        if r.cluster.is_empty() {
-            return Err(ConfigError::new(
-                format!("{f}.cluster"),
-                "must not be empty",
-            ));
-        }
-        if !r.path.starts_with('/') {
-            return Err(ConfigError::new(format!("{f}.path"), "must start with `/`"));
-        }
-        if r.cache_duration_seconds == 0 || r.retry_seconds == 0 || r.timeout_ms == 0 {
-            return Err(ConfigError::new(
-                f,
-                "`cache_duration_seconds`, `retry_seconds` and `timeout_ms` must be positive",
-            ));
-        }
-        KeySource::Remote(RemoteJwks {
-            authority: r.authority.unwrap_or_else(|| r.cluster.clone()),
-            cluster: r.cluster,
-            path: r.path,
-            timeout_ms: r.timeout_ms,
-            cache_duration_seconds: r.cache_duration_seconds,
-            retry_seconds: r.retry_seconds,
-        })
+        KeySource::Remote(r.checked(&format!("{field}.remote_jwks"), REMOTE_JWKS_DEFAULTS)?)
     } else {
         let mut set = match p.local_jwks {
             Some(jwks) => {

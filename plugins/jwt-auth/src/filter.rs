@@ -4,32 +4,25 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType};
 use tollgate_common::host::{
-    count, define_counter, forward_normal_path, http_call_response_body, http_call_response_header,
-    now_unix_secs, plugin_configuration, refuse_path, request_header, send_json_error,
-    set_request_header,
+    count, define_counter, forward_normal_path, now_unix_secs, plugin_configuration, refuse_path,
+    request_header, send_json_error, set_request_header,
 };
 use tollgate_common::http::split_path_query;
 use tollgate_common::metrics::metric_name;
-use tollgate_common::shared_data::{cas_update, HostSharedData, SharedStore};
+use tollgate_common::remote::TICK_MILLIS;
+use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::signals;
 
 use crate::cache::VerifiedCache;
-use crate::config::{Action, Config, KeySource, RemoteJwks};
-use crate::jwks::{after_fetch, plan_tick};
+use crate::config::{Action, Config, KeySource, JWKS_NAMESPACE};
 use crate::keys::KeySet;
 use crate::token::{extract, TokenLocation};
 use crate::verify::{authorize, verify, Reason};
 
-/// Largest JWKS response accepted (bytes).
-const MAX_JWKS_BYTES: usize = 1 << 20;
-/// Tick period while remote JWKS are configured.
-/// The root context's tick period (ms): remote JWKS refreshes are checked this often.
-const TICK_MS: u32 = 500;
 const METRIC: &str = "tollgate_jwt_auth_requests_total";
 
 proxy_wasm::main! {{
@@ -77,10 +70,7 @@ impl Shared {
 
 struct RemoteState {
     provider: usize,
-    remote: RemoteJwks,
-    /// `fetched_at` of the installed keys (0: none).
-    installed: u64,
-    in_flight: Option<u32>,
+    document: RemoteDocument,
 }
 
 #[derive(Default)]
@@ -90,70 +80,25 @@ struct JwtAuthRoot {
 }
 
 impl JwtAuthRoot {
-    fn install(&mut self, idx: usize, fetched_at: u64, body: &[u8]) {
-        let (Some(shared), Some(state)) = (self.shared.as_ref(), self.remotes.get_mut(idx)) else {
-            return;
-        };
-        let text = String::from_utf8_lossy(body);
-        match KeySet::from_jwks(&text, false) {
-            Ok((set, skipped)) => {
-                for s in skipped {
-                    log::warn!(
-                        "jwt-auth: JWKS {}{}: skipped {s}",
-                        state.remote.cluster,
-                        state.remote.path
-                    );
-                }
-                if let Some(slot) = shared.remote_keys.borrow_mut().get_mut(state.provider) {
-                    *slot = Some(set);
-                }
-                shared.cache.borrow_mut().clear();
-                state.installed = fetched_at;
-                log::info!(
-                    "jwt-auth: installed JWKS {}{} fetched at {fetched_at}",
-                    state.remote.cluster,
-                    state.remote.path
-                );
-            }
-            Err(e) => log::warn!(
-                "jwt-auth: JWKS {}{} unusable: {e}",
-                state.remote.cluster,
-                state.remote.path
-            ),
+    /// Installs provider `provider`'s keys from a JWKS document checked when it was fetched.
+    fn install(&self, provider: usize, body: &[u8]) {
+        match KeySet::from_jwks(&String::from_utf8_lossy(body), false) {
+            Ok((set, skipped)) => self.install_set(provider, set, skipped),
+            Err(e) => log::warn!("jwt-auth: JWKS of provider {provider} unusable: {e}"),
         }
     }
 
-    fn fetch_failed(&self, remote: &RemoteJwks, why: &str) {
-        log::warn!(
-            "jwt-auth: JWKS fetch {}{} failed: {why}; keeping the current keys",
-            remote.cluster,
-            remote.path
-        );
-        let now = now_unix_secs();
-        store_record(remote, |previous| {
-            after_fetch(now, previous, None, remote.retry_seconds)
-        });
-    }
-}
-
-/// Writes a remote JWKS's shared-data record with CAS (read, then write with the token read), so
-/// it is correct under both hosts' rules: Envoy's, where a write without a token overwrites, and
-/// ngx_wasm_module's, where it is a mismatch on an existing key. The key exists by then: the VM
-/// that fetches first took the lease in it. Gives up after a few mismatches (another VM wrote
-/// meanwhile; its record is as fresh) with a log line.
-fn store_record(remote: &RemoteJwks, record: impl Fn(Option<&[u8]>) -> crate::jwks::Record) {
-    const ATTEMPTS: u32 = 4;
-    let key = remote.shared_data_key();
-    let result = cas_update(&HostSharedData, &key, ATTEMPTS, |previous| {
-        Some(record(previous).encode())
-    });
-    if let Err(e) = result {
-        log::warn!(
-            "jwt-auth: could not store the JWKS record {key} in shared data ({} CAS mismatches, \
-             host status {:?})",
-            e.retries,
-            e.failed
-        );
+    fn install_set(&self, provider: usize, set: KeySet, skipped: Vec<String>) {
+        let Some(shared) = self.shared.as_ref() else {
+            return;
+        };
+        for s in skipped {
+            log::warn!("jwt-auth: JWKS of provider {provider}: skipped {s}");
+        }
+        if let Some(slot) = shared.remote_keys.borrow_mut().get_mut(provider) {
+            *slot = Some(set);
+        }
+        shared.cache.borrow_mut().clear();
     }
 }
 
@@ -165,36 +110,22 @@ impl Context for JwtAuthRoot {
         body_size: usize,
         _trailers: usize,
     ) {
-        let Some(idx) = self
-            .remotes
-            .iter()
-            .position(|r| r.in_flight == Some(token_id))
-        else {
+        let Some(state) = self.remotes.iter_mut().find(|r| r.document.owns(token_id)) else {
             return;
         };
-        let remote = match self.remotes.get_mut(idx) {
-            Some(state) => {
-                state.in_flight = None;
-                state.remote.clone()
-            }
-            None => return,
-        };
-        let status = http_call_response_header(":status").unwrap_or_default();
-        if status != "200" {
-            return self.fetch_failed(&remote, &format!("status {status:?}"));
-        }
-        if body_size > MAX_JWKS_BYTES {
-            return self.fetch_failed(&remote, "response too large");
-        }
-        let body = http_call_response_body(body_size);
-        if let Err(e) = KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
-            return self.fetch_failed(&remote, &e);
-        }
+        let provider = state.provider;
         let now = now_unix_secs();
-        store_record(&remote, |_| {
-            after_fetch(now, None, Some(&body), remote.retry_seconds)
-        });
-        self.install(idx, now, &body);
+        let Some(body) = state.document.on_response(now, body_size) else {
+            return;
+        };
+        match KeySet::from_jwks(&String::from_utf8_lossy(&body), false) {
+            Ok((set, skipped)) => {
+                if state.document.accept(now, &body) {
+                    self.install_set(provider, set, skipped);
+                }
+            }
+            Err(e) => state.document.reject(now, &e),
+        }
     }
 }
 
@@ -215,9 +146,7 @@ impl RootContext for JwtAuthRoot {
             .filter_map(|(i, p)| match &p.keys {
                 KeySource::Remote(r) => Some(RemoteState {
                     provider: i,
-                    remote: r.clone(),
-                    installed: 0,
-                    in_flight: None,
+                    document: RemoteDocument::new(r.clone(), JWKS_NAMESPACE, "jwt-auth: JWKS"),
                 }),
                 KeySource::Static(_) => None,
             })
@@ -230,7 +159,7 @@ impl RootContext for JwtAuthRoot {
             config,
         }));
         if !self.remotes.is_empty() {
-            if let Err(e) = tollgate_common::host::set_tick_period_ms(TICK_MS) {
+            if let Err(e) = tollgate_common::host::set_tick_period_ms(TICK_MILLIS) {
                 log::error!(
                     "jwt-auth: cannot set the tick period for remote JWKS: host status {e}"
                 );
@@ -242,59 +171,14 @@ impl RootContext for JwtAuthRoot {
 
     fn on_tick(&mut self) {
         let now = now_unix_secs();
-        for idx in 0..self.remotes.len() {
-            let Some(state) = self.remotes.get(idx) else {
-                continue;
-            };
-            let remote = state.remote.clone();
-            let key = remote.shared_data_key();
-            let (value, cas) = match HostSharedData.get(&key) {
-                Ok(read) => read,
-                Err(e) => {
-                    // Keep the keys installed; the next tick tries again.
-                    log::warn!("jwt-auth: cannot read the JWKS record {key} ({e:?})");
-                    continue;
-                }
-            };
-            let timeout_s = remote.timeout_ms.div_ceil(1000);
-            let plan = plan_tick(
-                now,
-                value.as_deref(),
-                state.installed,
-                remote.cache_duration_seconds,
-                timeout_s,
-            );
-            let in_flight = state.in_flight.is_some();
-            if let Some((fetched_at, body)) = plan.install {
-                self.install(idx, fetched_at, &body);
+        let mut newer = Vec::new();
+        for state in &mut self.remotes {
+            if let Some((_, body)) = state.document.tick(now) {
+                newer.push((state.provider, body));
             }
-            let Some(lease) = plan.take_lease else {
-                continue;
-            };
-            if in_flight || HostSharedData.set(&key, &lease, cas).is_err() {
-                continue; // another VM holds the lease, or this one is already fetching
-            }
-            let headers = vec![
-                (":method", "GET"),
-                (":path", remote.path.as_str()),
-                (":authority", remote.authority.as_str()),
-                (":scheme", "http"),
-                ("accept", "application/json"),
-            ];
-            match self.dispatch_http_call(
-                &remote.cluster,
-                headers,
-                None,
-                vec![],
-                Duration::from_millis(remote.timeout_ms),
-            ) {
-                Ok(token) => {
-                    if let Some(state) = self.remotes.get_mut(idx) {
-                        state.in_flight = Some(token);
-                    }
-                }
-                Err(e) => self.fetch_failed(&remote, &format!("dispatch_http_call: {e:?}")),
-            }
+        }
+        for (provider, body) in newer {
+            self.install(provider, &body);
         }
     }
 

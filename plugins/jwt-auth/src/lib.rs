@@ -7,12 +7,10 @@
 //! - [`token`]: where a request carries its token.
 //! - [`verify`]: signature, claims and route checks; the reasons for refusals.
 //! - [`cache`]: the per-VM verified-token cache.
-//! - [`jwks`]: the remote JWKS record shared by all VMs.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
 pub mod cache;
 pub mod config;
-pub mod jwks;
 pub mod keys;
 pub mod rsa;
 pub mod token;
