@@ -5,7 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
-use crate::{Host, HttpCall, LogLevel, MetricKind, Status};
+use crate::embedder::{Host, HttpCall, LogLevel, MetricKind, Status};
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]

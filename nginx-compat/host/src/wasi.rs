@@ -1,15 +1,16 @@
 //! The subset of WASI preview 1 (`wasi_snapshot_preview1`) that Rust's std needs in a
-//! proxy-wasm filter: stdout/stderr to [`crate::Host::log`], clocks, random bytes, an empty
+//! proxy-wasm filter: stdout/stderr to [`crate::embedder::Host::log`], clocks, random bytes, an empty
 //! environment and argument list, and `proc_exit` as a trap. No files: descriptors other than
 //! 0-2 are `EBADF`, no preopens. Other WASI imports are linked to a stub returning `ENOSYS`
-//! (see `abi::linker`). Spec: <https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md>.
+//! (see `link::linker`). Spec: <https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md>.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::abi::{ms, put, Def, C};
+use crate::abi::core::{ms, put, realtime_ns, Def, State, C};
+use crate::embedder::LogLevel;
+use crate::error::Error;
 use crate::mem;
-use crate::Error;
 
 const SUCCESS: u16 = 0;
 const EBADF: u16 = 8;
@@ -98,7 +99,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         "clock_time_get",
         |mut c: C<'_>, id: u32, _precision: u64, ret: u32| -> i32 {
             let now = match id {
-                0 => crate::abi::realtime_ns(),
+                0 => realtime_ns(),
                 1 => monotonic_ns(),
                 _ => return e(EINVAL),
             };
@@ -182,4 +183,54 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         |_c: C<'_>, _in: u32, _out: u32, _n: u32, _ret: u32| -> i32 { e(ENOSYS) },
     )?;
     Ok(())
+}
+
+impl State {
+    /// (Info for stdout, Error for stderr). Lines longer than 64 KiB are cut.
+    pub(crate) fn stdio(&mut self, fd: u32, bytes: &[u8]) {
+        let level = if fd == 1 {
+            LogLevel::Info
+        } else {
+            LogLevel::Error
+        };
+        let mut buf = std::mem::take(if fd == 1 {
+            &mut self.stdout
+        } else {
+            &mut self.stderr
+        });
+        for part in bytes.split_inclusive(|b| *b == b'\n') {
+            if let Some(line) = part.strip_suffix(b"\n") {
+                if buf.is_empty() {
+                    self.log(level, line);
+                } else {
+                    buf.extend_from_slice(line);
+                    self.log(level, &buf);
+                    buf.clear();
+                }
+            } else {
+                buf.extend_from_slice(part);
+                if buf.len() > 65536 {
+                    self.log(level, &buf);
+                    buf.clear();
+                }
+            }
+        }
+        *(if fd == 1 {
+            &mut self.stdout
+        } else {
+            &mut self.stderr
+        }) = buf;
+    }
+
+    /// Logs what is left of stdout/stderr (after a trap: often a panic message).
+    pub(crate) fn flush_stdio(&mut self) {
+        let out = std::mem::take(&mut self.stdout);
+        if !out.is_empty() {
+            self.log(LogLevel::Info, &out);
+        }
+        let err = std::mem::take(&mut self.stderr);
+        if !err.is_empty() {
+            self.log(LogLevel::Error, &err);
+        }
+    }
 }

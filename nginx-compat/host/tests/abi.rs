@@ -13,7 +13,9 @@
 use std::rc::Rc;
 
 use tollgate_host::testing::MemoryHost;
-use tollgate_host::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, Vm};
+use tollgate_host::{
+    AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm,
+};
 
 /// A module with a bump allocator, the 0.2.x version export and `body` (more functions).
 fn wat(version: &str, imports: &str, body: &str) -> Vec<u8> {
@@ -137,12 +139,16 @@ fn a_trap_is_an_error_and_poisons_the_vm() {
         request_headers: vec![(b":path".to_vec(), b"/".to_vec())],
         ..Default::default()
     };
-    let err = vm.on_request_headers(id, &mut s, true).unwrap_err();
+    let err = vm
+        .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap_err();
     assert!(err.0.contains("out of bounds"), "{err}");
     assert!(vm.is_poisoned());
     // The stream came back.
     assert_eq!(s.request_headers.len(), 1);
-    assert!(vm.on_request_headers(id, &mut s, true).is_err());
+    assert!(vm
+        .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .is_err());
     assert!(vm.create_http(root).is_err());
 }
 
@@ -239,7 +245,8 @@ fn continue_from_a_root_callback_is_recorded_for_take_resumed() {
     let id = vm.create_http(root).unwrap();
     let mut s = Stream::default();
     assert_eq!(
-        vm.on_request_headers(id, &mut s, true).unwrap(),
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap(),
         Action::Pause
     );
     assert!(vm.take_resumed().is_empty());
@@ -299,7 +306,8 @@ fn request_trailers_the_embedding_does_not_have_refuse_writes() {
         request_trailers_unavailable: true,
         ..Default::default()
     };
-    vm.on_request_headers(id, &mut s, true).unwrap();
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
     assert_eq!(status(&s), "222200");
     assert!(s.request_trailers.is_empty() && !s.request_trailers_changed);
     assert_eq!(s.response_trailers, [(b"x-t".to_vec(), b"v".to_vec())]);
@@ -308,7 +316,8 @@ fn request_trailers_the_embedding_does_not_have_refuse_writes() {
     // An embedding that has them: the writes apply and mark the map changed.
     let id = vm.create_http(root).unwrap();
     let mut s = Stream::default();
-    vm.on_request_headers(id, &mut s, true).unwrap();
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
     assert_eq!(status(&s), "000000");
     assert!(s.request_trailers.is_empty(), "set_pairs emptied it last");
     assert!(s.request_trailers_changed);
@@ -422,7 +431,8 @@ fn an_allocator_that_changes_the_result_it_is_asked_room_for_gets_a_status() {
         request_headers: vec![(b"x-h".to_vec(), b"v".to_vec())],
         ..Default::default()
     };
-    vm.on_request_headers(id, &mut s, true).unwrap();
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
     assert!(!vm.is_poisoned());
     let statuses: Vec<u32> = host
         .logs

@@ -1,0 +1,111 @@
+//! Properties: `proxy_get_property` (set by filters first, then the host's own, then the
+//! embedding's [`PropertySource`](crate::stream::PropertySource)) and `proxy_set_property`.
+
+use crate::abi::core::{
+    ms, refused_growth, return_bytes, return_with, Def, State, C, INTERNAL_FAILURE,
+    INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
+};
+use crate::error::Error;
+use crate::mem;
+
+/// Defines this area's functions of module `env`.
+pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
+    d.env(
+        "proxy_get_property",
+        |mut c: C<'_>, path_ptr: u32, path_len: u32, ret_ptr: u32, ret_size: u32| -> R {
+            let Some((mem, state)) = ms(&mut c) else {
+                return Ok(INTERNAL_FAILURE);
+            };
+            let Some(path) = mem::slice(mem, path_ptr, path_len) else {
+                return Ok(INVALID_MEMORY_ACCESS);
+            };
+            // Set by a filter: copied straight from the state (the path is kept in a reused
+            // buffer while the guest allocates).
+            if let Some(len) = state.stream.properties.get(path).map(Vec::len) {
+                let mut key = std::mem::take(&mut state.scratch);
+                key.clear();
+                key.extend_from_slice(path);
+                let r = return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
+                    mem::copy(dst, s.stream.properties.get(&key)?)
+                });
+                c.data_mut().scratch = key;
+                return r;
+            }
+            if let Some(which) = state.builtin_property(path) {
+                let len = state.builtin(which).len();
+                return return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
+                    mem::copy(dst, s.builtin(which))
+                });
+            }
+            let value = match &state.stream.property_source {
+                Some(source) => source.property(path),
+                None => None,
+            };
+            match value {
+                Some(v) => return_bytes(&mut c, ret_ptr, ret_size, &v),
+                None => Ok(NOT_FOUND),
+            }
+        },
+    )?;
+    d.env(
+        "proxy_set_property",
+        |mut c: C<'_>, path_ptr: u32, path_len: u32, val_ptr: u32, val_len: u32| -> u32 {
+            let Some((mem, state)) = ms(&mut c) else {
+                return INTERNAL_FAILURE;
+            };
+            let (Some(path), Some(value)) = (
+                mem::slice(mem, path_ptr, path_len),
+                mem::slice(mem, val_ptr, val_len),
+            ) else {
+                return INVALID_MEMORY_ACCESS;
+            };
+            let held = state.stream.properties.iter().fold(0usize, |n, (k, v)| {
+                n.saturating_add(k.len()).saturating_add(v.len())
+            });
+            let extra = path.len().saturating_add(value.len());
+            if let Some(code) = refused_growth(state, "proxy_set_property", held, extra) {
+                return code;
+            }
+            match state.stream.properties.get_mut(path) {
+                Some(v) => {
+                    v.clear();
+                    v.extend_from_slice(value);
+                }
+                None => {
+                    state
+                        .stream
+                        .properties
+                        .insert(path.to_vec(), value.to_vec());
+                }
+            }
+            OK
+        },
+    )?;
+    Ok(())
+}
+
+impl State {
+    /// The host's own properties: `plugin_name`, `plugin_root_id` (the plugin name too) and
+    /// `plugin_vm_id`.
+    pub(crate) fn builtin_property(&self, path: &[u8]) -> Option<Builtin> {
+        match path {
+            b"plugin_name" | b"plugin_root_id" => Some(Builtin::PluginName),
+            b"plugin_vm_id" => Some(Builtin::VmId),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn builtin(&self, which: Builtin) -> &[u8] {
+        match which {
+            Builtin::PluginName => self.plugin_name().as_bytes(),
+            Builtin::VmId => self.vm_id.as_bytes(),
+        }
+    }
+}
+
+/// A property the host answers itself.
+#[derive(Clone, Copy)]
+pub(crate) enum Builtin {
+    PluginName,
+    VmId,
+}

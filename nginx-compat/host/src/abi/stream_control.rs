@@ -1,0 +1,103 @@
+//! Stream control: local responses (`proxy_send_local_response`), resuming a paused stream
+//! (`proxy_continue_stream` and its 0.2.0 names), `proxy_close_stream`,
+//! `proxy_set_effective_context`, and the no-ops `proxy_clear_route_cache` and `proxy_done`.
+
+use crate::abi::core::{
+    ms, refused_map, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, OK,
+};
+use crate::context_ids::HttpId;
+use crate::error::Error;
+use crate::mem;
+use crate::stream::LocalResponse;
+
+/// Defines this area's functions of module `env`.
+pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
+    // `proxy_send_http_response` is the same function's later name (ngx_wasm_module).
+    let send = |mut c: C<'_>,
+                status: u32,
+                dp: u32,
+                dl: u32,
+                bp: u32,
+                bl: u32,
+                hp: u32,
+                hl: u32,
+                _grpc_status: i32|
+     -> u32 {
+        let Some((mem, state)) = ms(&mut c) else {
+            return INTERNAL_FAILURE;
+        };
+        let (Some(details), Some(body), Some(headers)) = (
+            mem::slice(mem, dp, dl),
+            mem::slice(mem, bp, bl),
+            mem::slice(mem, hp, hl),
+        ) else {
+            return INVALID_MEMORY_ACCESS;
+        };
+        let Some(headers) = mem::deserialize(headers, true) else {
+            return BAD_ARGUMENT;
+        };
+        if let Some(code) = refused_map(state, "proxy_send_local_response", &headers) {
+            return code;
+        }
+        state.stream.local_response = Some(LocalResponse {
+            status,
+            details: details.to_vec(),
+            body: body.to_vec(),
+            headers,
+        });
+        OK
+    };
+    d.env("proxy_send_local_response", send)?;
+    d.env("proxy_send_http_response", send)?;
+    let resume = |c: &mut C<'_>| -> u32 {
+        let state = c.data_mut();
+        let target = state.effective;
+        if state.stream_loaded && target == state.current {
+            state.stream.resumed = true;
+            return OK;
+        }
+        if state.is_root(target) || !state.contexts.contains_key(&target) {
+            return BAD_ARGUMENT;
+        }
+        if !state.resumed.iter().any(|h| h.0 == target) {
+            state.resumed.push(HttpId(target));
+        }
+        OK
+    };
+    d.env(
+        "proxy_continue_stream",
+        move |mut c: C<'_>, _t: u32| -> u32 { resume(&mut c) },
+    )?;
+    d.env("proxy_continue_request", move |mut c: C<'_>| -> u32 {
+        resume(&mut c)
+    })?;
+    d.env("proxy_continue_response", move |mut c: C<'_>| -> u32 {
+        resume(&mut c)
+    })?;
+    d.env("proxy_close_stream", |mut c: C<'_>, _t: u32| -> u32 {
+        let state = c.data_mut();
+        if state.stream_loaded && state.effective == state.current {
+            state.stream.closed = true;
+            OK
+        } else {
+            BAD_ARGUMENT
+        }
+    })?;
+    d.env("proxy_clear_route_cache", |_c: C<'_>| -> u32 { OK })?;
+    d.env("proxy_done", |_c: C<'_>| -> u32 { OK })?;
+    d.env(
+        "proxy_set_effective_context",
+        |mut c: C<'_>, id: u32| -> u32 {
+            let state = c.data_mut();
+            match state.contexts.get(&id) {
+                Some(&index) => {
+                    state.effective = id;
+                    state.root_index = index;
+                    OK
+                }
+                None => BAD_ARGUMENT,
+            }
+        },
+    )?;
+    Ok(())
+}
