@@ -102,3 +102,55 @@ impl Module {
         self.abi
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn abi_0_2_0_is_detected_and_runs() {
+        let m = compile(&wat(
+            "0_2_0",
+            LOG,
+            r#"(data (i32.const 100) "configured")
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (drop (call $log (i32.const 2) (i32.const 100) (i32.const 10)))
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        assert_eq!(m.abi_version(), AbiVersion::V0_2_0);
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("p", b"{}").unwrap();
+        let logs = host.logs.borrow();
+        assert_eq!(logs.len(), 1);
+        assert_eq!(logs[0].message, "configured");
+        assert_eq!(logs[0].plugin, "p");
+        assert_eq!(logs[0].level, LogLevel::Info);
+    }
+    #[test]
+    fn non_proxy_wasm_and_old_abi_are_refused() {
+        let err = compile(&wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap())
+            .err()
+            .unwrap();
+        assert!(err.0.contains("proxy_abi_version"), "{err}");
+        let err = compile(&wat("0_1_0", "", "")).err().unwrap();
+        assert!(err.0.contains("0.1.0"), "{err}");
+        assert!(compile(b"not wasm").is_err());
+    }
+}

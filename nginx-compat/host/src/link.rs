@@ -67,3 +67,50 @@ pub(crate) fn linker(engine: &Engine, module: &wasmtime::Module) -> Result<Linke
     }
     Ok(linker)
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn imports_of_unknown_modules_fail_clearly() {
+        let err = compile(&wat(
+            "0_2_1",
+            r#"(import "foo" "bar" (func (param i32) (result i32)))"#,
+            "",
+        ))
+        .err()
+        .unwrap();
+        assert!(err.0.contains("foo.bar"), "{err}");
+    }
+    #[test]
+    fn unknown_env_imports_return_unimplemented() {
+        // on_configure returns whether the unknown host function returned 12.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_something_new" (func $new (param i32 i64) (result i32)))
+               (import "env" "proxy_grpc_cancel" (func $cancel (param i32) (result i32)))"#,
+            r#"(func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (i32.and
+                   (i32.eq (call $new (i32.const 1) (i64.const 2)) (i32.const 12))
+                   (i32.eq (call $cancel (i32.const 1)) (i32.const 12))))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        vm.create_root("p", b"").unwrap();
+    }
+}

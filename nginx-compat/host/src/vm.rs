@@ -603,3 +603,52 @@ fn enter<R>(
         Error(format!("{}: {why}", guest.name))
     })
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn a_trap_is_an_error_and_poisons_the_vm() {
+        let m = compile(&wat(
+            "0_2_1",
+            "",
+            r#"(func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (i32.load (i32.const 70000)))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream {
+            request_headers: vec![(b":path".to_vec(), b"/".to_vec())],
+            ..Default::default()
+        };
+        let err = vm
+            .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap_err();
+        assert!(err.0.contains("out of bounds"), "{err}");
+        assert!(vm.is_poisoned());
+        // The stream came back.
+        assert_eq!(s.request_headers.len(), 1);
+        assert!(vm
+            .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .is_err());
+        assert!(vm.create_http(root).is_err());
+    }
+}

@@ -386,3 +386,107 @@ impl Def<'_> {
         self.module("wasi_snapshot_preview1", name, f)
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn an_allocator_that_changes_the_result_it_is_asked_room_for_gets_a_status() {
+        // The host measures a result, calls the guest's allocator, then copies. This allocator first
+        // changes what is being returned (mode 1: makes the other root effective, so the plugin
+        // name and configuration change; 2: replaces the header being read; 3: sets the property
+        // being read), to another length. Each read answers InternalFailure (10), logged as 4 bytes;
+        // the host used to panic (copy_from_slice of two lengths: an abort in nginx).
+        let m = wat::parse_str(
+            r#"(module
+              (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
+              (import "env" "proxy_get_configuration" (func $getcfg (param i32 i32) (result i32)))
+              (import "env" "proxy_get_header_map_value" (func $gethdr (param i32 i32 i32 i32 i32) (result i32)))
+              (import "env" "proxy_get_header_map_pairs" (func $getmap (param i32 i32 i32) (result i32)))
+              (import "env" "proxy_replace_header_map_value" (func $rephdr (param i32 i32 i32 i32 i32) (result i32)))
+              (import "env" "proxy_get_property" (func $getprop (param i32 i32 i32 i32) (result i32)))
+              (import "env" "proxy_set_property" (func $setprop (param i32 i32 i32 i32) (result i32)))
+              (import "env" "proxy_set_effective_context" (func $eff (param i32) (result i32)))
+              (memory (export "memory") 1)
+              (global $heap (mut i32) (i32.const 4096))
+              (global $mode (mut i32) (i32.const 0))
+              (data (i32.const 100) "x-h")
+              (data (i32.const 110) "a much longer value")
+              (data (i32.const 140) "prop")
+              (data (i32.const 150) "plugin_name")
+              (func (export "proxy_abi_version_0_2_1"))
+              (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+                (local $p i32)
+                (if (i32.eq (global.get $mode) (i32.const 1))
+                  (then (drop (call $eff (i32.const 1)))))
+                (if (i32.eq (global.get $mode) (i32.const 2))
+                  (then (drop (call $rephdr (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 110) (i32.const 19)))))
+                (if (i32.eq (global.get $mode) (i32.const 3))
+                  (then (drop (call $setprop (i32.const 140) (i32.const 4) (i32.const 110) (i32.const 19)))))
+                (local.set $p (global.get $heap))
+                (global.set $heap (i32.add (global.get $heap) (local.get $n)))
+                (local.get $p))
+              (func $report (param $status i32)
+                (i32.store (i32.const 200) (local.get $status))
+                (drop (call $log (i32.const 2) (i32.const 200) (i32.const 4))))
+              (func (export "proxy_on_context_create") (param i32 i32))
+              (func (export "proxy_on_configure") (param $root i32) (param i32) (result i32)
+                (if (i32.eq (local.get $root) (i32.const 2))
+                  (then
+                    (global.set $mode (i32.const 1))
+                    (call $report (call $getcfg (i32.const 300) (i32.const 304)))
+                    (drop (call $eff (i32.const 2)))
+                    (call $report (call $getprop (i32.const 150) (i32.const 11) (i32.const 300) (i32.const 304)))
+                    (global.set $mode (i32.const 0))))
+                (i32.const 1))
+              (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                (global.set $mode (i32.const 2))
+                (call $report (call $gethdr (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 300) (i32.const 304)))
+                (drop (call $rephdr (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 100) (i32.const 1)))
+                (call $report (call $getmap (i32.const 0) (i32.const 300) (i32.const 304)))
+                (drop (call $setprop (i32.const 140) (i32.const 4) (i32.const 140) (i32.const 4)))
+                (global.set $mode (i32.const 3))
+                (call $report (call $getprop (i32.const 140) (i32.const 4) (i32.const 300) (i32.const 304)))
+                (global.set $mode (i32.const 0))
+                (i32.const 0)))"#,
+        )
+        .unwrap();
+        let m = compile(&m).unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("a", b"short").unwrap();
+        let root = vm
+            .create_root("bbbb", b"a much longer configuration")
+            .unwrap();
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream {
+            request_headers: vec![(b"x-h".to_vec(), b"v".to_vec())],
+            ..Default::default()
+        };
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert!(!vm.is_poisoned());
+        let statuses: Vec<u32> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| u32::from_le_bytes(l.message.as_bytes().try_into().unwrap()))
+            .collect();
+        assert_eq!(statuses, [10, 10, 10, 10, 10]);
+    }
+}

@@ -253,3 +253,90 @@ impl State {
         t == 1 && self.stream.request_trailers_unavailable
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn request_trailers_the_embedding_does_not_have_refuse_writes() {
+        // on_request_headers tries add, replace, remove and set_pairs (an empty map) on the request
+        // trailers (map 1), then add on the response trailers (map 3), reads the request trailers'
+        // pairs, and reports the six statuses as digits in the request header `x-status`.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_replace_header_map_value" (func $replace (param i32 i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_remove_header_map_value" (func $remove (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_set_header_map_pairs" (func $set (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_header_map_pairs" (func $pairs (param i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "x-t")
+               (data (i32.const 110) "v")
+               (data (i32.const 120) "x-status")
+               (func $digit (param $at i32) (param $status i32)
+                 (i32.store8 (local.get $at) (i32.add (i32.const 48) (local.get $status))))
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (call $digit (i32.const 300)
+                   (call $add (i32.const 1) (i32.const 100) (i32.const 3) (i32.const 110) (i32.const 1)))
+                 (call $digit (i32.const 301)
+                   (call $replace (i32.const 1) (i32.const 100) (i32.const 3) (i32.const 110) (i32.const 1)))
+                 (call $digit (i32.const 302)
+                   (call $remove (i32.const 1) (i32.const 100) (i32.const 3)))
+                 (call $digit (i32.const 303)
+                   (call $set (i32.const 1) (i32.const 200) (i32.const 4)))
+                 (call $digit (i32.const 304)
+                   (call $add (i32.const 3) (i32.const 100) (i32.const 3) (i32.const 110) (i32.const 1)))
+                 (call $digit (i32.const 305)
+                   (call $pairs (i32.const 1) (i32.const 400) (i32.const 404)))
+                 (drop (call $add (i32.const 0) (i32.const 120) (i32.const 8) (i32.const 300) (i32.const 6)))
+                 (i32.const 0))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        let status = |s: &Stream| {
+            s.request_headers
+                .iter()
+                .find(|(k, _)| k == b"x-status")
+                .map(|(_, v)| String::from_utf8(v.clone()).unwrap())
+                .unwrap()
+        };
+
+        // nginx: no request trailers. Writes are BadArgument (2); reads see an empty map.
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream {
+            request_trailers_unavailable: true,
+            ..Default::default()
+        };
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert_eq!(status(&s), "222200");
+        assert!(s.request_trailers.is_empty() && !s.request_trailers_changed);
+        assert_eq!(s.response_trailers, [(b"x-t".to_vec(), b"v".to_vec())]);
+        assert!(s.response_trailers_changed);
+
+        // An embedding that has them: the writes apply and mark the map changed.
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream::default();
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert_eq!(status(&s), "000000");
+        assert!(s.request_trailers.is_empty(), "set_pairs emptied it last");
+        assert!(s.request_trailers_changed);
+    }
+}

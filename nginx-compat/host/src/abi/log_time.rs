@@ -50,3 +50,40 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn out_of_bounds_pointers_are_invalid_memory_access() {
+        // on_configure returns whether proxy_log with a pointer past the memory returned 6.
+        let m = compile(&wat(
+            "0_2_1",
+            LOG,
+            r#"(func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (i32.and
+                   (i32.eq (call $log (i32.const 2) (i32.const 65530) (i32.const 100)) (i32.const 6))
+                   (i32.eq (call $log (i32.const 2) (i32.const -1) (i32.const 2)) (i32.const 6))))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("p", b"").unwrap();
+        assert!(host.logs.borrow().is_empty());
+    }
+}

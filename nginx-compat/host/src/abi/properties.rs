@@ -109,3 +109,52 @@ pub(crate) enum Builtin {
     PluginName,
     VmId,
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn properties_builtins_and_returned_buffers() {
+        // on_configure reads the property named at 100 and logs it.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_property" (func $get (param i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "plugin_vm_id")
+               (data (i32.const 120) "plugin_name")
+               (func $show (param $p i32) (param $n i32)
+                 (if (i32.eqz (call $get (local.get $p) (local.get $n) (i32.const 200) (i32.const 204)))
+                   (then (drop (call $log (i32.const 2) (i32.load (i32.const 200)) (i32.load (i32.const 204)))))))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (call $show (i32.const 100) (i32.const 12))
+                 (call $show (i32.const 120) (i32.const 11))
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "my_vm", b"").unwrap();
+        vm.create_root("my_plugin", b"").unwrap();
+        let messages: Vec<_> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect();
+        assert_eq!(messages, ["my_vm", "my_plugin"]);
+    }
+}

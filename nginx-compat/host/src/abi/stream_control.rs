@@ -101,3 +101,58 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn continue_from_a_root_callback_is_recorded_for_take_resumed() {
+        // The module remembers the last HTTP context and, on tick, makes it effective and resumes it.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_set_effective_context" (func $eff (param i32) (result i32)))
+               (import "env" "proxy_continue_stream" (func $cont (param i32) (result i32)))
+               (import "env" "proxy_set_tick_period_milliseconds" (func $tick (param i32) (result i32)))"#,
+            r#"(global $http (mut i32) (i32.const 0))
+               (func (export "proxy_on_context_create") (param $id i32) (param $parent i32)
+                 (if (local.get $parent) (then (global.set $http (local.get $id)))))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (i32.eqz (call $tick (i32.const 250))))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (i32.const 1))
+               (func (export "proxy_on_tick") (param i32)
+                 (if (i32.eqz (call $eff (global.get $http)))
+                   (then (drop (call $cont (i32.const 0))))))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        assert_eq!(vm.tick_period_ms(root), 250);
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream::default();
+        assert_eq!(
+            vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+                .unwrap(),
+            Action::Pause
+        );
+        assert!(vm.take_resumed().is_empty());
+        vm.on_tick(root).unwrap();
+        assert_eq!(vm.take_resumed(), [HttpId(id.0)]);
+        assert!(vm.take_resumed().is_empty());
+    }
+}
