@@ -71,3 +71,55 @@ impl LocConf {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isolation_names_are_ngx_wasm_modules() {
+        assert_eq!(Isolation::parse(b"none"), Some(Isolation::None));
+        assert_eq!(Isolation::parse(b"stream"), Some(Isolation::Stream));
+        assert_eq!(Isolation::parse(b"filter"), Some(Isolation::Filter));
+        assert_eq!(Isolation::parse(b"Stream"), None);
+        assert_eq!(Isolation::parse(b""), None);
+        assert_eq!(Isolation::default(), Isolation::None);
+    }
+
+    #[test]
+    fn a_level_without_settings_inherits_them_all() {
+        let outer = LocConf {
+            chain: Some(vec![0, 1]),
+            isolation: Some(Isolation::Filter),
+            headers_in_access: Some(true),
+            metrics: true,
+        };
+        let mut inner = LocConf::default();
+        inner.merge(&outer);
+        assert_eq!(inner.chain, Some(vec![0, 1]));
+        assert_eq!(inner.isolation, Some(Isolation::Filter));
+        assert_eq!(inner.headers_in_access, Some(true));
+        // `tollgate_metrics` is a location's own handler, never inherited.
+        assert!(!inner.metrics);
+    }
+
+    #[test]
+    fn a_level_with_its_own_chain_keeps_it_whole() {
+        let outer = LocConf {
+            chain: Some(vec![0, 1]),
+            isolation: Some(Isolation::Stream),
+            ..LocConf::default()
+        };
+        let mut inner = LocConf {
+            chain: Some(vec![2]),
+            headers_in_access: Some(false),
+            ..LocConf::default()
+        };
+        inner.merge(&outer);
+        // As ngx_wasm_module: the outer chain is not appended to or merged into the inner one.
+        assert_eq!(inner.chain, Some(vec![2]));
+        assert_eq!(inner.isolation, Some(Isolation::Stream));
+        assert_eq!(inner.headers_in_access, Some(false));
+    }
+}
