@@ -31,6 +31,16 @@ log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; 
 # Release: the tests compile the filters with cranelift, which is slow unoptimised, and the
 # release build of wasmtime is already there for the module.
 (cd nginx-compat && cargo test -q --release -p tollgate-host -p tollgate-services)
+# The module's nginx-free files, unit-tested on their own (module/tests/pure.rs; the library
+# itself needs nginx's symbols at load time). The same NGINX_* values as build-nginx-module.sh,
+# so that its release build of the library is reused (nginx-sys rebuilds when they change).
+(cd nginx-compat && NGINX_SOURCE_DIR="$ROOT/target/nginx-build/nginx-src" \
+  NGINX_BUILD_DIR="$ROOT/target/nginx-build/nginx-src/objs" \
+  cargo test -q --release -p tollgate-module --test pure)
+# No import cycle between the modules of nginx-compat's crates, no function over 150 lines
+# without a reason beside it.
+python3 scripts/check-module-cycles.py
+python3 scripts/long-functions.py >/dev/null
 # The hostile-guest ABI fuzzer (tests/filters/abi-fuzz against the host core, in-process): a
 # fixed seed, 200,000 host calls (about 10-40 s). The long run: nginx-compat/README.md.
 (cd nginx-compat && ABI_FUZZ_SEED=2 ABI_FUZZ_CALLS=200000 \

@@ -146,7 +146,7 @@ pub struct EpochTicker {
 }
 
 impl EpochTicker {
-    pub(crate) fn start(engine: wasmtime::Engine) -> Result<EpochTicker, crate::Error> {
+    pub(crate) fn start(engine: wasmtime::Engine) -> Result<EpochTicker, crate::error::Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -157,7 +157,7 @@ impl EpochTicker {
                     engine.increment_epoch();
                 }
             })
-            .map_err(|e| crate::Error(format!("cannot start the epoch ticker: {e}")))?;
+            .map_err(|e| crate::error::Error(format!("cannot start the epoch ticker: {e}")))?;
         Ok(EpochTicker {
             stop,
             thread: Some(thread),

@@ -5,7 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
-use crate::{Host, HttpCall, LogLevel, MetricKind, Status};
+use crate::embedder::{Host, HttpCall, LogLevel, MetricKind, Status};
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,4 +269,36 @@ mod tests {
         h.set_shared_data(b"k", b"v2", 1).unwrap();
         assert_eq!(h.get_shared_data(b"k").unwrap(), (b"v2".to_vec(), 2));
     }
+}
+
+/// Hand-written modules (WAT) for the host's unit tests (each ABI area tests its edges).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod wat_fixtures {
+    use crate::{Engine, Module};
+
+    /// A module with a bump allocator, the 0.2.x version export and `body` (more functions).
+    pub(crate) fn wat(version: &str, imports: &str, body: &str) -> Vec<u8> {
+        let text = format!(
+            r#"(module
+              {imports}
+              (memory (export "memory") 1)
+              (global $heap (mut i32) (i32.const 4096))
+              (func (export "proxy_abi_version_{version}"))
+              (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+                (local $p i32)
+                (local.set $p (global.get $heap))
+                (global.set $heap (i32.add (global.get $heap) (local.get $n)))
+                (local.get $p))
+              {body})"#
+        );
+        wat::parse_str(text).unwrap()
+    }
+
+    pub(crate) fn compile(bytes: &[u8]) -> Result<Module, crate::Error> {
+        Engine::new().unwrap().compile(bytes)
+    }
+
+    pub(crate) const LOG: &str =
+        r#"(import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))"#;
 }

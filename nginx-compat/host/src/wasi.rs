@@ -1,15 +1,16 @@
 //! The subset of WASI preview 1 (`wasi_snapshot_preview1`) that Rust's std needs in a
-//! proxy-wasm filter: stdout/stderr to [`crate::Host::log`], clocks, random bytes, an empty
+//! proxy-wasm filter: stdout/stderr to [`crate::embedder::Host::log`], clocks, random bytes, an empty
 //! environment and argument list, and `proc_exit` as a trap. No files: descriptors other than
 //! 0-2 are `EBADF`, no preopens. Other WASI imports are linked to a stub returning `ENOSYS`
-//! (see `abi::linker`). Spec: <https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md>.
+//! (see `link::linker`). Spec: <https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md>.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::abi::{ms, put, Def, C};
+use crate::abi::core::{ms, put, realtime_ns, Def, State, C};
+use crate::embedder::LogLevel;
+use crate::error::Error;
 use crate::mem;
-use crate::Error;
 
 const SUCCESS: u16 = 0;
 const EBADF: u16 = 8;
@@ -98,7 +99,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         "clock_time_get",
         |mut c: C<'_>, id: u32, _precision: u64, ret: u32| -> i32 {
             let now = match id {
-                0 => crate::abi::realtime_ns(),
+                0 => realtime_ns(),
                 1 => monotonic_ns(),
                 _ => return e(EINVAL),
             };
@@ -182,4 +183,145 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         |_c: C<'_>, _in: u32, _out: u32, _n: u32, _ret: u32| -> i32 { e(ENOSYS) },
     )?;
     Ok(())
+}
+
+impl State {
+    /// (Info for stdout, Error for stderr). Lines longer than 64 KiB are cut.
+    pub(crate) fn stdio(&mut self, fd: u32, bytes: &[u8]) {
+        let level = if fd == 1 {
+            LogLevel::Info
+        } else {
+            LogLevel::Error
+        };
+        let mut buf = std::mem::take(if fd == 1 {
+            &mut self.stdout
+        } else {
+            &mut self.stderr
+        });
+        for part in bytes.split_inclusive(|b| *b == b'\n') {
+            if let Some(line) = part.strip_suffix(b"\n") {
+                if buf.is_empty() {
+                    self.log(level, line);
+                } else {
+                    buf.extend_from_slice(line);
+                    self.log(level, &buf);
+                    buf.clear();
+                }
+            } else {
+                buf.extend_from_slice(part);
+                if buf.len() > 65536 {
+                    self.log(level, &buf);
+                    buf.clear();
+                }
+            }
+        }
+        *(if fd == 1 {
+            &mut self.stdout
+        } else {
+            &mut self.stderr
+        }) = buf;
+    }
+
+    /// Logs what is left of stdout/stderr (after a trap: often a panic message).
+    pub(crate) fn flush_stdio(&mut self) {
+        let out = std::mem::take(&mut self.stdout);
+        if !out.is_empty() {
+            self.log(LogLevel::Info, &out);
+        }
+        let err = std::mem::take(&mut self.stderr);
+        if !err.is_empty() {
+            self.log(LogLevel::Error, &err);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn wasi_stdout_is_logged_and_proc_exit_traps() {
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+               (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+               (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "hello\nwor")
+               (data (i32.const 200) "ld\n")
+               ;; iovecs at 300: (100, 9), (200, 3)
+               (data (i32.const 300) "\64\00\00\00\09\00\00\00\c8\00\00\00\03\00\00\00")
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (drop (call $write (i32.const 2) (i32.const 300) (i32.const 2) (i32.const 400)))
+                 ;; 12 bytes written, and an unknown WASI function is ENOSYS (52)
+                 (i32.and
+                   (i32.eq (i32.load (i32.const 400)) (i32.const 12))
+                   (i32.eq (call $read (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)) (i32.const 52))))
+               (func (export "proxy_on_tick") (param i32)
+                 (call $exit (i32.const 3)))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        {
+            let logs = host.logs.borrow();
+            let lines: Vec<_> = logs.iter().map(|l| (l.level, l.message.as_str())).collect();
+            assert_eq!(
+                lines,
+                [(LogLevel::Error, "hello"), (LogLevel::Error, "world")]
+            );
+        }
+        let err = vm.on_tick(root).unwrap_err();
+        assert!(err.0.contains("proc_exit(3)"), "{err}");
+        assert!(vm.is_poisoned());
+    }
+    #[test]
+    fn one_fd_write_is_a_short_write_of_at_most_64_kib() {
+        // 4096 iovecs naming the whole 64 KiB page: 256 MiB asked for in one call. The host takes
+        // 64 KiB (a short write, as WASI and POSIX writev allow) and says so; it used to copy and
+        // log all of it (a guest with a few MiB of memory held the host for seconds per call).
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))"#,
+            r#"(func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (local $i i32)
+                 (loop $fill
+                   (i32.store (i32.mul (local.get $i) (i32.const 8)) (i32.const 0))
+                   (i32.store (i32.add (i32.mul (local.get $i) (i32.const 8)) (i32.const 4)) (i32.const 65536))
+                   (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                   (br_if $fill (i32.lt_u (local.get $i) (i32.const 4096))))
+                 (drop (call $write (i32.const 1) (i32.const 0) (i32.const 4096) (i32.const 65528)))
+                 ;; Report the count written as a 4-byte message (the page's last bytes).
+                 (i32.store (i32.const 65532) (i32.load (i32.const 65528)))
+                 (drop (call $log (i32.const 5) (i32.const 65532) (i32.const 4)))
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        // Only the Critical report reaches the log, not the written bytes (Info).
+        host.level.set(LogLevel::Critical);
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        let start = std::time::Instant::now();
+        vm.create_root("p", b"").unwrap();
+        let logs = host.logs.borrow();
+        let written =
+            u32::from_le_bytes(logs[0].message.as_bytes().try_into().unwrap_or([0xff; 4]));
+        assert_eq!(written, 64 << 10, "bytes written by one fd_write");
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
 }

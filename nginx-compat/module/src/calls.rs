@@ -4,31 +4,17 @@
 //! `on_http_call_response` to the `Vm` that made the call.
 
 use tollgate_host::HttpCallResponse;
-use tollgate_services::http::HttpResponse;
+use tollgate_services::http_client::HttpResponse;
 
-use crate::host::CallTag;
+use crate::request::from_handle;
 use crate::util::{level, log};
-use crate::worker::{ReqPtr, Worker};
-
-/// Resolves an `upstream` argument: `host:port`, or the name of an nginx `upstream {}` block
-/// (its first server). `None`: unknown.
-pub fn resolve_upstream(name: &str) -> Option<String> {
-    if let Some(addr) = crate::upstreams::first_server(name) {
-        return Some(addr);
-    }
-    if name
-        .rsplit_once(':')
-        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
-    {
-        return Some(name.to_owned());
-    }
-    None
-}
+use crate::worker::{RequestHandle, Worker};
+use crate::worker_host::CallTag;
 
 /// Delivers the completed calls (`on_http_call_response`, with the dispatching request's
 /// stream when the call came from an HTTP context); returns the requests a `Vm` resumed
 /// meanwhile. Called from the worker's poll timer.
-pub fn poll(w: &mut Worker) -> Vec<ReqPtr> {
+pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
     let done: Vec<(CallTag, Option<HttpResponse>)> = w
         .host
         .runner
@@ -56,7 +42,7 @@ pub fn poll(w: &mut Worker) -> Vec<ReqPtr> {
             .and_then(|h| w.live.get(&(m, h.0)).copied());
         let res = match ctx {
             // SAFETY: live-map entries are removed before their request is freed.
-            Some(p) => match unsafe { p.as_mut() } {
+            Some(p) => match unsafe { from_handle(p) } {
                 Some(c) => {
                     let r = vm.on_http_call_response_with_stream(token, response, &mut c.stream);
                     // The filter resumed its request (`proxy_continue_stream` with the stream

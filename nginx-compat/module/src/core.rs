@@ -77,11 +77,11 @@ pub struct QueueZoneDef {
 /// The metrics zone (per-worker slices summed when scraped).
 pub struct MetricsDef {
     /// Its layout (workers and capacity).
-    pub layout: tollgate_services::metrics::MetricsLayout,
+    pub layout: tollgate_services::metrics_zone::MetricsLayout,
     /// The nginx shared memory zone.
     pub zone: *mut ngx_shm_zone_t,
     /// The attached zone (set by the zone's `init`, in the master).
-    pub metrics: Option<tollgate_services::metrics::MetricsZone>,
+    pub metrics: Option<tollgate_services::metrics_zone::MetricsZone>,
 }
 
 /// The `wasm {}` configuration of a cycle.
@@ -583,8 +583,14 @@ pub unsafe fn zone_region(
     zone: *mut ngx_shm_zone_t,
     data: *mut c_void,
     want: usize,
-) -> Result<(tollgate_services::SharedRegion, tollgate_services::kv::Init), String> {
-    use tollgate_services::kv::Init;
+) -> Result<
+    (
+        tollgate_services::SharedRegion,
+        tollgate_services::zone::Init,
+    ),
+    String,
+> {
+    use tollgate_services::zone::Init;
     // SAFETY: nginx initialised an ngx_slab_pool_t at the start of every zone; the region is
     // allocated from it once and stays mapped for the zone's lifetime (shared by the workers).
     unsafe {
@@ -618,7 +624,7 @@ pub unsafe fn attach_zone<T>(
     slot: &mut Option<T>,
     attach: impl FnOnce(
         tollgate_services::SharedRegion,
-        tollgate_services::kv::Init,
+        tollgate_services::zone::Init,
     ) -> Result<T, String>,
 ) -> ngx::ffi::ngx_int_t {
     // SAFETY: forwarded from the caller.

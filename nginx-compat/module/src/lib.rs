@@ -6,7 +6,7 @@
 //! The `.so` holds two nginx modules:
 //! - [`core::ngx_tollgate_wasm_core_module`] (`NGX_CORE_MODULE`): the top-level `wasm {}` block.
 //!   Modules are compiled there, in the master, at configuration time.
-//! - [`http::ngx_http_tollgate_wasm_module`] (`NGX_HTTP_MODULE`): `proxy_wasm` chains, the phase
+//! - [`http_module::ngx_http_tollgate_wasm_module`] (`NGX_HTTP_MODULE`): `proxy_wasm` chains, the phase
 //!   handlers (rewrite or access, log), the header and body filters, and `tollgate_metrics`.
 //!
 //! The proxy-wasm ABI itself is `tollgate-host` (wasmtime); this crate only maps nginx's request
@@ -17,22 +17,42 @@
 #![allow(non_upper_case_globals)] // nginx's module symbols are lower-case by convention.
 #![allow(clippy::missing_safety_doc)] // extern "C" callbacks; contracts are nginx's.
 
+// Where to look (imports go down this list, never up; `scripts/check-module-cycles.py`):
+// - the module tables nginx loads: `core.rs` (the `wasm {}` block), `http_module.rs`;
+// - configuration: `directives.rs` (the http directives), `lifecycle.rs` (postconfiguration,
+//   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
+//   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
+// - the request path: `phases.rs` (request side), `response_filters.rs` (response side),
+//   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (poll and tick timers),
+//   `calls.rs` (HTTP call completions), `request.rs` (per-request state and callbacks);
+// - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
+//   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones);
+// - nginx data: `headers.rs`, `body.rs`, `props.rs`, `upstreams.rs`, `util.rs`, and `base.rs`
+//   (the HTTP module's statics and typed configuration access).
+pub mod actions;
+pub mod base;
 pub mod body;
 pub mod calls;
+pub mod conf;
 pub mod conf_file;
 pub mod core;
+pub mod directives;
 pub mod headers;
-pub mod host;
-pub mod http;
-pub mod metrics;
+pub mod http_module;
+pub mod lifecycle;
+pub mod metrics_endpoint;
+pub mod phases;
 pub mod props;
 pub mod request;
+pub mod response_filters;
+pub mod timers;
 pub mod upstreams;
 pub mod util;
 pub mod worker;
+pub mod worker_host;
 
 use crate::core::ngx_tollgate_wasm_core_module;
-use crate::http::ngx_http_tollgate_wasm_module;
+use crate::http_module::ngx_http_tollgate_wasm_module;
 
 /// The modules of this shared object, in load order (read by nginx's `load_module`).
 /// (`ngx::ngx_modules!` of ngx 0.5.1 does not expand for two modules.)

@@ -41,9 +41,11 @@ use ngx::ffi::{
 };
 use tollgate_host::{Action, HttpId, LocalResponse, Stream, StreamCallback, Vm};
 
+use crate::base::{ctx_slot, rc};
+use crate::conf::Isolation;
 use crate::props::NgxProps;
 use crate::util::{level, log};
-use crate::worker::Worker;
+use crate::worker::{RequestHandle, Worker};
 
 /// Where a filter's HTTP context lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,18 +94,6 @@ pub enum Phase {
     BodyPaused(usize),
     /// Request side done.
     Forward,
-}
-
-/// The isolation mode (`proxy_wasm_isolation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Isolation {
-    /// One instance per module per worker.
-    #[default]
-    None,
-    /// One instance per module per request.
-    Stream,
-    /// One instance per filter per request.
-    Filter,
 }
 
 /// Per-request state (in `r->ctx`, freed by a pool cleanup).
@@ -176,18 +166,6 @@ pub enum Outcome {
     Closed,
 }
 
-/// `NGX_OK`, `NGX_DONE`, `NGX_DECLINED`, `NGX_ERROR`, `NGX_AGAIN`.
-pub mod rc {
-    use ngx::ffi::ngx_int_t;
-    pub const OK: ngx_int_t = 0;
-    pub const ERROR: ngx_int_t = -1;
-    pub const AGAIN: ngx_int_t = -2;
-    pub const DONE: ngx_int_t = -4;
-    pub const DECLINED: ngx_int_t = -5;
-    pub const HTTP_INTERNAL_SERVER_ERROR: ngx_int_t = 500;
-    pub const HTTP_CLOSE: ngx_int_t = 444;
-}
-
 thread_local! {
     /// Addresses of the live request contexts (to recognise ours among a pool's cleanups).
     static CTXS: RefCell<rustc_hash::FxHashSet<usize>> = RefCell::new(rustc_hash::FxHashSet::default());
@@ -236,8 +214,7 @@ unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
 pub unsafe fn get_ctx<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
     // SAFETY: r->ctx is indexed by ctx_index; the cleanup list is the pool's.
     unsafe {
-        let idx = crate::http::ngx_http_tollgate_wasm_module.ctx_index;
-        let slot = (*r).ctx.add(idx);
+        let slot = ctx_slot(r);
         if !(*slot).is_null() {
             return (*slot).cast::<RequestCtx>().as_mut();
         }
@@ -311,8 +288,7 @@ impl RequestCtx {
             (*p).resume_ev.handler = Some(resume_handler);
             (*p).resume_ev.data = p.cast();
             (*p).resume_ev.log = (*(*r).connection).log;
-            let idx = crate::http::ngx_http_tollgate_wasm_module.ctx_index;
-            *(*r).ctx.add(idx) = p.cast();
+            *ctx_slot(r) = p.cast();
             p.as_mut()
         }
     }
@@ -361,7 +337,7 @@ impl RequestCtx {
     /// Creates the HTTP contexts of the slots from `first` on (and the request's own instances
     /// for `stream`/`filter`).
     fn create_contexts(&mut self, w: &mut Worker, isolation: Isolation, first: usize) {
-        let me: *mut RequestCtx = self;
+        let me = RequestHandle::new((self as *mut RequestCtx).cast());
         let req_log = self.log(w);
         for i in first..self.slots.len() {
             let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
@@ -467,7 +443,7 @@ impl RequestCtx {
                     .modules
                     .get(def.module)
                     .ok_or_else(|| "no such module".to_owned())?;
-                let host = Rc::new(crate::host::VmHost {
+                let host = Rc::new(crate::worker_host::VmHost {
                     worker: w.host.clone(),
                     vm_slot: usize::MAX,
                     generation: 0,
@@ -709,15 +685,47 @@ impl RequestCtx {
     }
 }
 
+/// The context behind a worker's handle.
+///
+/// # Safety
+/// `h` must come from the worker's live map (entries are removed before their request is
+/// freed), and no other reference to that context may be live.
+pub unsafe fn from_handle<'a>(h: RequestHandle) -> Option<&'a mut RequestCtx> {
+    // SAFETY: as the caller guarantees; handles are made from `*mut RequestCtx` only.
+    unsafe { h.as_ptr().cast::<RequestCtx>().as_mut() }
+}
+
+/// The worker replaced module `module`'s instance: the filters of that module on each request
+/// in `orphans` (with the HTTP context it had) cannot run any more, so the request is refused
+/// (fail closed); those paused waiting for it are resumed into that refusal instead of waiting
+/// for ever. (The worker's hook, see `Worker::orphaned`.)
+pub fn orphaned(module: usize, orphans: Vec<(RequestHandle, HttpId)>) {
+    let mut resumed = Vec::with_capacity(orphans.len());
+    for (h, http) in orphans {
+        // SAFETY: the handles come from the worker's live map, just removed from it.
+        if let Some(ctx) = unsafe { from_handle(h) } {
+            for s in &mut ctx.slots {
+                if s.http == Some(http)
+                    && matches!(s.vm, VmRef::Shared { module: m, .. } if m == module)
+                {
+                    s.failed = true;
+                }
+            }
+            resumed.push(h);
+        }
+    }
+    resume_all(resumed);
+}
+
 /// Posts the resume events of `reqs` (requests resumed by a `Vm`, or given a local response
 /// from a callback outside their own, such as `on_http_call_response`). A request that is not
 /// paused is left alone.
-pub fn resume_all(reqs: Vec<crate::worker::ReqPtr>) {
-    for p in reqs {
+pub fn resume_all(reqs: Vec<RequestHandle>) {
+    for h in reqs {
         // SAFETY: pointers come from the worker's live map, whose entries are removed before
         // their request is freed; no nginx code ran since they were looked up.
         unsafe {
-            let Some(ctx) = p.as_mut() else { continue };
+            let Some(ctx) = from_handle(h) else { continue };
             ctx.phase = match ctx.phase {
                 Phase::Paused(next) => Phase::Headers(next),
                 Phase::BodyPaused(next) => Phase::Body(next),

@@ -51,3 +51,18 @@ pub fn first_server(name: &str) -> Option<String> {
         None
     }
 }
+
+/// Resolves an `upstream` argument: `host:port`, or the name of an nginx `upstream {}` block
+/// (its first server). `None`: unknown.
+pub fn resolve_upstream(name: &str) -> Option<String> {
+    if let Some(addr) = first_server(name) {
+        return Some(addr);
+    }
+    if name
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+    {
+        return Some(name.to_owned());
+    }
+    None
+}

@@ -11,20 +11,9 @@ use std::rc::Rc;
 use ngx::ffi::{ngx_event_t, ngx_log_t, ngx_msec_t};
 use tollgate_host::{HttpId, RootId, Vm};
 
-use crate::host::{VmHost, WorkerHost};
+use crate::conf::FilterDef;
 use crate::util::{level, log};
-
-/// A `proxy_wasm` directive: one root context per worker. Two are the same filter (not run
-/// twice on a request, see `request.rs`) when their module, name and configuration are.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterDef {
-    /// The module's name (also the plugin name).
-    pub name: String,
-    /// Index of the module in the `wasm {}` block.
-    pub module: usize,
-    /// The plugin configuration (`on_configure`).
-    pub config: Vec<u8>,
-}
+use crate::worker_host::{VmHost, WorkerHost};
 
 /// A compiled module, as the worker needs it.
 #[derive(Clone)]
@@ -49,8 +38,26 @@ pub struct VmSlot {
     pub generation: u32,
 }
 
-/// A request waiting in the worker (its HTTP contexts can be resumed by `take_resumed`).
-pub type ReqPtr = *mut crate::request::RequestCtx;
+/// A request waiting in the worker (its HTTP contexts can be resumed by `take_resumed`): to
+/// the worker an opaque handle, which only `request.rs` turns back into the request's context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestHandle(*mut std::ffi::c_void);
+
+impl RequestHandle {
+    /// The handle of the context at `p`.
+    pub fn new(p: *mut std::ffi::c_void) -> RequestHandle {
+        RequestHandle(p)
+    }
+
+    /// The context's address.
+    pub fn as_ptr(self) -> *mut std::ffi::c_void {
+        self.0
+    }
+}
+
+/// What the worker does with the requests whose HTTP contexts of module `module` were lost
+/// when it replaced that module's instance (`request::orphaned`: refuse them).
+pub type OrphanedHook = fn(module: usize, orphans: Vec<(RequestHandle, HttpId)>);
 
 /// The worker's state.
 pub struct Worker {
@@ -65,7 +72,7 @@ pub struct Worker {
     /// Root context of each filter in its module's shared `Vm` (`None`: not available).
     pub roots: Vec<Option<RootId>>,
     /// Live requests by (module, http context), to route `take_resumed` and call answers.
-    pub live: rustc_hash::FxHashMap<(usize, u32), ReqPtr>,
+    pub live: rustc_hash::FxHashMap<(usize, u32), RequestHandle>,
     /// Tick timers, one per filter that asked for one (boxed: nginx keeps the address).
     pub ticks: Vec<Box<TickTimer>>,
     /// The HTTP call poll timer.
@@ -74,6 +81,8 @@ pub struct Worker {
     pub log: *mut ngx_log_t,
     /// Advances the engine's epoch: the clock of every guest deadline (stopped with the worker).
     pub ticker: Option<tollgate_host::EpochTicker>,
+    /// Called with the requests that lost a module's HTTP contexts (see [`OrphanedHook`]).
+    pub orphaned: OrphanedHook,
 }
 
 /// A filter's `on_tick` timer. `repr(C)` with the event first: the handler finds the timer
@@ -159,8 +168,9 @@ impl Worker {
         filters: Vec<FilterDef>,
         log_ptr: *mut ngx_log_t,
         zones: tollgate_services::kv::ZoneSet,
-        metrics: Option<tollgate_services::metrics::MetricsZone>,
+        metrics: Option<tollgate_services::metrics_zone::MetricsZone>,
         queues: Vec<tollgate_services::queue::QueueZone>,
+        orphaned: OrphanedHook,
     ) -> Worker {
         let host = Rc::new(WorkerHost::new(log_ptr, Some(zones), metrics, queues));
         // SAFETY: a zeroed ngx_event_t is nginx's own initial state (ngx_pcalloc).
@@ -182,6 +192,7 @@ impl Worker {
             poll,
             log: log_ptr,
             ticker: None,
+            orphaned,
         };
         for m in 0..w.modules.len() {
             if w.filters.iter().any(|f| f.module == m) {
@@ -251,32 +262,20 @@ impl Worker {
             slot.vm = vm;
             slot.generation = generation;
         }
-        // Requests of the old generation lose their contexts: their filter of this module
-        // cannot run on them any more, so they are refused (fail closed); those paused waiting
-        // for it are resumed into that refusal instead of waiting for ever.
+        // Requests of the old generation lose their contexts: the request layer refuses them.
         let mut orphans = Vec::new();
-        self.live.retain(|&(module, http), p| {
+        self.live.retain(|&(module, http), h| {
             if module != m {
                 return true;
             }
-            // SAFETY: live-map entries are removed before their request is freed.
-            if let Some(ctx) = unsafe { p.as_mut() } {
-                for s in &mut ctx.slots {
-                    if s.http == Some(HttpId(http))
-                        && matches!(s.vm, crate::request::VmRef::Shared { module, .. } if module == m)
-                    {
-                        s.failed = true;
-                    }
-                }
-                orphans.push(*p);
-            }
+            orphans.push((*h, HttpId(http)));
             false
         });
-        crate::request::resume_all(orphans);
+        (self.orphaned)(m, orphans);
     }
 
     /// Arms the tick timers asked for by the root contexts (`proxy_set_tick_period_milliseconds`).
-    pub fn arm_ticks(&mut self) {
+    pub fn arm_ticks(&mut self, handler: unsafe extern "C" fn(*mut ngx_event_t)) {
         for i in 0..self.filters.len() {
             let Some(f) = self.filters.get(i) else {
                 continue;
@@ -296,7 +295,7 @@ impl Worker {
                 ev: unsafe { std::mem::zeroed() },
                 filter: i,
             });
-            t.ev.handler = Some(tick_handler);
+            t.ev.handler = Some(handler);
             t.ev.data = timer_data();
             t.ev.log = self.log;
             t.ev.set_cancelable(1);
@@ -312,7 +311,7 @@ impl Worker {
     }
 
     /// Requests resumed by a `Vm` since the last call (`take_resumed`).
-    pub fn take_resumed(&mut self, m: usize) -> Vec<ReqPtr> {
+    pub fn take_resumed(&mut self, m: usize) -> Vec<RequestHandle> {
         let ids: Vec<HttpId> = self
             .vms
             .get_mut(m)
@@ -326,10 +325,10 @@ impl Worker {
 
     /// Delivers `proxy_on_queue_ready` for the shared queues registered in this worker whose
     /// sequence number moved since the last look: once per new message (at most
-    /// [`crate::host::QUEUE_READY_BURST`] a poll), to every `Vm` (a `Vm` that did not register
+    /// [`crate::worker_host::QUEUE_READY_BURST`] a poll), to every `Vm` (a `Vm` that did not register
     /// the queue ignores it), stopping when the queue is empty. Returns the requests resumed
     /// meanwhile. Called from the poll timer.
-    pub fn poll_queues(&mut self) -> Vec<ReqPtr> {
+    pub fn poll_queues(&mut self) -> Vec<RequestHandle> {
         let mut due: Vec<(u32, u64)> = Vec::new();
         if let Ok(mut reg) = self.host.registered.try_borrow_mut() {
             for r in reg.iter_mut() {
@@ -345,7 +344,7 @@ impl Worker {
         }
         let mut resumed = Vec::new();
         for (id, new) in due {
-            let burst = new.min(crate::host::QUEUE_READY_BURST);
+            let burst = new.min(crate::worker_host::QUEUE_READY_BURST);
             for m in 0..self.vms.len() {
                 for _ in 0..burst {
                     if self.host.queue(id).is_none_or(|q| q.is_empty()) {
@@ -403,53 +402,4 @@ impl Worker {
             self.instantiate(m);
         }
     }
-}
-
-unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
-    // SAFETY: `ev` is the first field of a `repr(C)` TickTimer (see arm_ticks).
-    let (filter, tp) = unsafe {
-        let t = ev.cast::<TickTimer>();
-        ((*t).filter, t)
-    };
-    let resumed = with_worker(|w| {
-        let Some(f) = w.filters.get(filter).cloned() else {
-            return (Vec::new(), 0);
-        };
-        let root = w.roots.get(filter).copied().flatten();
-        let mut period = 0;
-        if let (Some(root), Some(vm)) = (root, w.vms.get_mut(f.module).and_then(|s| s.vm.as_mut()))
-        {
-            if let Err(e) = vm.on_tick(root) {
-                log(
-                    level::ERR,
-                    w.log,
-                    &format!("tollgate: filter \"{}\": on_tick: {}", f.name, e.0),
-                );
-            }
-            period = vm.tick_period_ms(root);
-        }
-        w.check_poisoned(f.module);
-        if let (Some(root), Some(vm)) = (
-            w.roots.get(filter).copied().flatten(),
-            w.vms.get(f.module).and_then(|s| s.vm.as_ref()),
-        ) {
-            period = vm.tick_period_ms(root);
-        }
-        let resumed = w.take_resumed(f.module);
-        (resumed, period)
-    });
-    let Some((resumed, period)) = resumed else {
-        return;
-    };
-    // SAFETY: re-arming our own timer; exiting workers skip it (cancelable).
-    unsafe {
-        if period > 0 && nginx_sys::ngx_exiting == 0 && nginx_sys::ngx_quit == 0 {
-            nginx_sys::ngx_add_timer(
-                &mut (*tp).ev,
-                ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
-            );
-        }
-    }
-    crate::request::resume_all(resumed);
-    crate::http::kick_calls();
 }

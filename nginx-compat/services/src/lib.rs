@@ -3,11 +3,11 @@
 //!
 //! - [`kv`]: `shm_kv` zones, proxy-wasm shared data in nginx shared memory (ngx_wasm_module's
 //!   directive and CAS semantics), and [`kv::ZoneSet`] for its `NAME/key` routing.
-//! - [`metrics`]: proxy-wasm metrics in shared memory, one slice of counters per worker, and
+//! - [`metrics_zone`]: proxy-wasm metrics in shared memory, one slice of counters per worker, and
 //!   their Prometheus text exposition ([`exposition`]: the same names and labels Envoy gives).
 //! - [`queue`]: `shm_queue` zones, proxy-wasm shared queues in nginx shared memory (a FIFO of
 //!   messages shared by every worker, dropping the oldest when full).
-//! - [`http`]: `proxy_dispatch_http_call` on background threads of the worker, with a
+//! - [`http_client`]: `proxy_dispatch_http_call` on background threads of the worker, with a
 //!   completion queue the worker polls.
 //!
 //! Shared memory comes in as a [`SharedRegion`]: the address and size of a zone nginx mapped
@@ -31,31 +31,35 @@
 //!                                                     trailers: r.trailers })))
 //! ```
 //! Errors map to `Status` as documented on [`kv::KvError`] (`NotFound`, `CasMismatch`, `NoSpace`
-//! → `InternalFailure`...), [`metrics::MetricsError`] (same names) and [`http::DispatchError`]
+//! → `InternalFailure`...), [`metrics_zone::MetricsError`] (same names) and [`http_client::DispatchError`]
 //! (`MissingPseudoHeader`, `InvalidHeader` → `BadArgument`; `TooManyPending`, `Spawn` →
 //! `InternalFailure`).
 //!
 //! # Lifecycle in nginx
 //! - configuration (master): one `shm_kv` zone per directive
 //!   ([`kv::Eviction::from_directive`] validates `eviction=`), one metrics zone of
-//!   [`metrics::MetricsLayout::bytes`]; in each zone's `init`: [`kv::KvZone::attach`] /
-//!   [`metrics::MetricsZone::attach`] with [`kv::Init::Fresh`], or [`kv::Init::Existing`] when
+//!   [`metrics_zone::MetricsLayout::bytes`]; in each zone's `init`: [`kv::KvZone::attach`] /
+//!   [`metrics_zone::MetricsZone::attach`] with [`zone::Init::Fresh`], or [`zone::Init::Existing`] when
 //!   nginx hands over the previous cycle's zone (`data` set) on reload;
-//! - each worker (after fork): [`metrics::MetricsZone::for_worker`]`(ngx_worker)`, a
-//!   [`http::CallRunner`] (its threads start on the first call);
-//! - the metrics location: [`metrics::MetricsZone::render`] with
+//! - each worker (after fork): [`metrics_zone::MetricsZone::for_worker`]`(ngx_worker)`, a
+//!   [`http_client::CallRunner`] (its threads start on the first call);
+//! - the metrics location: [`metrics_zone::MetricsZone::render`] with
 //!   `Content-Type: text/plain; version=0.0.4`.
 
 #[allow(unsafe_code)]
 mod shm;
 
-mod header;
 mod lock;
 
 pub mod exposition;
-pub mod http;
+pub mod http_client;
 pub mod kv;
-pub mod metrics;
+pub mod metrics_zone;
 pub mod queue;
+pub mod zone;
 
 pub use shm::{RegionError, SharedRegion};
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+mod bench;

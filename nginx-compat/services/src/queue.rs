@@ -52,9 +52,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::kv::{AttachError, Init};
 use crate::lock::{lock, Guard};
 use crate::shm::SharedRegion;
+use crate::zone::{AttachError, Init};
 
 const LINE: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"TGSHMQU1");
@@ -229,7 +229,7 @@ impl QueueZone {
         self.max_message
     }
 
-    fn header_values(&self) -> [crate::header::Field; 7] {
+    fn header_values(&self) -> [crate::zone::Field; 7] {
         // (field, offset, expected value, is u64)
         [
             ("layout version", H_VERSION, u64::from(VERSION), false),
@@ -252,14 +252,14 @@ impl QueueZone {
         if !self.region.zero(0, RING_OFF) {
             return Err(QueueError::Corrupt);
         }
-        if !crate::header::publish(&self.region, H_MAGIC, MAGIC, &self.header_values()) {
+        if !crate::zone::publish(&self.region, H_MAGIC, MAGIC, &self.header_values()) {
             return Err(QueueError::Corrupt);
         }
         Ok(())
     }
 
     fn verify(&self) -> Result<(), AttachError> {
-        crate::header::verify(&self.region, H_MAGIC, MAGIC, &self.header_values())
+        crate::zone::verify(&self.region, H_MAGIC, MAGIC, &self.header_values())
     }
 
     // ---- raw field access --------------------------------------------------------------

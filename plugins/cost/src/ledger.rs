@@ -65,7 +65,7 @@ pub const SPEND_LEN: usize = 33;
 /// Bytes a tenant's key and value take in an nginx `shm_kv` zone with the longest names
 /// (`cost/` + 128-byte ledger + `/t/` + 128-byte tenant + 33-byte value = 297 bytes of key and
 /// value: 1 + 5 blocks of 64 bytes plus the zone's per-block share of its index, ~66 bytes a
-/// block, see nginx-compat/services/src/kv.rs). Typical names (`cost/default/t/` + a 36-byte
+/// block, see nginx-compat/services/src/kv/). Typical names (`cost/default/t/` + a 36-byte
 /// tenant id: 84 bytes) take 2 blocks, ~133 bytes. Size the zone as `max_tenants` times this.
 pub const KEY_BYTES: usize = 400;
 const VERSION: u8 = 1;

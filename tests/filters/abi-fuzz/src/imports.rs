@@ -1,4 +1,4 @@
-//! Every import the nginx host defines (nginx-compat/host: `abi.rs` `define_env`, `wasi.rs`), with
+//! Every import the nginx host defines (nginx-compat/host: `src/abi/*.rs`, `src/wasi.rs`), with
 //! the host's signatures, plus a few it does not define (linked to its stubs). Pointers and sizes
 //! are plain `u32` so that any value can be passed (wasm32: `i32` either way).
 

@@ -10,10 +10,10 @@
 use std::ffi::c_void;
 
 use ngx::ffi::{ngx_conf_t, ngx_core_conf_t, ngx_http_request_t, ngx_int_t, ngx_shm_zone_t};
-use tollgate_services::metrics::{MetricsConfig, MetricsLayout, MetricsZone};
+use tollgate_services::metrics_zone::{MetricsConfig, MetricsLayout, MetricsZone};
 
+use crate::base::rc;
 use crate::core::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
-use crate::request::rc;
 use crate::util::{bytes, level, log};
 
 /// Most metrics (definitions) and value slots per worker.

@@ -31,9 +31,9 @@ use std::rc::Rc;
 
 use ngx::ffi::ngx_log_t;
 use tollgate_host::{HttpCall, LogLevel, MetricKind, Status};
-use tollgate_services::http::{CallRunner, DispatchError, HttpRequest, RunnerConfig};
+use tollgate_services::http_client::{CallRunner, DispatchError, HttpRequest, RunnerConfig};
 use tollgate_services::kv::{KvError, ZoneSet};
-use tollgate_services::metrics::{MetricsError, MetricsZone};
+use tollgate_services::metrics_zone::{MetricsError, MetricsZone};
 use tollgate_services::queue::{QueueError, QueueZone};
 
 use crate::util::{level, log};
@@ -106,11 +106,11 @@ fn metrics_status(e: MetricsError) -> Status {
     }
 }
 
-fn services_kind(k: MetricKind) -> tollgate_services::metrics::MetricKind {
+fn services_kind(k: MetricKind) -> tollgate_services::metrics_zone::MetricKind {
     match k {
-        MetricKind::Counter => tollgate_services::metrics::MetricKind::Counter,
-        MetricKind::Gauge => tollgate_services::metrics::MetricKind::Gauge,
-        MetricKind::Histogram => tollgate_services::metrics::MetricKind::Histogram,
+        MetricKind::Counter => tollgate_services::metrics_zone::MetricKind::Counter,
+        MetricKind::Gauge => tollgate_services::metrics_zone::MetricKind::Gauge,
+        MetricKind::Histogram => tollgate_services::metrics_zone::MetricKind::Histogram,
     }
 }
 
@@ -363,7 +363,7 @@ impl WorkerHost {
     }
 
     fn dispatch(&self, tag: CallTag, call: HttpCall) -> Result<(), Status> {
-        let addr = crate::calls::resolve_upstream(&call.upstream).ok_or(Status::BadArgument)?;
+        let addr = crate::upstreams::resolve_upstream(&call.upstream).ok_or(Status::BadArgument)?;
         let req = HttpRequest {
             headers: call.headers,
             body: call.body,

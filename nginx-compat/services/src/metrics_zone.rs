@@ -41,9 +41,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::exposition::{self, LabelPolicy, Series, Value};
-use crate::kv::{AttachError, Init};
 use crate::lock::lock;
 use crate::shm::SharedRegion;
+use crate::zone::{AttachError, Init};
 
 const LINE: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"TGMETRC1");
@@ -432,7 +432,7 @@ impl MetricsZone {
         Ok(z)
     }
 
-    fn header_values(&self, bytes: usize) -> [crate::header::Field; 11] {
+    fn header_values(&self, bytes: usize) -> [crate::zone::Field; 11] {
         [
             ("layout version", H_VERSION, u64::from(VERSION), false),
             ("line size", H_LINE, LINE as u64, false),
@@ -463,14 +463,14 @@ impl MetricsZone {
         if !self.region.zero(0, bytes) {
             return Err(MetricsError::Corrupt);
         }
-        if !crate::header::publish(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes)) {
+        if !crate::zone::publish(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes)) {
             return Err(MetricsError::Corrupt);
         }
         Ok(())
     }
 
     fn verify(&self, bytes: usize) -> Result<(), AttachError> {
-        crate::header::verify(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes))
+        crate::zone::verify(&self.region, H_MAGIC, MAGIC, &self.header_values(bytes))
     }
 
     fn f32(&self, off: usize) -> Result<&AtomicU32, MetricsError> {

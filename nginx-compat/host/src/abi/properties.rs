@@ -1,0 +1,160 @@
+//! Properties: `proxy_get_property` (set by filters first, then the host's own, then the
+//! embedding's [`PropertySource`](crate::stream::PropertySource)) and `proxy_set_property`.
+
+use crate::abi::core::{
+    ms, refused_growth, return_bytes, return_with, Def, State, C, INTERNAL_FAILURE,
+    INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
+};
+use crate::error::Error;
+use crate::mem;
+
+/// Defines this area's functions of module `env`.
+pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
+    d.env(
+        "proxy_get_property",
+        |mut c: C<'_>, path_ptr: u32, path_len: u32, ret_ptr: u32, ret_size: u32| -> R {
+            let Some((mem, state)) = ms(&mut c) else {
+                return Ok(INTERNAL_FAILURE);
+            };
+            let Some(path) = mem::slice(mem, path_ptr, path_len) else {
+                return Ok(INVALID_MEMORY_ACCESS);
+            };
+            // Set by a filter: copied straight from the state (the path is kept in a reused
+            // buffer while the guest allocates).
+            if let Some(len) = state.stream.properties.get(path).map(Vec::len) {
+                let mut key = std::mem::take(&mut state.scratch);
+                key.clear();
+                key.extend_from_slice(path);
+                let r = return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
+                    mem::copy(dst, s.stream.properties.get(&key)?)
+                });
+                c.data_mut().scratch = key;
+                return r;
+            }
+            if let Some(which) = state.builtin_property(path) {
+                let len = state.builtin(which).len();
+                return return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
+                    mem::copy(dst, s.builtin(which))
+                });
+            }
+            let value = match &state.stream.property_source {
+                Some(source) => source.property(path),
+                None => None,
+            };
+            match value {
+                Some(v) => return_bytes(&mut c, ret_ptr, ret_size, &v),
+                None => Ok(NOT_FOUND),
+            }
+        },
+    )?;
+    d.env(
+        "proxy_set_property",
+        |mut c: C<'_>, path_ptr: u32, path_len: u32, val_ptr: u32, val_len: u32| -> u32 {
+            let Some((mem, state)) = ms(&mut c) else {
+                return INTERNAL_FAILURE;
+            };
+            let (Some(path), Some(value)) = (
+                mem::slice(mem, path_ptr, path_len),
+                mem::slice(mem, val_ptr, val_len),
+            ) else {
+                return INVALID_MEMORY_ACCESS;
+            };
+            let held = state.stream.properties.iter().fold(0usize, |n, (k, v)| {
+                n.saturating_add(k.len()).saturating_add(v.len())
+            });
+            let extra = path.len().saturating_add(value.len());
+            if let Some(code) = refused_growth(state, "proxy_set_property", held, extra) {
+                return code;
+            }
+            match state.stream.properties.get_mut(path) {
+                Some(v) => {
+                    v.clear();
+                    v.extend_from_slice(value);
+                }
+                None => {
+                    state
+                        .stream
+                        .properties
+                        .insert(path.to_vec(), value.to_vec());
+                }
+            }
+            OK
+        },
+    )?;
+    Ok(())
+}
+
+impl State {
+    /// The host's own properties: `plugin_name`, `plugin_root_id` (the plugin name too) and
+    /// `plugin_vm_id`.
+    pub(crate) fn builtin_property(&self, path: &[u8]) -> Option<Builtin> {
+        match path {
+            b"plugin_name" | b"plugin_root_id" => Some(Builtin::PluginName),
+            b"plugin_vm_id" => Some(Builtin::VmId),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn builtin(&self, which: Builtin) -> &[u8] {
+        match which {
+            Builtin::PluginName => self.plugin_name().as_bytes(),
+            Builtin::VmId => self.vm_id.as_bytes(),
+        }
+    }
+}
+
+/// A property the host answers itself.
+#[derive(Clone, Copy)]
+pub(crate) enum Builtin {
+    PluginName,
+    VmId,
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn properties_builtins_and_returned_buffers() {
+        // on_configure reads the property named at 100 and logs it.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_property" (func $get (param i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "plugin_vm_id")
+               (data (i32.const 120) "plugin_name")
+               (func $show (param $p i32) (param $n i32)
+                 (if (i32.eqz (call $get (local.get $p) (local.get $n) (i32.const 200) (i32.const 204)))
+                   (then (drop (call $log (i32.const 2) (i32.load (i32.const 200)) (i32.load (i32.const 204)))))))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (call $show (i32.const 100) (i32.const 12))
+                 (call $show (i32.const 120) (i32.const 11))
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "my_vm", b"").unwrap();
+        vm.create_root("my_plugin", b"").unwrap();
+        let messages: Vec<_> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect();
+        assert_eq!(messages, ["my_vm", "my_plugin"]);
+    }
+}

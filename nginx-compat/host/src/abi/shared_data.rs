@@ -1,0 +1,48 @@
+//! Shared data (key-value with CAS tokens, shared by every `Vm` of the embedding):
+//! `proxy_get_shared_data`, `proxy_set_shared_data`.
+
+use crate::abi::core::{
+    code, ms, return_bytes, return_u32, status_of, Def, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS,
+    OK, R,
+};
+use crate::error::Error;
+use crate::mem;
+
+/// Defines this area's functions of module `env`.
+pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
+    d.env(
+        "proxy_get_shared_data",
+        |mut c: C<'_>, kp: u32, kl: u32, ret_ptr: u32, ret_size: u32, ret_cas: u32| -> R {
+            let Some((mem, state)) = ms(&mut c) else {
+                return Ok(INTERNAL_FAILURE);
+            };
+            let Some(key) = mem::slice(mem, kp, kl) else {
+                return Ok(INVALID_MEMORY_ACCESS);
+            };
+            match state.host.get_shared_data(key) {
+                Ok((value, cas)) => {
+                    let s = return_bytes(&mut c, ret_ptr, ret_size, &value)?;
+                    if s != OK {
+                        return Ok(s);
+                    }
+                    Ok(return_u32(&mut c, ret_cas, cas))
+                }
+                Err(s) => Ok(code(s)),
+            }
+        },
+    )?;
+    d.env(
+        "proxy_set_shared_data",
+        |mut c: C<'_>, kp: u32, kl: u32, vp: u32, vl: u32, cas: u32| -> u32 {
+            let Some((mem, state)) = ms(&mut c) else {
+                return INTERNAL_FAILURE;
+            };
+            let (Some(key), Some(value)) = (mem::slice(mem, kp, kl), mem::slice(mem, vp, vl))
+            else {
+                return INVALID_MEMORY_ACCESS;
+            };
+            status_of(state.host.set_shared_data(key, value, cas))
+        },
+    )?;
+    Ok(())
+}

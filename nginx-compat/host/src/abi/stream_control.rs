@@ -1,0 +1,158 @@
+//! Stream control: local responses (`proxy_send_local_response`), resuming a paused stream
+//! (`proxy_continue_stream` and its 0.2.0 names), `proxy_close_stream`,
+//! `proxy_set_effective_context`, and the no-ops `proxy_clear_route_cache` and `proxy_done`.
+
+use crate::abi::core::{
+    ms, refused_map, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, OK,
+};
+use crate::context_ids::HttpId;
+use crate::error::Error;
+use crate::mem;
+use crate::stream::LocalResponse;
+
+/// Defines this area's functions of module `env`.
+pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
+    // `proxy_send_http_response` is the same function's later name (ngx_wasm_module).
+    let send = |mut c: C<'_>,
+                status: u32,
+                dp: u32,
+                dl: u32,
+                bp: u32,
+                bl: u32,
+                hp: u32,
+                hl: u32,
+                _grpc_status: i32|
+     -> u32 {
+        let Some((mem, state)) = ms(&mut c) else {
+            return INTERNAL_FAILURE;
+        };
+        let (Some(details), Some(body), Some(headers)) = (
+            mem::slice(mem, dp, dl),
+            mem::slice(mem, bp, bl),
+            mem::slice(mem, hp, hl),
+        ) else {
+            return INVALID_MEMORY_ACCESS;
+        };
+        let Some(headers) = mem::deserialize(headers, true) else {
+            return BAD_ARGUMENT;
+        };
+        if let Some(code) = refused_map(state, "proxy_send_local_response", &headers) {
+            return code;
+        }
+        state.stream.local_response = Some(LocalResponse {
+            status,
+            details: details.to_vec(),
+            body: body.to_vec(),
+            headers,
+        });
+        OK
+    };
+    d.env("proxy_send_local_response", send)?;
+    d.env("proxy_send_http_response", send)?;
+    let resume = |c: &mut C<'_>| -> u32 {
+        let state = c.data_mut();
+        let target = state.effective;
+        if state.stream_loaded && target == state.current {
+            state.stream.resumed = true;
+            return OK;
+        }
+        if state.is_root(target) || !state.contexts.contains_key(&target) {
+            return BAD_ARGUMENT;
+        }
+        if !state.resumed.iter().any(|h| h.0 == target) {
+            state.resumed.push(HttpId(target));
+        }
+        OK
+    };
+    d.env(
+        "proxy_continue_stream",
+        move |mut c: C<'_>, _t: u32| -> u32 { resume(&mut c) },
+    )?;
+    d.env("proxy_continue_request", move |mut c: C<'_>| -> u32 {
+        resume(&mut c)
+    })?;
+    d.env("proxy_continue_response", move |mut c: C<'_>| -> u32 {
+        resume(&mut c)
+    })?;
+    d.env("proxy_close_stream", |mut c: C<'_>, _t: u32| -> u32 {
+        let state = c.data_mut();
+        if state.stream_loaded && state.effective == state.current {
+            state.stream.closed = true;
+            OK
+        } else {
+            BAD_ARGUMENT
+        }
+    })?;
+    d.env("proxy_clear_route_cache", |_c: C<'_>| -> u32 { OK })?;
+    d.env("proxy_done", |_c: C<'_>| -> u32 { OK })?;
+    d.env(
+        "proxy_set_effective_context",
+        |mut c: C<'_>, id: u32| -> u32 {
+            let state = c.data_mut();
+            match state.contexts.get(&id) {
+                Some(&index) => {
+                    state.effective = id;
+                    state.root_index = index;
+                    OK
+                }
+                None => BAD_ARGUMENT,
+            }
+        },
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn continue_from_a_root_callback_is_recorded_for_take_resumed() {
+        // The module remembers the last HTTP context and, on tick, makes it effective and resumes it.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_set_effective_context" (func $eff (param i32) (result i32)))
+               (import "env" "proxy_continue_stream" (func $cont (param i32) (result i32)))
+               (import "env" "proxy_set_tick_period_milliseconds" (func $tick (param i32) (result i32)))"#,
+            r#"(global $http (mut i32) (i32.const 0))
+               (func (export "proxy_on_context_create") (param $id i32) (param $parent i32)
+                 (if (local.get $parent) (then (global.set $http (local.get $id)))))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (i32.eqz (call $tick (i32.const 250))))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (i32.const 1))
+               (func (export "proxy_on_tick") (param i32)
+                 (if (i32.eqz (call $eff (global.get $http)))
+                   (then (drop (call $cont (i32.const 0))))))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        assert_eq!(vm.tick_period_ms(root), 250);
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream::default();
+        assert_eq!(
+            vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+                .unwrap(),
+            Action::Pause
+        );
+        assert!(vm.take_resumed().is_empty());
+        vm.on_tick(root).unwrap();
+        assert_eq!(vm.take_resumed(), [HttpId(id.0)]);
+        assert!(vm.take_resumed().is_empty());
+    }
+}

@@ -1,0 +1,125 @@
+//! What the embedding provides to the host ([`Host`]: logging, shared data, metrics, shared
+//! queues, HTTP calls) and the ABI's value types those calls carry.
+
+use crate::stream::HeaderMap;
+
+/// proxy-wasm `WasmResult` status codes (spec: `proxy_status_t`), what host functions return to
+/// the guest. (The host also returns `InvalidMemoryAccess` = 6 for a guest pointer out of
+/// bounds; the [`Host`] trait never needs it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok = 0,
+    NotFound = 1,
+    BadArgument = 2,
+    SerializationFailure = 3,
+    ParseFailure = 4,
+    Empty = 7,
+    CasMismatch = 8,
+    InternalFailure = 10,
+    Unimplemented = 12,
+}
+
+/// proxy-wasm log levels (spec: `proxy_log_level_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace = 0,
+    Debug = 1,
+    Info = 2,
+    Warn = 3,
+    Error = 4,
+    Critical = 5,
+}
+
+impl LogLevel {
+    /// The level of an ABI value; values above `Critical` are `Critical`.
+    pub fn from_u32(v: u32) -> LogLevel {
+        match v {
+            0 => LogLevel::Trace,
+            1 => LogLevel::Debug,
+            2 => LogLevel::Info,
+            3 => LogLevel::Warn,
+            4 => LogLevel::Error,
+            _ => LogLevel::Critical,
+        }
+    }
+}
+
+/// proxy-wasm metric types (spec: `proxy_metric_type_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter = 0,
+    Gauge = 1,
+    Histogram = 2,
+}
+
+/// A request dispatched with `proxy_http_call`; the embedding performs it without
+/// blocking and later calls [`Vm::on_http_call_response`] with the same `token`.
+/// `headers` include the pseudo-headers `:method`, `:path`, `:authority` (checked present, as
+/// Envoy does); `timeout_ms` is the guest's timeout in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    pub token: u32,
+    pub upstream: String,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+    pub trailers: HeaderMap,
+    pub timeout_ms: u32,
+}
+
+/// The response of an [`HttpCall`]; `None` in [`Vm::on_http_call_response`] means it failed
+/// (connect error, timeout): the ABI then reports 0 headers and an empty body.
+/// `headers` carry the status as `:status`, like Envoy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpCallResponse {
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+    pub trailers: HeaderMap,
+}
+
+/// What the embedding provides to every `Vm` of a worker.
+pub trait Host {
+    /// A log line of a plugin (`proxy_log`, and WASI stdout (Info) / stderr (Error) lines).
+    fn log(&self, level: LogLevel, plugin_name: &str, message: &str);
+    /// Minimum level that reaches `log` (`proxy_get_log_level`); lower levels are dropped by
+    /// the host before `log`.
+    fn log_level(&self) -> LogLevel {
+        LogLevel::Info
+    }
+    /// `proxy_get_shared_data`: value and CAS token; `Err(NotFound)` for a missing key.
+    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status>;
+    /// `proxy_set_shared_data`. CAS semantics are the embedding's to document
+    /// ([`testing::MemoryHost`] follows ngx_wasm_module: `Err(CasMismatch)` unless `cas` is
+    /// the key's current token; a new key accepts any `cas`).
+    fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status>;
+    /// `proxy_define_metric`: the id of the metric `name` (the same id for the same name).
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Result<u32, Status>;
+    /// `proxy_increment_metric` (counters and gauges; `delta` may be negative for gauges).
+    fn increment_metric(&self, id: u32, delta: i64) -> Result<(), Status>;
+    /// `proxy_record_metric` (gauges: set; histograms: record a sample).
+    fn record_metric(&self, id: u32, value: u64) -> Result<(), Status>;
+    /// `proxy_get_metric`.
+    fn get_metric(&self, id: u32) -> Result<u64, Status>;
+    /// `proxy_register_shared_queue`: the queue's id. The `Vm` remembers which root context
+    /// registered it, for [`Vm::on_queue_ready`].
+    fn register_shared_queue(&self, name: &str) -> Result<u32, Status> {
+        let _ = name;
+        Err(Status::Unimplemented)
+    }
+    /// `proxy_resolve_shared_queue`.
+    fn resolve_shared_queue(&self, vm_id: &str, name: &str) -> Result<u32, Status> {
+        let _ = (vm_id, name);
+        Err(Status::Unimplemented)
+    }
+    /// `proxy_enqueue_shared_queue`.
+    fn enqueue_shared_queue(&self, id: u32, value: &[u8]) -> Result<(), Status> {
+        let _ = (id, value);
+        Err(Status::Unimplemented)
+    }
+    /// `proxy_dequeue_shared_queue`: `Err(Empty)` when the queue is empty.
+    fn dequeue_shared_queue(&self, id: u32) -> Result<Vec<u8>, Status> {
+        let _ = id;
+        Err(Status::Unimplemented)
+    }
+    /// Start an HTTP call; Err(BadArgument) for an unknown upstream.
+    fn dispatch_http_call(&self, call: HttpCall) -> Result<(), Status>;
+}

@@ -1,0 +1,156 @@
+//! Compiling modules: [`Engine`] and [`Module`].
+
+use wasmtime::InstancePre;
+
+use crate::abi::core::State;
+use crate::error::Error;
+use crate::limits::EpochTicker;
+use crate::link;
+
+/// The proxy-wasm ABI version a module exports (`proxy_abi_version_0_2_1` or `_0_2_0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbiVersion {
+    V0_2_0,
+    V0_2_1,
+}
+
+/// Compiles modules. One per process (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    engine: wasmtime::Engine,
+}
+
+/// A compiled module (cheap to clone): the wasmtime module pre-linked with the host functions.
+#[derive(Clone)]
+pub struct Module {
+    pub(crate) pre: InstancePre<State>,
+    abi: AbiVersion,
+}
+
+impl Engine {
+    /// Cranelift at opt level `speed`, no parallel compilation (wasmtime is built without its
+    /// `parallel-compilation` feature, so no thread is ever started: safe to call in the nginx
+    /// master before fork), signals-based traps (guard pages instead of bounds checks).
+    pub fn new() -> Result<Engine, Error> {
+        let mut config = wasmtime::Config::new();
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // Every call into a guest has a deadline (limits.rs): compiled code checks the epoch.
+        config.epoch_interruption(!cfg!(feature = "unbounded-guests"));
+        let engine =
+            wasmtime::Engine::new(&config).map_err(|e| Error::wasm("wasmtime engine", &e))?;
+        Ok(Engine { engine })
+    }
+
+    /// Starts a thread that advances this engine's epoch every [`EPOCH_TICK`] until the
+    /// returned ticker is dropped: the clock of every guest deadline ([`GuestLimits`]).
+    pub fn start_epoch_ticker(&self) -> Result<EpochTicker, Error> {
+        EpochTicker::start(self.engine.clone())
+    }
+
+    /// Compile a `.wasm` file; checks that it exports a supported proxy-wasm ABI version and
+    /// that every import can be linked (see [`Engine::compile`]).
+    pub fn compile_file(&self, path: &std::path::Path) -> Result<Module, Error> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
+        self.compile(&bytes)
+            .map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+    }
+
+    /// Compile a module from its binary. Errors: not Wasm, no `proxy_abi_version_0_2_1` /
+    /// `proxy_abi_version_0_2_0` export (0.1.0 is not supported), no exported `memory`, or an
+    /// import outside the modules `env` (unknown names there are linked to a stub returning
+    /// `Unimplemented`) and `wasi_snapshot_preview1` (unknown names return `ENOSYS`), or an
+    /// import whose type differs from the ABI's.
+    pub fn compile(&self, wasm: &[u8]) -> Result<Module, Error> {
+        let module = wasmtime::Module::new(&self.engine, wasm)
+            .map_err(|e| Error::wasm("cannot compile the module", &e))?;
+        let has =
+            |name: &str| matches!(module.get_export(name), Some(wasmtime::ExternType::Func(_)));
+        let abi = if has("proxy_abi_version_0_2_1") {
+            AbiVersion::V0_2_1
+        } else if has("proxy_abi_version_0_2_0") {
+            AbiVersion::V0_2_0
+        } else if has("proxy_abi_version_0_1_0") {
+            return Err(Error(
+                "proxy-wasm ABI 0.1.0 is not supported (0.2.0 and 0.2.1 are)".into(),
+            ));
+        } else {
+            return Err(Error(
+                "not a proxy-wasm module: no proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 export"
+                    .into(),
+            ));
+        };
+        if !matches!(
+            module.get_export("memory"),
+            Some(wasmtime::ExternType::Memory(_))
+        ) {
+            return Err(Error(
+                "the module exports no memory named \"memory\"".into(),
+            ));
+        }
+        let linker = link::linker(&self.engine, &module)?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|e| Error::wasm("cannot link the module", &e))?;
+        Ok(Module { pre, abi })
+    }
+}
+
+impl Module {
+    /// The ABI version the module exports.
+    pub fn abi_version(&self) -> AbiVersion {
+        self.abi
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::string_slice,
+    clippy::arithmetic_side_effects,
+    unused_imports
+)]
+mod tests {
+    //! Hand-written modules (WAT) on the edges of this part of the ABI.
+    use std::rc::Rc;
+
+    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::MemoryHost;
+    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn abi_0_2_0_is_detected_and_runs() {
+        let m = compile(&wat(
+            "0_2_0",
+            LOG,
+            r#"(data (i32.const 100) "configured")
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (drop (call $log (i32.const 2) (i32.const 100) (i32.const 10)))
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        assert_eq!(m.abi_version(), AbiVersion::V0_2_0);
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("p", b"{}").unwrap();
+        let logs = host.logs.borrow();
+        assert_eq!(logs.len(), 1);
+        assert_eq!(logs[0].message, "configured");
+        assert_eq!(logs[0].plugin, "p");
+        assert_eq!(logs[0].level, LogLevel::Info);
+    }
+    #[test]
+    fn non_proxy_wasm_and_old_abi_are_refused() {
+        let err = compile(&wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap())
+            .err()
+            .unwrap();
+        assert!(err.0.contains("proxy_abi_version"), "{err}");
+        let err = compile(&wat("0_1_0", "", "")).err().unwrap();
+        assert!(err.0.contains("0.1.0"), "{err}");
+        assert!(compile(b"not wasm").is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! The per-request state a chain of filters shares ([`Stream`]), what it is made of, and the
+//! stream callbacks ([`StreamCallback`]) that see it.
+
+/// What a filter callback returned (spec: `proxy_action_t`): 0 is `Continue`, anything else
+/// (`Pause`, Envoy's `StopAllIteration*`) is `Pause`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    Pause,
+}
+
+/// Header map (spec: `proxy_map_type_t` values), names lower-case, in order; duplicates allowed.
+pub type HeaderMap = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A local response requested with `proxy_send_local_response`: HTTP status, the details
+/// string (Envoy's response code details), the body and extra headers (names lower-case).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalResponse {
+    pub status: u32,
+    pub details: Vec<u8>,
+    pub body: Vec<u8>,
+    pub headers: HeaderMap,
+}
+
+/// Properties computed on demand by the embedding (e.g. `request.path`, `source.address`,
+/// `response.code`). `path` is the property path as the ABI passes it, segments joined by `\0`
+/// (e.g. `b"request\0path"`). Values use Envoy's encodings (strings as bytes, integers as
+/// 8-byte little-endian where Envoy does so; the Tollgate filters parse decimal text too).
+pub trait PropertySource {
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
+}
+
+/// Per-request state shared by the filters of a chain.
+#[derive(Default)]
+pub struct Stream {
+    pub request_headers: HeaderMap,
+    pub request_trailers: HeaderMap,
+    pub response_headers: HeaderMap,
+    pub response_trailers: HeaderMap,
+    /// The body chunk the current `on_*_body` callback sees (`proxy_get_buffer_bytes` of
+    /// `HttpRequestBody`/`HttpResponseBody`); filters may replace it.
+    pub request_body: Vec<u8>,
+    pub response_body: Vec<u8>,
+    /// Set when a filter changed the corresponding map or buffer, so the embedding copies back.
+    pub request_headers_changed: bool,
+    pub request_trailers_changed: bool,
+    pub response_headers_changed: bool,
+    pub response_trailers_changed: bool,
+    pub request_body_changed: bool,
+    pub response_body_changed: bool,
+    /// Properties set by filters (`proxy_set_property`), keyed by `\0`-joined path; read first.
+    pub properties: rustc_hash::FxHashMap<Vec<u8>, Vec<u8>>,
+    /// Fallback for properties the filters did not set.
+    pub property_source: Option<Box<dyn PropertySource>>,
+    /// Set by `proxy_send_local_response`; the embedding sends it and stops the chain.
+    pub local_response: Option<LocalResponse>,
+    /// Set by `proxy_continue_stream` (resume after `Action::Pause`).
+    pub resumed: bool,
+    /// Set by `proxy_close_stream` (Envoy resets the stream): the embedding closes the
+    /// connection (nginx: 444) or fails the request. (Added to the contract.)
+    pub closed: bool,
+    /// Set by an embedding that never has request trailers (nginx discards them): the map
+    /// reads as empty and writes to it return `BadArgument`, Envoy's status for a trailer map
+    /// the stream does not have. (Added.)
+    pub request_trailers_unavailable: bool,
+}
+
+/// The HTTP stream callbacks a module may export (proxy-wasm ABI 0.2.1, `proxy_on_<name>`). Every
+/// one is optional: a host skips the callback a module does not export, as proxy-wasm-cpp-host
+/// (Envoy) and ngx_wasm_module do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamCallback {
+    /// `proxy_on_request_headers`.
+    RequestHeaders,
+    /// `proxy_on_request_body`.
+    RequestBody,
+    /// `proxy_on_request_trailers`.
+    RequestTrailers,
+    /// `proxy_on_response_headers`.
+    ResponseHeaders,
+    /// `proxy_on_response_body`.
+    ResponseBody,
+    /// `proxy_on_response_trailers`.
+    ResponseTrailers,
+    /// `proxy_on_log`.
+    Log,
+    /// `proxy_on_done`.
+    Done,
+}
+
+impl StreamCallback {
+    /// The export's name: `proxy_on_<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamCallback::RequestHeaders => "proxy_on_request_headers",
+            StreamCallback::RequestBody => "proxy_on_request_body",
+            StreamCallback::RequestTrailers => "proxy_on_request_trailers",
+            StreamCallback::ResponseHeaders => "proxy_on_response_headers",
+            StreamCallback::ResponseBody => "proxy_on_response_body",
+            StreamCallback::ResponseTrailers => "proxy_on_response_trailers",
+            StreamCallback::Log => "proxy_on_log",
+            StreamCallback::Done => "proxy_on_done",
+        }
+    }
+
+    /// Every stream callback, in the order of a request.
+    pub const ALL: [StreamCallback; 8] = [
+        StreamCallback::RequestHeaders,
+        StreamCallback::RequestBody,
+        StreamCallback::RequestTrailers,
+        StreamCallback::ResponseHeaders,
+        StreamCallback::ResponseBody,
+        StreamCallback::ResponseTrailers,
+        StreamCallback::Log,
+        StreamCallback::Done,
+    ];
+}

@@ -1,0 +1,64 @@
+//! Host tests of cost.
+
+use super::*;
+
+#[test]
+fn cost_prices_an_openai_response() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("cost", &host);
+    let config = r#"{"prices": {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07,
+        "output_cost_per_token": 6e-07}}, "tenant": {"unverified_header": "x-jwt-sub"}}"#;
+    let root = vm.create_root("cost", config.as_bytes()).unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("POST", "/v1/chat/completions", &[("x-jwt-sub", "alice")]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, false)
+            .unwrap(),
+        Action::Continue
+    );
+    s.request_body = br#"{"model":"gpt-4o-mini","messages":[]}"#.to_vec();
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestBody, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    s.response_headers = h(&[(":status", "200"), ("content-type", "application/json")]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, false)
+            .unwrap(),
+        Action::Continue
+    );
+    let body = br#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":500,"total_tokens":1500}}"#;
+    // In two chunks.
+    let (first, second) = body.split_at(40);
+    s.response_body = first.to_vec();
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseBody, id, &mut s, false)
+            .unwrap(),
+        Action::Continue
+    );
+    s.response_body = second.to_vec();
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseBody, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    assert!(!s.response_body_changed, "the body passes unchanged");
+    assert_eq!(
+        property(&s, "tollgate.cost.status"),
+        Some("priced"),
+        "logs:\n{}",
+        host.log_text()
+    );
+    assert_eq!(property(&s, "tollgate.cost.model"), Some("gpt-4o-mini"));
+    assert_eq!(property(&s, "tollgate.cost.tenant"), Some("alice"));
+    assert_eq!(property(&s, "tollgate.cost.input_tokens"), Some("1000"));
+    assert_eq!(property(&s, "tollgate.cost.output_tokens"), Some("500"));
+    // 1000 * 150 + 500 * 600 nano-USD.
+    assert_eq!(property(&s, "tollgate.cost.cost_nano_usd"), Some("450000"));
+    vm.on_log_and_delete(id, &mut s).unwrap();
+    assert!(
+        !host.shared.borrow().is_empty(),
+        "spend booked in shared data"
+    );
+}

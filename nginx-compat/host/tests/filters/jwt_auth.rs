@@ -1,0 +1,260 @@
+//! Host tests of jwt-auth, with the plugin configuration of envoy/gateway.yaml.
+
+use super::*;
+
+pub(crate) const SECRET: &str = "tollgate-demo-secret-change-me-0123456789";
+
+pub(crate) fn gateway_jwt_config() -> String {
+    let yaml = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../envoy/gateway.yaml"),
+    )
+    .unwrap();
+    // The JSON block under `value: |`, indented.
+    let start = yaml
+        .find("value: |")
+        .expect("gateway.yaml has a plugin configuration");
+    let rest = &yaml[start..];
+    let open = rest.find('{').unwrap();
+    let mut depth = 0;
+    let mut end = 0;
+    for (i, c) in rest[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = open + i + 1;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let json = &rest[open..end];
+    assert!(json.contains("hmac_secrets") && json.contains(SECRET));
+    json.to_owned()
+}
+
+pub(crate) fn hs256(claims: &str, secret: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = b64.encode(r#"{"alg":"HS256","typ":"JWT","kid":"demo"}"#);
+    let payload = b64.encode(claims);
+    let input = format!("{header}.{payload}");
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(input.as_bytes());
+    let sig = b64.encode(mac.finalize().into_bytes());
+    format!("{input}.{sig}")
+}
+
+pub(crate) fn demo_claims() -> String {
+    let now = now_secs();
+    format!(
+        r#"{{"iss":"https://demo.tollgate.local","aud":"demo-api","sub":"alice","role":"admin","iat":{now},"exp":{}}}"#,
+        now + 3600
+    )
+}
+
+#[test]
+fn jwt_auth_without_token_is_401() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let root = vm
+        .create_root("jwt_auth", gateway_jwt_config().as_bytes())
+        .unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/api/things", &[]);
+    let action = vm
+        .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
+    assert_eq!(action, Action::Pause);
+    let local = s.local_response.as_ref().expect("a local response");
+    assert_eq!(local.status, 401);
+    let www = header(&local.headers, "www-authenticate").expect("www-authenticate");
+    assert!(www.starts_with("Bearer realm=\"tollgate\""), "{www}");
+    assert_eq!(
+        property(&s, "tollgate.jwt_auth.result"),
+        Some("missing_token")
+    );
+    vm.on_log_and_delete(id, &mut s).unwrap();
+    assert!(!vm.is_poisoned());
+    // The refusal is counted through the metrics ABI.
+    assert_eq!(
+        host.metric("tollgate_jwt_auth_requests_total.result.missing_token"),
+        Some(1),
+        "metrics: {:?}",
+        host.metric_names()
+    );
+}
+
+#[test]
+fn jwt_auth_valid_hs256_token_sets_claim_headers() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let root = vm
+        .create_root("jwt_auth", gateway_jwt_config().as_bytes())
+        .unwrap();
+    let token = hs256(&demo_claims(), SECRET);
+    // Twice: the second request takes the verified-token cache.
+    for _ in 0..2 {
+        let id = vm.create_http(root).unwrap();
+        let auth = format!("Bearer {token}");
+        let mut s = request(
+            "GET",
+            "/api/things",
+            &[("authorization", &auth), ("x-jwt-sub", "forged")],
+        );
+        let action = vm
+            .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert_eq!(action, Action::Continue, "logs:\n{}", host.log_text());
+        assert!(s.local_response.is_none());
+        assert!(s.request_headers_changed);
+        assert_eq!(header(&s.request_headers, "x-jwt-sub"), Some("alice"));
+        assert_eq!(header(&s.request_headers, "x-jwt-role"), Some("admin"));
+        assert_eq!(
+            s.request_headers
+                .iter()
+                .filter(|(k, _)| k == b"x-jwt-sub")
+                .count(),
+            1,
+            "the forged copy is replaced"
+        );
+        assert!(header(&s.request_headers, "x-jwt-payload").is_some());
+        assert_eq!(
+            header(&s.request_headers, "authorization"),
+            None,
+            "token header removed"
+        );
+        assert_eq!(property(&s, "tollgate.jwt_auth.result"), Some("ok"));
+        vm.on_log_and_delete(id, &mut s).unwrap();
+    }
+}
+
+#[test]
+fn jwt_auth_wrong_secret_and_bypass() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let root = vm
+        .create_root("jwt_auth", gateway_jwt_config().as_bytes())
+        .unwrap();
+    let token = hs256(&demo_claims(), "another-secret-of-sufficient-length-0123");
+    let id = vm.create_http(root).unwrap();
+    let auth = format!("Bearer {token}");
+    let mut s = request("GET", "/api", &[("authorization", &auth)]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Pause
+    );
+    let local = s.local_response.as_ref().unwrap();
+    assert_eq!(local.status, 401);
+    assert!(header(&local.headers, "www-authenticate")
+        .unwrap()
+        .contains("invalid_token"));
+    assert!(std::str::from_utf8(&local.body).unwrap().contains("error"));
+    vm.on_log_and_delete(id, &mut s).unwrap();
+
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/healthz", &[]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    assert_eq!(property(&s, "tollgate.jwt_auth.result"), Some("bypass"));
+    vm.on_log_and_delete(id, &mut s).unwrap();
+}
+
+#[test]
+fn jwt_auth_bad_configuration_fails_create_root() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let err = vm
+        .create_root("jwt_auth", br#"{"providers": {"demo": {"issuer": 5}}}"#)
+        .unwrap_err();
+    assert!(err.0.contains("proxy_on_configure"), "{err}");
+    assert!(host.logged("jwt-auth"), "logs:\n{}", host.log_text());
+    assert!(!vm.is_poisoned());
+    // The Vm stays usable for a good configuration.
+    vm.create_root("jwt_auth", gateway_jwt_config().as_bytes())
+        .unwrap();
+}
+
+#[test]
+fn jwt_auth_remote_jwks_over_http_call() {
+    let vectors: serde_like::Value = serde_like::parse(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../plugins/jwt-auth/testdata/vectors.json"),
+        )
+        .unwrap(),
+    );
+    let jwks = vectors.field("jwks");
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let config = r#"{"providers": {"main": {"issuer": "https://issuer.test",
+        "remote_jwks": {"cluster": "idp", "path": "/jwks.json", "authority": "idp.test"}}}}"#;
+    let root = vm.create_root("jwt_auth", config.as_bytes()).unwrap();
+    assert!(vm.tick_period_ms(root) > 0);
+    vm.on_tick(root).unwrap();
+    let calls = host.calls.borrow().clone();
+    assert_eq!(calls.len(), 1, "logs:\n{}", host.log_text());
+    let call = &calls[0];
+    assert_eq!(call.upstream, "idp");
+    assert_eq!(header(&call.headers, ":path"), Some("/jwks.json"));
+    assert_eq!(header(&call.headers, ":authority"), Some("idp.test"));
+    assert!(call.timeout_ms > 0);
+    let response = HttpCallResponse {
+        headers: h(&[(":status", "200"), ("content-type", "application/json")]),
+        body: jwks.into_bytes(),
+        trailers: Vec::new(),
+    };
+    vm.on_http_call_response(call.token, Some(response))
+        .unwrap();
+    assert!(host.logged("installed JWKS"), "logs:\n{}", host.log_text());
+    // A failed call is reported with no headers and no body, without trapping.
+    vm.on_http_call_response(12345, None).unwrap();
+    assert!(!vm.is_poisoned());
+}
+
+/// Just enough JSON to cut a sub-object out of the vectors file as text.
+mod serde_like {
+    pub struct Value(String);
+    pub fn parse(text: &str) -> Value {
+        Value(text.to_owned())
+    }
+    impl Value {
+        /// The raw text of the object value of `"name": {...}` at top level.
+        pub fn field(&self, name: &str) -> String {
+            let key = format!("\"{name}\"");
+            let at = self.0.find(&key).unwrap() + key.len();
+            let open = at + self.0[at..].find('{').unwrap();
+            let mut depth = 0;
+            let mut in_str = false;
+            let mut escaped = false;
+            for (i, c) in self.0[open..].char_indices() {
+                if in_str {
+                    match (escaped, c) {
+                        (true, _) => escaped = false,
+                        (false, '\\') => escaped = true,
+                        (false, '"') => in_str = false,
+                        _ => {}
+                    }
+                    continue;
+                }
+                match c {
+                    '"' => in_str = true,
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return self.0[open..open + i + 1].to_owned();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            panic!("unterminated object");
+        }
+    }
+}

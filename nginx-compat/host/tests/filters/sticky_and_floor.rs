@@ -1,0 +1,78 @@
+//! Host tests of sticky-upstream and the Wasm floor: they load and pass requests.
+
+use super::*;
+
+/// scripts/build.sh trims each module to the stream callbacks its crate declares
+/// (tools/trim-callbacks); the host sees exactly those, and a callback a module lacks continues.
+#[test]
+fn trimmed_modules_export_only_their_declared_callbacks() {
+    use StreamCallback::*;
+    let all = StreamCallback::ALL;
+    let cases: [(&str, &[StreamCallback]); 7] = [
+        ("wasm_floor", &[RequestHeaders]),
+        ("wasm_floor_all_callbacks", &all),
+        ("jwt_auth", &[RequestHeaders]),
+        ("rate_limit", &[RequestHeaders, ResponseHeaders]),
+        ("sticky_upstream", &[RequestHeaders, ResponseHeaders]),
+        ("metrics", &[RequestHeaders, Log]),
+        (
+            "cost",
+            &[
+                RequestHeaders,
+                RequestBody,
+                ResponseHeaders,
+                ResponseBody,
+                Log,
+            ],
+        ),
+    ];
+    let host = Rc::new(MemoryHost::new());
+    for (filter, declared) in cases {
+        let vm = vm(filter, &host);
+        let exported: Vec<StreamCallback> = all
+            .into_iter()
+            .filter(|cb| vm.exports_callback(*cb))
+            .collect();
+        assert_eq!(exported, declared, "{filter}");
+    }
+    // The trimmed floor answers Continue to a body callback it does not export.
+    let mut vm = vm("wasm_floor", &host);
+    let root = vm.create_root("floor", b"").unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/", &[]);
+    s.response_body = b"body".to_vec();
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseBody, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    vm.on_log_and_delete(id, &mut s).unwrap();
+}
+
+#[test]
+fn wasm_floor_passes_requests() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("wasm_floor", &host);
+    let root = vm.create_root("floor", b"").unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/", &[]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    s.response_headers = h(&[(":status", "200")]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    vm.on_log_and_delete(id, &mut s).unwrap();
+}
+
+#[test]
+fn sticky_upstream_loads_and_refuses_bad_configuration() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("sticky_upstream", &host);
+    assert!(vm.create_root("sticky", b"{\"nope\": 1}").is_err());
+}

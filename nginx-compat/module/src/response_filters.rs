@@ -1,0 +1,203 @@
+//! The response side of the chain, as nginx output filters: `on_response_headers` in the
+//! header filter, `on_response_body` (and `on_response_trailers` with the last chunk) in the
+//! body filter. A failure there fails closed: the response is replaced by a 500 (headers) or
+//! cut (body).
+
+use ngx::ffi::{
+    ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_output_header_filter_pt,
+    ngx_http_request_t, ngx_int_t,
+};
+
+use crate::base::{ngx_http_tollgate_wasm_module, rc};
+use crate::request::{get_ctx, Outcome, RequestCtx, ResponseFailure};
+use crate::timers::run_chain;
+use crate::util::{level, log};
+
+static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
+static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
+
+/// Puts the filters at the top of nginx's header and body filter chains (postconfiguration).
+///
+/// # Safety
+/// Only from the HTTP module's postconfiguration, on nginx's main thread.
+pub(crate) unsafe fn install() {
+    // SAFETY: as the caller guarantees: nginx's filter chains are set up there.
+    unsafe {
+        NEXT_HEADER_FILTER = nginx_sys::ngx_http_top_header_filter;
+        nginx_sys::ngx_http_top_header_filter = Some(header_filter);
+        NEXT_BODY_FILTER = nginx_sys::ngx_http_top_body_filter;
+        nginx_sys::ngx_http_top_body_filter = Some(body_filter);
+    }
+}
+
+unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: a live request in the header filter chain.
+    unsafe {
+        let next = NEXT_HEADER_FILTER;
+        let call_next = |r| match next {
+            Some(f) => f(r),
+            None => rc::ERROR,
+        };
+        let Some(ctx) = get_ctx(r) else {
+            return call_next(r);
+        };
+        if ctx.started == 0 || ctx.finished || ctx.response_failed.is_some() {
+            return call_next(r);
+        }
+        ctx.stream.response_headers = crate::headers::response_map(r);
+        ctx.stream.response_trailers = crate::headers::trailers_map(r);
+        let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
+        if eos {
+            ctx.resp_eos = true;
+        }
+        let out = run_chain(|w| ctx.response_headers(w, eos));
+        match out {
+            Outcome::Local(_) => log(
+                level::WARN,
+                (*(*r).connection).log,
+                "tollgate: a local response after the response headers is not supported; ignored",
+            ),
+            Outcome::Failed => {
+                // Fail closed: the response is replaced by a 500 (as nginx's own filters do on
+                // an error in their header filter), never passed on without the filter.
+                ctx.response_failed = Some(ResponseFailure::Replaced);
+                log(
+                    level::ERR,
+                    (*(*r).connection).log,
+                    "tollgate: on_response_headers failed: answering 500 instead of the response",
+                );
+                return nginx_sys::ngx_http_filter_finalize_request(
+                    r,
+                    &raw mut ngx_http_tollgate_wasm_module,
+                    rc::HTTP_INTERNAL_SERVER_ERROR,
+                );
+            }
+            _ => {}
+        }
+        if std::mem::take(&mut ctx.stream.response_headers_changed) {
+            if let Err(e) = crate::headers::apply_response_map(r, &ctx.stream.response_headers) {
+                log(
+                    level::ERR,
+                    (*(*r).connection).log,
+                    &format!("tollgate: response headers: {e}"),
+                );
+            }
+        }
+        // A filter that sets trailers with the headers announces them, as `add_trailer` does:
+        // nginx then chunks an HTTP/1.1 response (dropping its Content-Length) to carry them.
+        // Trailers first set later reach HTTP/1.1 clients only if the response is chunked anyway.
+        let announced =
+            ctx.stream.response_trailers_changed && !ctx.stream.response_trailers.is_empty();
+        apply_trailers_if_changed(r, ctx);
+        if announced {
+            (*r).set_expect_trailers(1);
+        }
+        call_next(r)
+    }
+}
+
+/// Writes the response trailers back to `headers_out.trailers` when a filter changed them.
+unsafe fn apply_trailers_if_changed(r: *mut ngx_http_request_t, ctx: &mut RequestCtx) {
+    if !std::mem::take(&mut ctx.stream.response_trailers_changed) {
+        return;
+    }
+    // SAFETY: a live main request in a response filter, before its last buffer went on.
+    unsafe {
+        if let Err(e) = crate::headers::apply_trailers(r, &ctx.stream.response_trailers) {
+            log(
+                level::ERR,
+                (*(*r).connection).log,
+                &format!("tollgate: response trailers: {e}"),
+            );
+        }
+    }
+}
+
+unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: a live request in the body filter chain.
+    unsafe {
+        let next = NEXT_BODY_FILTER;
+        let call_next = |r, c| match next {
+            Some(f) => f(r, c),
+            None => rc::ERROR,
+        };
+        if chain.is_null() {
+            return call_next(r, chain);
+        }
+        let Some(ctx) = get_ctx(r) else {
+            return call_next(r, chain);
+        };
+        match ctx.response_failed {
+            Some(ResponseFailure::Cut) => {
+                crate::body::consume(chain);
+                return rc::ERROR;
+            }
+            Some(ResponseFailure::Replaced) => return call_next(r, chain),
+            None => {}
+        }
+        if !ctx.wants_response_body {
+            // No filter reads the body or the trailers: nothing to copy or call. Trailers that a
+            // filter changed meanwhile (an HTTP call's callback) still go out.
+            apply_trailers_if_changed(r, ctx);
+            return call_next(r, chain);
+        }
+        if ctx.started == 0 || ctx.finished || ctx.resp_eos && !ctx.resp_buffering {
+            return call_next(r, chain);
+        }
+        let (data, eos, flush) = crate::body::chain_bytes(chain);
+        if data.is_empty() && !eos {
+            if ctx.resp_buffering {
+                crate::body::consume(chain);
+                return rc::OK;
+            }
+            return call_next(r, chain);
+        }
+        if ctx.resp_buffering {
+            ctx.stream.response_body.extend_from_slice(&data);
+        } else {
+            ctx.stream.response_body = data;
+        }
+        if eos {
+            ctx.resp_eos = true;
+            // The trailers nginx has by the last buffer: an upstream's (grpc_pass) or a filter's
+            // earlier writes (`add_trailer`'s are added after this filter).
+            ctx.stream.response_trailers = crate::headers::trailers_map(r);
+        }
+        let trailers_follow = eos && !ctx.stream.response_trailers.is_empty();
+        let was_buffering = ctx.resp_buffering;
+        ctx.resp_buffering = false;
+        let mut out = run_chain(|w| ctx.response_body(w, eos));
+        if trailers_follow && !matches!(out, Outcome::Failed) {
+            out = run_chain(|w| ctx.response_trailers(w));
+        }
+        if let Outcome::Failed = out {
+            // Fail closed: the rest of the response does not go out without the filter; the
+            // connection is closed (Envoy resets the stream in this case).
+            ctx.response_failed = Some(ResponseFailure::Cut);
+            log(
+                level::ERR,
+                (*(*r).connection).log,
+                "tollgate: a response body callback failed: closing the connection",
+            );
+            crate::body::consume(chain);
+            return rc::ERROR;
+        }
+        apply_trailers_if_changed(r, ctx);
+        if ctx.resp_buffering && !eos {
+            // Keep the bytes; nothing goes out until the end of the stream.
+            crate::body::consume(chain);
+            return rc::OK;
+        }
+        let changed = std::mem::take(&mut ctx.stream.response_body_changed);
+        if !changed && !was_buffering {
+            ctx.stream.response_body.clear();
+            return call_next(r, chain);
+        }
+        let body = std::mem::take(&mut ctx.stream.response_body);
+        crate::body::consume(chain);
+        let Some(out_chain) = crate::body::memory_chain(r, &body, eos, flush) else {
+            return rc::ERROR;
+        };
+        call_next(r, out_chain)
+    }
+}

@@ -1,0 +1,103 @@
+//! The worker's timers: the poll timer of HTTP calls and shared queues ([`kick_calls`],
+//! [`poll_handler`]) and each filter's `on_tick` timer ([`tick_handler`]); and [`run_chain`],
+//! which runs a step of a request's chain and then arms the poll timer.
+
+use ngx::ffi::{ngx_event_t, ngx_msec_t};
+
+use crate::request::Outcome;
+use crate::util::{level, log};
+use crate::worker::{with_worker, TickTimer, Worker};
+
+/// Runs one step of a request's filter chain with the worker state (`Failed` when it is not
+/// available), then arms the poll timer for any HTTP call the filters dispatched.
+pub fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
+    let out = with_worker(step).unwrap_or(Outcome::Failed);
+    kick_calls();
+    out
+}
+
+/// Arms the worker's poll timer: every 2 ms while HTTP calls are pending, every
+/// [`crate::worker_host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
+/// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
+pub fn kick_calls() {
+    with_worker(|w| {
+        // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
+        let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
+        let delay: ngx::ffi::ngx_msec_t = if crate::calls::inflight(w) {
+            // Requests may be waiting for these answers, exiting or not.
+            2
+        } else if w.has_queues() && !exiting {
+            crate::worker_host::QUEUE_POLL_MS
+        } else {
+            return;
+        };
+        // SAFETY: the worker's own timer event.
+        unsafe {
+            if w.poll.timer_set() == 0 {
+                nginx_sys::ngx_add_timer(&mut *w.poll, delay);
+            }
+        }
+    });
+}
+
+pub unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
+    let resumed = with_worker(|w| {
+        let mut resumed = crate::calls::poll(w);
+        resumed.extend(w.poll_queues());
+        resumed
+    })
+    .unwrap_or_default();
+    crate::request::resume_all(resumed);
+    kick_calls();
+}
+
+/// A filter's `on_tick` timer fired: calls it, re-arms it with the period the root context
+/// asks for now, and resumes the requests it resumed.
+pub unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
+    // SAFETY: `ev` is the first field of a `repr(C)` TickTimer (see arm_ticks).
+    let (filter, tp) = unsafe {
+        let t = ev.cast::<TickTimer>();
+        ((*t).filter, t)
+    };
+    let resumed = with_worker(|w| {
+        let Some(f) = w.filters.get(filter).cloned() else {
+            return (Vec::new(), 0);
+        };
+        let root = w.roots.get(filter).copied().flatten();
+        let mut period = 0;
+        if let (Some(root), Some(vm)) = (root, w.vms.get_mut(f.module).and_then(|s| s.vm.as_mut()))
+        {
+            if let Err(e) = vm.on_tick(root) {
+                log(
+                    level::ERR,
+                    w.log,
+                    &format!("tollgate: filter \"{}\": on_tick: {}", f.name, e.0),
+                );
+            }
+            period = vm.tick_period_ms(root);
+        }
+        w.check_poisoned(f.module);
+        if let (Some(root), Some(vm)) = (
+            w.roots.get(filter).copied().flatten(),
+            w.vms.get(f.module).and_then(|s| s.vm.as_ref()),
+        ) {
+            period = vm.tick_period_ms(root);
+        }
+        let resumed = w.take_resumed(f.module);
+        (resumed, period)
+    });
+    let Some((resumed, period)) = resumed else {
+        return;
+    };
+    // SAFETY: re-arming our own timer; exiting workers skip it (cancelable).
+    unsafe {
+        if period > 0 && nginx_sys::ngx_exiting == 0 && nginx_sys::ngx_quit == 0 {
+            nginx_sys::ngx_add_timer(
+                &mut (*tp).ev,
+                ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
+            );
+        }
+    }
+    crate::request::resume_all(resumed);
+    kick_calls();
+}

@@ -1,0 +1,7 @@
+//! The module's nginx-free logic, unit-tested without nginx: the library itself needs nginx's
+//! symbols at load time (`test = false`), so each nginx-free file is compiled here on its own,
+//! with the `tests` module it carries.
+#![allow(dead_code)]
+
+#[path = "../src/conf.rs"]
+mod conf;
