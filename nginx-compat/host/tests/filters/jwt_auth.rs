@@ -209,12 +209,57 @@ fn jwt_auth_remote_jwks_over_http_call() {
         body: jwks.into_bytes(),
         trailers: Vec::new(),
     };
+    // Before the JWKS arrives, a token of that issuer cannot be checked at all.
+    let token = vector_token(&vectors, "expired");
+    assert_eq!(
+        jwt_result(&mut vm, root, &token),
+        "keys_unavailable",
+        "logs:\n{}",
+        host.log_text()
+    );
     vm.on_http_call_response(call.token, Some(response))
         .unwrap();
-    assert!(host.logged("installed JWKS"), "logs:\n{}", host.log_text());
+    assert!(
+        host.logged("fetched 1004 bytes"),
+        "logs:\n{}",
+        host.log_text()
+    );
+    // Once installed, its signature verifies under the fetched key and the token is refused
+    // for the reason the vectors give (its lifetime), not for want of keys.
+    assert_eq!(
+        jwt_result(&mut vm, root, &token),
+        "expired",
+        "logs:\n{}",
+        host.log_text()
+    );
     // A failed call is reported with no headers and no body, without trapping.
     vm.on_http_call_response(12345, None).unwrap();
     assert!(!vm.is_poisoned());
+}
+
+/// The `tollgate.jwt_auth.result` of one request bearing `token`.
+fn jwt_result(vm: &mut Vm, root: tollgate_host::RootId, token: &str) -> String {
+    let id = vm.create_http(root).unwrap();
+    let auth = format!("Bearer {token}");
+    let mut s = request("GET", "/v1/things", &[("authorization", &auth)]);
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
+    let result = property(&s, "tollgate.jwt_auth.result")
+        .unwrap_or_default()
+        .to_owned();
+    vm.on_log_and_delete(id, &mut s).unwrap();
+    result
+}
+
+/// The token named `name` in the vectors file (`{"name": ..., "token": "..."}`).
+fn vector_token(vectors: &serde_like::Value, name: &str) -> String {
+    let text = vectors.text();
+    let at = text.find(&format!("\"name\": \"{name}\"")).unwrap();
+    let rest = &text[at..];
+    let key = "\"token\": \"";
+    let start = rest.find(key).unwrap() + key.len();
+    let len = rest[start..].find('"').unwrap();
+    rest[start..start + len].to_owned()
 }
 
 /// Just enough JSON to cut a sub-object out of the vectors file as text.
@@ -224,6 +269,9 @@ mod serde_like {
         Value(text.to_owned())
     }
     impl Value {
+        pub fn text(&self) -> &str {
+            &self.0
+        }
         /// The raw text of the object value of `"name": {...}` at top level.
         pub fn field(&self, name: &str) -> String {
             let key = format!("\"{name}\"");
