@@ -4,23 +4,24 @@
 //! with a deadline, and queues the completions; the worker polls them with [`CallRunner::poll`]
 //! (non-blocking) from a short timer while [`CallRunner::pending`] is not zero.
 //!
-//! # Why a small HTTP/1.1 client on `std::net` rather than a crate
+//! # HTTP/1.1 on hyper
 //! The calls are plain HTTP/1.1 to `host:port` (the upstream nginx resolved; TLS would come from
-//! nginx's upstream, not from here), one request per connection, and must honour one overall
-//! deadline (the call's `timeout_ms`) across DNS, connect, write and read, and cap the
-//! response size. `ureq` (the lightest well-kept client) brings `url`/`idna`/`http` and TLS
-//! plumbing we would turn off, and its timeouts are per phase in 2.x; ~250 lines on
-//! `TcpStream` do exactly this, with every limit visible:
+//! nginx's upstream, not from here), one request per connection, under one overall deadline
+//! (the call's `timeout_ms`) across DNS, connect, write and read, with the response size capped.
+//! The protocol is hyper's (`hyper::client::conn::http1`, one connection per call), driven by a
+//! current-thread tokio runtime owned by each background thread; this file only shapes the
+//! call and its limits:
 //!
 //! - request: `{:method} {:path} HTTP/1.1`, `host` from `:authority`, the other headers as given
 //!   except `connection`, `content-length`, `transfer-encoding`, `host` and `keep-alive` (set
 //!   here: `connection: close`, `content-length` when there is a body or the method is not
 //!   GET/HEAD/DELETE/OPTIONS), the body; request trailers are not sent (HTTP/1.1 servers rarely
 //!   accept them; no filter of this project sends any);
-//! - response: status line, headers (names lower-cased, at most 64 KiB), body delimited by
-//!   `transfer-encoding: chunked` (its trailers become the response trailers), `content-length`
-//!   or the end of the connection; no body for `HEAD`, 1xx, 204 and 304; interim 1xx responses
-//!   are skipped; bodies above [`RunnerConfig::max_body_bytes`] fail the call;
+//! - response: as hyper reads it (interim 1xx skipped; chunked, `content-length` or
+//!   close-delimited bodies; none for `HEAD`, 204 and 304), headers with lower-cased names, in
+//!   order with repeated names together, at most [`MAX_HEAD`] bytes of head; the trailers of a
+//!   chunked body become the response trailers; bodies above [`RunnerConfig::max_body_bytes`]
+//!   fail the call;
 //! - any error (DNS, refused, reset, timeout, malformed response) completes the call with
 //!   `None`, which the host reports to the filter as a failed call (no headers, empty body),
 //!   as Envoy does.
@@ -31,12 +32,19 @@
 //! ([`DispatchError::InvalidHeader`]).
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, HOST};
+use http::{Method, Request, Uri};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
 
 /// Header list: (name, value) pairs in order, duplicates allowed.
 pub type Headers = Vec<(Vec<u8>, Vec<u8>)>;
@@ -122,10 +130,9 @@ struct Job<T> {
     request: Prepared,
 }
 
-/// A validated request, serialised.
+/// A validated request, ready for hyper.
 struct Prepared {
-    bytes: Vec<u8>,
-    head: bool,
+    request: Request<Full<Bytes>>,
     deadline: Instant,
 }
 
@@ -188,36 +195,32 @@ fn prepare(request: &HttpRequest, now: Instant) -> Result<Prepared, DispatchErro
     if !token(method) || !token(path) || !clean(authority) {
         return Err(DispatchError::InvalidHeader);
     }
-    let mut out = Vec::with_capacity(256usize.saturating_add(request.body.len()));
-    out.extend_from_slice(method);
-    out.push(b' ');
-    out.extend_from_slice(path);
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(authority);
-    out.extend_from_slice(b"\r\n");
+    let bodiless = [b"GET".as_slice(), b"HEAD", b"DELETE", b"OPTIONS"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m));
+    let mut call = Request::new(Full::new(Bytes::copy_from_slice(&request.body)));
+    *call.method_mut() = Method::from_bytes(method).map_err(invalid)?;
+    *call.uri_mut() = Uri::try_from(path).map_err(invalid)?;
+    let headers = call.headers_mut();
+    headers.append(HOST, HeaderValue::from_bytes(authority).map_err(invalid)?);
     for (k, v) in &request.headers {
         if k.first() == Some(&b':') || SKIPPED.iter().any(|s| k.eq_ignore_ascii_case(s)) {
             continue;
         }
-        if k.is_empty() || !clean(k) || k.contains(&b':') || !clean(v) {
+        if !clean(k) || !clean(v) {
             return Err(DispatchError::InvalidHeader);
         }
-        out.extend_from_slice(k);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v);
-        out.extend_from_slice(b"\r\n");
+        headers.append(
+            HeaderName::from_bytes(k).map_err(invalid)?,
+            HeaderValue::from_bytes(v).map_err(invalid)?,
+        );
     }
-    let bodiless = [b"GET".as_slice(), b"HEAD", b"DELETE", b"OPTIONS"]
-        .iter()
-        .any(|m| method.eq_ignore_ascii_case(m));
     if !request.body.is_empty() || !bodiless {
-        out.extend_from_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
+        headers.append(CONTENT_LENGTH, HeaderValue::from(request.body.len()));
     }
-    out.extend_from_slice(b"connection: close\r\n\r\n");
-    out.extend_from_slice(&request.body);
+    headers.append(CONNECTION, HeaderValue::from_static("close"));
     Ok(Prepared {
-        bytes: out,
-        head: method.eq_ignore_ascii_case(b"HEAD"),
+        request: call,
         deadline: now.checked_add(request.timeout).unwrap_or(now),
     })
 }
@@ -320,6 +323,15 @@ fn worker_loop<T>(
     idle: &AtomicUsize,
     max_body: usize,
 ) {
+    // One runtime per thread, for its whole life: calls on this thread run one at a time, so
+    // a current-thread runtime (DNS on one blocking thread) is all they need.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(1)
+        .thread_name("tollgate-http-dns")
+        .build()
+        .ok();
     loop {
         idle.fetch_add(1, Ordering::AcqRel);
         let job = {
@@ -328,7 +340,10 @@ fn worker_loop<T>(
         };
         idle.fetch_sub(1, Ordering::AcqRel);
         let Ok(job) = job else { return };
-        let response = perform(&job.address, &job.request, max_body);
+        // Without a runtime (the process is out of file descriptors), every call fails.
+        let response = runtime
+            .as_ref()
+            .and_then(|rt| perform(rt, &job.address, job.request, max_body));
         if done.send((job.tag, response)).is_err() {
             return;
         }
@@ -341,224 +356,127 @@ fn remaining(deadline: Instant) -> Option<Duration> {
         .filter(|d| !d.is_zero())
 }
 
-fn connect(address: &str, deadline: Instant) -> Option<TcpStream> {
-    let addrs: Vec<SocketAddr> = address.to_socket_addrs().ok()?.collect();
-    for addr in addrs {
-        let left = remaining(deadline)?;
-        if let Ok(s) = TcpStream::connect_timeout(&addr, left) {
-            return Some(s);
-        }
-    }
-    None
+/// Most bytes of a response head (headers as `name: value` lines) or of a trailer block; also
+/// the most hyper buffers while it reads a head (at least 8 KiB).
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// One call, from DNS to the last byte, within its deadline.
+fn perform(
+    runtime: &Runtime,
+    address: &str,
+    request: Prepared,
+    max_body: usize,
+) -> Option<HttpResponse> {
+    let left = remaining(request.deadline)?;
+    runtime.block_on(async move {
+        tokio::time::timeout(left, exchange(address, request.request, max_body))
+            .await
+            .ok()
+            .flatten()
+    })
 }
 
-fn perform(address: &str, request: &Prepared, max_body: usize) -> Option<HttpResponse> {
-    let mut stream = connect(address, request.deadline)?;
+/// Stops a spawned connection task when the call is over, whichever way it ends.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn exchange(
+    address: &str,
+    request: Request<Full<Bytes>>,
+    max_body: usize,
+) -> Option<HttpResponse> {
+    let stream = tokio::net::TcpStream::connect(address).await.ok()?;
     let _ = stream.set_nodelay(true);
-    let mut written = 0usize;
-    while written < request.bytes.len() {
-        stream
-            .set_write_timeout(Some(remaining(request.deadline)?))
-            .ok()?;
-        let chunk = request.bytes.get(written..)?;
-        match stream.write(chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => written = written.saturating_add(n),
-        }
-    }
-    let mut conn = Conn {
-        stream,
-        buf: Vec::with_capacity(4096),
-        pos: 0,
-        deadline: request.deadline,
-    };
-    read_response(&mut conn, request.head, max_body)
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD)
+        .handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    let _driver = AbortOnDrop(tokio::spawn(async move {
+        let _ = connection.await;
+    }));
+    let response = sender.send_request(request).await.ok()?;
+    read_response(response, max_body).await
 }
 
-/// Most bytes of a response head (status line and headers) or of a trailer block.
-const MAX_HEAD: usize = 64 * 1024;
-
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    pos: usize,
-    deadline: Instant,
-}
-
-impl Conn {
-    /// Reads more bytes into the buffer; false at end of stream, on error or timeout.
-    fn fill(&mut self) -> Option<bool> {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
-        self.stream
-            .set_read_timeout(Some(remaining(self.deadline)?))
-            .ok()?;
-        let mut chunk = [0u8; 8192];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => Some(false),
-            Ok(n) => {
-                self.buf.extend_from_slice(chunk.get(..n)?);
-                Some(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(true),
-            Err(_) => None,
-        }
-    }
-
-    fn available(&self) -> &[u8] {
-        self.buf.get(self.pos..).unwrap_or_default()
-    }
-
-    /// One line without its CRLF (or LF), at most `max` bytes.
-    fn line(&mut self, max: usize) -> Option<Vec<u8>> {
-        loop {
-            if let Some(i) = self.available().iter().position(|&b| b == b'\n') {
-                let line = self.available().get(..i)?.to_vec();
-                self.pos = self.pos.saturating_add(i).saturating_add(1);
-                let line = line.strip_suffix(b"\r").map(<[u8]>::to_vec).unwrap_or(line);
-                return Some(line);
-            }
-            if self.available().len() > max || !self.fill()? {
-                return None;
-            }
-        }
-    }
-
-    /// Exactly `n` bytes.
-    fn exact(&mut self, n: usize, out: &mut Vec<u8>) -> Option<()> {
-        let mut left = n;
-        while left > 0 {
-            if self.available().is_empty() && !self.fill()? {
-                return None;
-            }
-            let take = left.min(self.available().len());
-            out.extend_from_slice(self.available().get(..take)?);
-            self.pos = self.pos.saturating_add(take);
-            left = left.saturating_sub(take);
-        }
-        Some(())
-    }
-
-    /// Everything until the peer closes, at most `max` bytes.
-    fn until_close(&mut self, max: usize, out: &mut Vec<u8>) -> Option<()> {
-        loop {
-            out.extend_from_slice(self.available());
-            self.pos = self.buf.len();
-            if out.len() > max {
-                return None;
-            }
-            if !self.fill()? {
-                return Some(());
-            }
-        }
-    }
-}
-
-/// Header lines until the empty line, names lower-cased; `None` past [`MAX_HEAD`] bytes.
-fn header_block(conn: &mut Conn) -> Option<Headers> {
-    let mut headers = Headers::new();
-    let mut total = 0usize;
-    loop {
-        let line = conn.line(MAX_HEAD)?;
-        total = total.saturating_add(line.len()).saturating_add(2);
-        if total > MAX_HEAD {
-            return None;
-        }
-        if line.is_empty() {
-            return Some(headers);
-        }
-        let colon = line.iter().position(|&b| b == b':')?;
-        let name = line.get(..colon)?.to_ascii_lowercase();
-        let value = line.get(colon.saturating_add(1)..)?.trim_ascii().to_vec();
-        if name.is_empty() {
-            return None;
-        }
-        headers.push((name, value));
-    }
-}
-
-fn parse_status(line: &[u8]) -> Option<u16> {
-    let mut parts = line.splitn(3, |&b| b == b' ');
-    let version = parts.next()?;
-    if !version.starts_with(b"HTTP/1.") {
+async fn read_response(
+    response: hyper::Response<Incoming>,
+    max_body: usize,
+) -> Option<HttpResponse> {
+    let (parts, mut body) = response.into_parts();
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| u64::try_from(max_body).is_ok_and(|max| n > max)) {
         return None;
     }
-    let code = parts.next()?;
-    if code.len() != 3 {
+    // hyper's read buffer limit is approximate; the head's size is checked here exactly.
+    if block_bytes(&parts.headers) > MAX_HEAD {
         return None;
     }
-    std::str::from_utf8(code)
-        .ok()?
-        .parse::<u16>()
-        .ok()
-        .filter(|c| (100..=999).contains(c))
-}
-
-fn read_response(conn: &mut Conn, head: bool, max_body: usize) -> Option<HttpResponse> {
-    let (status, headers) = loop {
-        let status = parse_status(&conn.line(MAX_HEAD)?)?;
-        let headers = header_block(conn)?;
-        // Interim responses (100 Continue, 103 Early Hints) precede the real one.
-        if (100..200).contains(&status) && status != 101 {
-            continue;
-        }
-        break (status, headers);
-    };
-    let mut response = HttpResponse {
+    let status = parts.status.as_u16();
+    let mut out = HttpResponse {
         status,
-        headers: Vec::with_capacity(headers.len().saturating_add(1)),
+        headers: Vec::with_capacity(parts.headers.len().saturating_add(1)),
         body: Vec::new(),
         trailers: Vec::new(),
     };
-    response
-        .headers
+    out.headers
         .push((b":status".to_vec(), status.to_string().into_bytes()));
-    let chunked = find(&headers, b"transfer-encoding").is_some_and(|v| {
-        v.split(|&b| b == b',')
-            .next_back()
-            .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-    });
-    let length = find(&headers, b"content-length");
-    response.headers.extend(headers.iter().cloned());
-    if head || (100..200).contains(&status) || status == 204 || status == 304 {
-        return Some(response);
-    }
-    if chunked {
-        loop {
-            let size_line = conn.line(1024)?;
-            let size_text = size_line.split(|&b| b == b';').next()?.trim_ascii();
-            let size = usize::from_str_radix(std::str::from_utf8(size_text).ok()?, 16).ok()?;
-            if size == 0 {
-                response.trailers = header_block(conn)?;
-                return Some(response);
+    out.headers.extend(pairs(&parts.headers));
+    while let Some(frame) = body.frame().await {
+        match frame.ok()?.into_data() {
+            Ok(data) => {
+                if out.body.len().saturating_add(data.len()) > max_body {
+                    return None;
+                }
+                out.body.extend_from_slice(&data);
             }
-            if response.body.len().saturating_add(size) > max_body {
-                return None;
-            }
-            conn.exact(size, &mut response.body)?;
-            if !conn.line(2)?.is_empty() {
-                return None;
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    if block_bytes(&trailers) > MAX_HEAD {
+                        return None;
+                    }
+                    out.trailers.extend(pairs(&trailers));
+                }
             }
         }
     }
-    if let Some(length) = length {
-        let n: usize = std::str::from_utf8(length).ok()?.trim().parse().ok()?;
-        if n > max_body {
-            return None;
-        }
-        conn.exact(n, &mut response.body)?;
-        return Some(response);
-    }
-    conn.until_close(max_body, &mut response.body)?;
-    Some(response)
+    Some(out)
+}
+
+/// Any malformed part of a call is [`DispatchError::InvalidHeader`].
+fn invalid<E>(_: E) -> DispatchError {
+    DispatchError::InvalidHeader
+}
+
+/// Bytes of a header block as `name: value\r\n` lines.
+fn block_bytes(map: &http::HeaderMap) -> usize {
+    map.iter().fold(0usize, |n, (k, v)| {
+        n.saturating_add(k.as_str().len())
+            .saturating_add(v.len())
+            .saturating_add(4)
+    })
+}
+
+/// A header map as (name, value) pairs, names lower-cased (as `http` keeps them).
+fn pairs(map: &http::HeaderMap) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
+    map.iter()
+        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
 }
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
 
     fn request(
@@ -777,6 +695,78 @@ mod tests {
             .unwrap();
         let done = wait_all(&mut runner, 2);
         assert!(done.iter().all(|(_, r)| r.is_none()), "{done:?}");
+    }
+
+    /// Serves `head` then drips `body` one byte every `gap` (a hostile or broken upstream).
+    fn serve_slowly(head: Vec<u8>, body: Vec<u8>, gap: Duration) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            if s.write_all(&head).is_err() {
+                return;
+            }
+            for b in body {
+                std::thread::sleep(gap);
+                if s.write_all(&[b]).is_err() {
+                    return;
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn hostile_upstreams_cannot_stretch_or_bloat_a_call() {
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_body_bytes: 1000,
+            ..RunnerConfig::default()
+        });
+        // A byte every 50 ms keeps each read short: only the overall deadline ends the call.
+        let drip = serve_slowly(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n".to_vec(),
+            vec![b'x'; 100],
+            Duration::from_millis(50),
+        );
+        // A chunked body over the cap, with no content-length to refuse it early.
+        let mut chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..3 {
+            chunked.extend_from_slice(b"1f4\r\n");
+            chunked.extend_from_slice(&[b'y'; 500]);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let big = serve_slowly(chunked, Vec::new(), Duration::ZERO);
+        // A response head past MAX_HEAD.
+        let mut head = b"HTTP/1.1 200 OK\r\nx-pad: ".to_vec();
+        head.extend(std::iter::repeat_n(b'p', MAX_HEAD + 1024));
+        head.extend_from_slice(b"\r\ncontent-length: 0\r\n\r\n");
+        let fat_head = serve_slowly(head, Vec::new(), Duration::ZERO);
+        let start = Instant::now();
+        runner
+            .dispatch("drip", &drip, &request("GET", "/", &[], b"", 300))
+            .unwrap();
+        runner
+            .dispatch("big", &big, &request("GET", "/", &[], b"", 2000))
+            .unwrap();
+        runner
+            .dispatch("head", &fat_head, &request("GET", "/", &[], b"", 2000))
+            .unwrap();
+        let done = wait_all(&mut runner, 3);
+        let answered: Vec<_> = done
+            .iter()
+            .filter(|(_, r)| r.is_some())
+            .map(|d| d.0)
+            .collect();
+        assert!(answered.is_empty(), "answered: {answered:?}");
+        // The drip took 5 s to finish; the call ended at its 300 ms deadline.
+        assert!(
+            start.elapsed() < Duration::from_millis(2000),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
