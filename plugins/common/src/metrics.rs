@@ -29,6 +29,12 @@ pub fn metric_name(family: &str, labels: &[(&str, &str)]) -> String {
     name
 }
 
+/// [`metric_name`] with the `scope` labels before `labels` (see [`counters!`]).
+pub fn scoped_metric_name(family: &str, scope: &[(&str, &str)], labels: &[(&str, &str)]) -> String {
+    let all: Vec<(&str, &str)> = scope.iter().chain(labels).copied().collect();
+    metric_name(family, &all)
+}
+
 /// [`metric_name`] written into `buf` (cleared first), so that a caller can reuse one buffer and
 /// look names up without allocating.
 pub fn push_metric_name(buf: &mut String, family: &str, labels: &[(&str, &str)]) {
@@ -46,9 +52,196 @@ pub fn push_metric_name(buf: &mut String, family: &str, labels: &[(&str, &str)])
     }
 }
 
+/// Declares a filter's counters once, in one list (as Envoy's `ALL_<FILTER>_STATS(COUNTER)`
+/// macros do): the struct of metric ids, the function that defines them through
+/// `proxy_define_metric`, and [`CounterList`] for the test that the README lists them.
+///
+/// ```ignore
+/// tollgate_common::counters! {
+///     /// One rule's counters.
+///     pub(crate) struct RuleCounters(rule) {
+///         allowed: "tollgate_rate_limit_requests_total" [decision = "allowed"],
+///         cas_retries: "tollgate_rate_limit_cas_retries_total",
+///     }
+///     /// One series per value of an enum: `(Reason::ALL, Reason::as_str)`.
+///     per_value {
+///         unpriced: "tollgate_cost_unpriced_total" [reason: Reason = Reason::ALL, Reason::label],
+///     }
+/// }
+/// ```
+///
+/// A plain field is an `Option<u32>` metric id (`None`: the host refused the definition, logged
+/// by [`crate::host::define_metric`]); a `per_value` field is a [`PerValue`]. The names in
+/// parentheses are scope labels, arguments of `define` put before every counter's own labels:
+/// `define(rule)` gives `tollgate_rate_limit_requests_total.rule.<rule>.decision.allowed`.
+#[macro_export]
+macro_rules! counters {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident $( ( $($scope:ident),+ ) )? {
+            $(
+                $(#[$fattr:meta])*
+                $field:ident: $family:literal $( [ $($label:ident = $value:literal),+ ] )?
+            ),* $(,)?
+        }
+        $(
+            per_value {
+                $(
+                    $(#[$pattr:meta])*
+                    $pfield:ident: $pfamily:literal
+                        [ $plabel:ident: $ptype:ty = $pall:expr, $pname:path ]
+                ),* $(,)?
+            }
+        )?
+    ) => {
+        $(#[$attr])*
+        // Built by `define`, which needs the host (the filters' wasm32 build).
+        #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+        $vis struct $name {
+            $( $(#[$fattr])* pub $field: Option<u32>, )*
+            $($( $(#[$pattr])* pub $pfield: $crate::metrics::PerValue<$ptype>, )*)?
+        }
+
+        impl $name {
+            /// Defines every counter of the list (`proxy_define_metric`, once per root
+            /// context), with the scope labels first.
+            #[cfg(target_arch = "wasm32")]
+            pub fn define($($($scope: &str),+)?) -> Self {
+                let scope: &[(&str, &str)] = &[$($( (stringify!($scope), $scope) ),+)?];
+                Self {
+                    $(
+                        $field: $crate::host::define_counter(&$crate::metrics::scoped_metric_name(
+                            $family,
+                            scope,
+                            &[ $($( (stringify!($label), $value) ),+)? ],
+                        )),
+                    )*
+                    $($(
+                        $pfield: $crate::metrics::PerValue::new(&$pall, |value| {
+                            $crate::host::define_counter(&$crate::metrics::scoped_metric_name(
+                                $pfamily,
+                                scope,
+                                &[(stringify!($plabel), $pname(*value))],
+                            ))
+                        }),
+                    )*)?
+                }
+            }
+        }
+
+        impl $crate::metrics::CounterList for $name {
+            const COUNTERS: &'static [(&'static str, &'static [(&'static str, &'static str)])] = &[
+                $( ($family, &[ $($( (stringify!($label), $value), )+)? ]), )*
+                $($( ($pfamily, &[]), )*)?
+            ];
+        }
+    };
+}
+
+/// Counter ids of one family, one per value of an enum (declared in [`counters!`]'s
+/// `per_value`). Looked up by a linear scan of the enum's few values (at most a few dozen).
+#[derive(Debug, Clone)]
+pub struct PerValue<E> {
+    ids: Vec<(E, Option<u32>)>,
+}
+
+impl<E: Copy + PartialEq> PerValue<E> {
+    /// `define(value)` for each of `all`, in order.
+    pub fn new(all: &[E], define: impl Fn(&E) -> Option<u32>) -> Self {
+        PerValue {
+            ids: all.iter().map(|e| (*e, define(e))).collect(),
+        }
+    }
+
+    /// The counter of `value` (`None`: not defined).
+    pub fn id(&self, value: E) -> Option<u32> {
+        self.ids
+            .iter()
+            .find(|(e, _)| *e == value)
+            .and_then(|(_, id)| *id)
+    }
+}
+
+/// What [`counters!`] declares, for tests: every counter as its family and its static labels
+/// (scope labels and `per_value` labels are not listed).
+pub trait CounterList {
+    /// `(family, [(label, value)...])` in declaration order.
+    const COUNTERS: &'static [(&'static str, &'static [(&'static str, &'static str)])];
+
+    /// The families and label values of [`Self::COUNTERS`] that `doc` never mentions (a
+    /// family by its name, a label value by its text), for a test that the README lists
+    /// every counter.
+    fn undocumented(doc: &str) -> Vec<String> {
+        let mut missing = Vec::new();
+        for (family, labels) in Self::COUNTERS {
+            if !doc.contains(family) {
+                missing.push((*family).to_string());
+            }
+            for (label, value) in *labels {
+                if !doc.contains(value) {
+                    missing.push(format!("{family}.{label}.{value}"));
+                }
+            }
+        }
+        missing
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Why {
+        A,
+        B,
+    }
+
+    fn why_label(w: Why) -> &'static str {
+        match w {
+            Why::A => "a",
+            Why::B => "b",
+        }
+    }
+
+    crate::counters! {
+        /// A list as a filter declares one.
+        struct Example(rule) {
+            allowed: "x_requests_total" [decision = "allowed"],
+            limited: "x_requests_total" [decision = "limited"],
+            retries: "x_retries_total",
+        }
+        per_value {
+            unpriced: "x_unpriced_total" [reason: Why = [Why::A, Why::B], why_label],
+        }
+    }
+
+    #[test]
+    fn per_value_ids_follow_the_enum() {
+        let ids = PerValue::new(&[Why::A, Why::B], |w| (*w == Why::B).then_some(7));
+        assert_eq!(ids.id(Why::A), None);
+        assert_eq!(ids.id(Why::B), Some(7));
+        assert_eq!(why_label(Why::A), "a");
+    }
+
+    #[test]
+    fn a_counter_list_is_declared_once_and_checked_against_its_doc() {
+        assert_eq!(
+            Example::COUNTERS,
+            &[
+                ("x_requests_total", &[("decision", "allowed")][..]),
+                ("x_requests_total", &[("decision", "limited")][..]),
+                ("x_retries_total", &[][..]),
+                ("x_unpriced_total", &[][..]),
+            ]
+        );
+        let doc = "`x_requests_total.rule.<r>.decision.{allowed,limited}`, `x_retries_total`";
+        assert_eq!(Example::undocumented(doc), vec!["x_unpriced_total"]);
+        assert_eq!(
+            Example::undocumented("x_requests_total x_unpriced_total allowed"),
+            vec!["x_requests_total.decision.limited", "x_retries_total"]
+        );
+    }
 
     #[test]
     fn encodes_labels_in_the_name() {

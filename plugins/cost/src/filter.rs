@@ -39,12 +39,11 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, MapType};
 use tollgate_common::host::now_unix_secs;
 use tollgate_common::host::{
-    self as host, add_response_header, count, count_n, define_counter, now_unix_millis,
-    plugin_configuration, request_header_bytes, send_json_error, set_request_header,
+    self as host, add_response_header, count, count_n, now_unix_millis, plugin_configuration,
+    request_header_bytes, send_json_error, set_request_header,
 };
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
-use tollgate_common::metrics::metric_name;
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::shared_data::{HostSharedData, StoreError};
@@ -52,6 +51,7 @@ use tollgate_common::signals;
 
 use crate::body_end::BodyEnd;
 use crate::config::{Config, StoreFullAction, UnpricedCharge, PRICES_NAMESPACE};
+use crate::counters::Counters;
 use crate::decode::{Coding, DecodeError, Decoder};
 use crate::json_scan::{JsonScan, ScanError};
 use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
@@ -62,15 +62,6 @@ use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
 use crate::unpriced::{estimate, Reason};
 use crate::usage::{scanned_body_usage, Usage};
-
-const REQUESTS: &str = "tollgate_cost_requests_total";
-const UNPRICED: &str = "tollgate_cost_unpriced_total";
-const CAS_RETRIES: &str = "tollgate_cost_cas_retries_total";
-const BOOKING_FAILURES: &str = "tollgate_cost_booking_failures_total";
-const TENANTS_CREATED: &str = "tollgate_cost_tenants_created_total";
-const OVERFLOWED: &str = "tollgate_cost_overflow_total";
-const LOCKS_LOST: &str = "tollgate_cost_creation_locks_lost_total";
-const STORE_FULL: &str = "tollgate_cost_store_full_total";
 
 /// How often a worker logs one kind of recurring problem (ms).
 const LOG_INTERVAL_MS: u64 = 10_000;
@@ -83,56 +74,7 @@ proxy_wasm::main! {{
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(CostRoot::default()) });
 }}
 
-struct Counters {
-    priced: Option<u32>,
-    estimated: Option<u32>,
-    unpriced: Option<u32>,
-    budget_exceeded: Option<u32>,
-    store_failure: Option<u32>,
-    unknown_model: Option<u32>,
-    request_too_large: Option<u32>,
-    reasons: Vec<(Reason, Option<u32>)>,
-    cas_retries: Option<u32>,
-    booking_failures: Option<u32>,
-    tenants_created: Option<u32>,
-    overflowed: Option<u32>,
-    locks_lost: Option<u32>,
-    store_full: Option<u32>,
-    /// When this worker last logged a ledger store failure.
-    store_log: LogEvery,
-    /// When this worker last logged an unpriceable response.
-    unpriced_log: LogEvery,
-}
-
 impl Counters {
-    fn define() -> Self {
-        let status = |s: &str| define_counter(&metric_name(REQUESTS, &[("status", s)]));
-        Counters {
-            priced: status("priced"),
-            estimated: status("estimated"),
-            unpriced: status("unpriced"),
-            budget_exceeded: status("budget_exceeded"),
-            store_failure: status("store_failure"),
-            unknown_model: status("unknown_model"),
-            request_too_large: status("request_too_large"),
-            reasons: Reason::ALL
-                .iter()
-                .map(|r| {
-                    let name = metric_name(UNPRICED, &[("reason", r.label())]);
-                    (*r, define_counter(&name))
-                })
-                .collect(),
-            cas_retries: define_counter(CAS_RETRIES),
-            booking_failures: define_counter(BOOKING_FAILURES),
-            tenants_created: define_counter(TENANTS_CREATED),
-            overflowed: define_counter(OVERFLOWED),
-            locks_lost: define_counter(LOCKS_LOST),
-            store_full: define_counter(STORE_FULL),
-            store_log: LogEvery::new(LOG_INTERVAL_MS),
-            unpriced_log: LogEvery::new(LOG_INTERVAL_MS),
-        }
-    }
-
     fn add(&self, stats: &BookStats) {
         count_n(self.cas_retries, u64::from(stats.cas_retries));
         count_n(self.tenants_created, u64::from(stats.created));
@@ -140,27 +82,20 @@ impl Counters {
         count_n(self.locks_lost, u64::from(stats.lock_lost));
         count_n(self.store_full, u64::from(stats.store_full));
     }
+}
 
-    fn reason(&self, reason: Reason) {
-        if let Some((_, id)) = self.reasons.iter().find(|(r, _)| *r == reason) {
-            count(*id);
-        }
-    }
-
-    /// Logs a store failure (at most once per interval and worker).
-    fn store_failed(&self, what: &str, status: u32) {
-        if let Some(unlogged) = self.store_log.due(now_unix_millis()) {
-            log::warn!(
-                "cost: {what} (shared data: host status {status}, a full zone?); \
-                 {unlogged} more since the last line"
-            );
-        }
-    }
+/// When this worker last logged a recurring problem, one throttle per kind.
+struct Logs {
+    /// A ledger store failure.
+    store: LogEvery,
+    /// An unpriceable response.
+    unpriced: LogEvery,
 }
 
 struct Shared {
     config: Config,
     counters: Counters,
+    logs: Logs,
     /// The table in use: `prices`, then each good remote table.
     prices: RefCell<Rc<PriceTable>>,
 }
@@ -168,6 +103,16 @@ struct Shared {
 impl Shared {
     fn table(&self) -> Rc<PriceTable> {
         Rc::clone(&self.prices.borrow())
+    }
+
+    /// Logs a store failure (at most once per interval and worker).
+    fn store_failed(&self, what: &str, status: u32) {
+        if let Some(unlogged) = self.logs.store.due(now_unix_millis()) {
+            log::warn!(
+                "cost: {what} (shared data: host status {status}, a full zone?); \
+                 {unlogged} more since the last line"
+            );
+        }
     }
 }
 
@@ -314,6 +259,10 @@ impl RootContext for CostRoot {
             prices: RefCell::new(Rc::clone(&config.prices)),
             config,
             counters: Counters::define(),
+            logs: Logs {
+                store: LogEvery::new(LOG_INTERVAL_MS),
+                unpriced: LogEvery::new(LOG_INTERVAL_MS),
+            },
         }));
         if self.remote.is_some() {
             if let Err(e) = host::set_tick_period_ms(TICK_MILLIS) {
@@ -506,14 +455,14 @@ impl CostHttp {
                 return;
             }
             Err(reason) => {
-                shared.counters.reason(reason);
+                count(shared.counters.unpriced_reasons.id(reason));
                 let charge = match config.unpriced_charge {
                     UnpricedCharge::Bytes => config
                         .price(&table, self.request_model.as_deref())
                         .and_then(|p| estimate(p, self.request_bytes, self.response_bytes)),
                     UnpricedCharge::None => None,
                 };
-                if let Some(unlogged) = shared.counters.unpriced_log.due(now_unix_millis()) {
+                if let Some(unlogged) = shared.logs.unpriced.due(now_unix_millis()) {
                     log::warn!(
                         "cost: tenant {}: a {} response could not be priced ({}); charged {} \
                          nano-USD ({unlogged} more since the last line)",
@@ -542,7 +491,7 @@ impl CostHttp {
                 shared.counters.add(&not.stats);
                 count(shared.counters.booking_failures);
                 match not.failed {
-                    Some(status) => shared.counters.store_failed(
+                    Some(status) => shared.store_failed(
                         &format!("tenant {}: {nano} nano-USD not booked", self.tenant),
                         status,
                     ),
@@ -680,7 +629,7 @@ impl HttpContext for CostHttp {
         let spend = match self.read_spend(&shared, self.budgeted, now_ms, &now) {
             Ok(spend) => spend,
             Err(status) => {
-                shared.counters.store_failed(
+                shared.store_failed(
                     &format!(
                         "tenant {}: ledger unavailable, request refused",
                         self.tenant

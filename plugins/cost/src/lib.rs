@@ -5,6 +5,7 @@
 //!
 //! - [`body_end`]: when a response body is complete for the client (`Content-Length`).
 //! - [`config`]: the plugin configuration (JSON) and its checks.
+//! - [`counters`]: the filter's counters, declared once.
 //! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
 //! - [`price_table`]: LiteLLM's price file as it is, and the lookup of model names.
 //! - [`decode`]: bounded gzip/deflate decoding of compressed responses.
@@ -19,6 +20,7 @@
 
 pub mod body_end;
 pub mod config;
+pub mod counters;
 pub mod decode;
 pub mod json_scan;
 pub mod ledger;

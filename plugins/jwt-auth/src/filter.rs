@@ -2,52 +2,30 @@
 //! HTTP context (one request), a thin shell over the host-free modules.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType};
 use tollgate_common::host::{
-    count, define_counter, forward_normal_path, now_unix_secs, plugin_configuration, refuse_path,
-    request_header, send_json_error, set_request_header,
+    count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_path, request_header,
+    send_json_error, set_request_header,
 };
 use tollgate_common::http::split_path_query;
-use tollgate_common::metrics::metric_name;
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::signals;
 
 use crate::cache::VerifiedCache;
 use crate::config::{Action, Config, KeySource, JWKS_NAMESPACE};
+use crate::counters::Counters;
 use crate::keys::KeySet;
 use crate::token::{extract, TokenLocation};
 use crate::verify::{authorize, verify, Reason};
-
-const METRIC: &str = "tollgate_jwt_auth_requests_total";
 
 proxy_wasm::main! {{
     tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(JwtAuthRoot::default()) });
 }}
-
-struct Counters {
-    ok: Option<u32>,
-    bypass: Option<u32>,
-    invalid_path: Option<u32>,
-    denied: HashMap<Reason, Option<u32>>,
-}
-
-impl Counters {
-    fn define() -> Self {
-        let c = |result: &str| define_counter(&metric_name(METRIC, &[("result", result)]));
-        Counters {
-            ok: c("ok"),
-            bypass: c("bypass"),
-            invalid_path: c("invalid_path"),
-            denied: Reason::ALL.iter().map(|r| (*r, c(r.as_str()))).collect(),
-        }
-    }
-}
 
 /// What the root context shares with its HTTP contexts.
 struct Shared {
@@ -221,7 +199,7 @@ impl JwtAuthHttp {
             reason.status(),
             reason.as_str()
         );
-        count(shared.counters.denied.get(&reason).copied().flatten());
+        count(shared.counters.denied.id(reason));
         strip_output_headers(&shared.config);
         signals::set(signals::JWT_AUTH_RESULT, reason.as_str());
         let challenge = reason.challenge();

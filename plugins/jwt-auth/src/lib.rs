@@ -7,10 +7,12 @@
 //! - [`token`]: where a request carries its token.
 //! - [`verify`]: signature, claims and route checks; the reasons for refusals.
 //! - [`cache`]: the per-VM verified-token cache.
+//! - [`counters`]: the filter's counters, declared once.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
 pub mod cache;
 pub mod config;
+pub mod counters;
 pub mod keys;
 pub mod rsa;
 pub mod token;

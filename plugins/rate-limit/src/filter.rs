@@ -11,17 +11,17 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
 use tollgate_common::host::{
-    add_response_header, count, count_n, define_counter, forward_normal_path, now_unix_millis,
+    add_response_header, count, count_n, forward_normal_path, now_unix_millis,
     plugin_configuration, refuse_path, request_header_bytes, send_json_error,
 };
 use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::log_every::LogEvery;
-use tollgate_common::metrics::metric_name;
 use tollgate_common::path::normalize;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
 use crate::config::{Config, MissingKey, Rule, StoreFullAction};
+use crate::counters::{PathCounters, RuleCounters};
 use crate::headers::{
     push_service_limit, retry_after_seconds, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
 };
@@ -29,69 +29,15 @@ use crate::key::{client_key, shared_key, RequestView};
 use crate::limiter::{check, ensure_key, ensure_zone, Settings, Stats, Target, Verdict};
 use crate::state::encode;
 
-const REQUESTS: &str = "tollgate_rate_limit_requests_total";
-const CAS_RETRIES: &str = "tollgate_rate_limit_cas_retries_total";
-const KEYS_CREATED: &str = "tollgate_rate_limit_keys_created_total";
-const OVERFLOWED: &str = "tollgate_rate_limit_overflow_total";
-const REFUND_FAILURES: &str = "tollgate_rate_limit_refund_failures_total";
-const LOCKS_LOST: &str = "tollgate_rate_limit_creation_locks_lost_total";
-const STORE_FULL: &str = "tollgate_rate_limit_store_full_total";
-
 /// How often a worker logs that a rule's state could not be stored (ms).
 const STORE_LOG_INTERVAL_MS: u64 = 10_000;
-const INVALID_PATHS: &str = "tollgate_rate_limit_invalid_path_total";
 
 proxy_wasm::main! {{
     tollgate_common::host::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(RateLimitRoot::default()) });
 }}
 
-/// One rule's counters (metric ids; `None` if the host refused to define one).
-struct RuleCounters {
-    allowed: Option<u32>,
-    limited: Option<u32>,
-    contention_allowed: Option<u32>,
-    contention_denied: Option<u32>,
-    missing_key_denied: Option<u32>,
-    missing_key_allowed: Option<u32>,
-    invalid_weight: Option<u32>,
-    store_failure_denied: Option<u32>,
-    store_failure_allowed: Option<u32>,
-    cas_retries: Option<u32>,
-    keys_created: Option<u32>,
-    overflowed: Option<u32>,
-    refund_failures: Option<u32>,
-    locks_lost: Option<u32>,
-    store_full: Option<u32>,
-    /// When this worker last logged a store failure of the rule.
-    store_log: LogEvery,
-}
-
 impl RuleCounters {
-    fn define(rule: &str) -> Self {
-        let decision =
-            |d: &str| define_counter(&metric_name(REQUESTS, &[("rule", rule), ("decision", d)]));
-        let per_rule = |family: &str| define_counter(&metric_name(family, &[("rule", rule)]));
-        RuleCounters {
-            allowed: decision("allowed"),
-            limited: decision("limited"),
-            contention_allowed: decision("contention_allowed"),
-            contention_denied: decision("contention_denied"),
-            missing_key_denied: decision("missing_key_denied"),
-            missing_key_allowed: decision("missing_key_allowed"),
-            invalid_weight: decision("invalid_weight"),
-            store_failure_denied: decision("store_failure_denied"),
-            store_failure_allowed: decision("store_failure_allowed"),
-            cas_retries: per_rule(CAS_RETRIES),
-            keys_created: per_rule(KEYS_CREATED),
-            overflowed: per_rule(OVERFLOWED),
-            refund_failures: per_rule(REFUND_FAILURES),
-            locks_lost: per_rule(LOCKS_LOST),
-            store_full: per_rule(STORE_FULL),
-            store_log: LogEvery::new(STORE_LOG_INTERVAL_MS),
-        }
-    }
-
     fn add_stats(&self, stats: &Stats) {
         count_n(self.cas_retries, u64::from(stats.cas_retries));
         count_n(self.keys_created, u64::from(stats.keys_created));
@@ -106,8 +52,10 @@ impl RuleCounters {
 struct Shared {
     config: Config,
     counters: Vec<RuleCounters>,
-    /// Requests refused with 400 because their path cannot be normalised.
-    invalid_paths: Option<u32>,
+    /// When this worker last logged a store failure, per rule (as `counters`).
+    store_logs: Vec<LogEvery>,
+    /// Defined when a rule or key reads the path.
+    paths: Option<PathCounters>,
 }
 
 #[derive(Default)]
@@ -150,15 +98,17 @@ impl RootContext for RateLimitRoot {
             .iter()
             .map(|r| RuleCounters::define(&r.name))
             .collect();
-        let invalid_paths = if config.needs_path {
-            define_counter(INVALID_PATHS)
-        } else {
-            None
-        };
+        let store_logs = config
+            .rules
+            .iter()
+            .map(|_| LogEvery::new(STORE_LOG_INTERVAL_MS))
+            .collect();
+        let paths = config.needs_path.then(PathCounters::define);
         self.shared = Some(Rc::new(Shared {
             config,
             counters,
-            invalid_paths,
+            store_logs,
+            paths,
         }));
         true
     }
@@ -372,7 +322,8 @@ impl RateLimitHttp {
             Verdict::StoreFailed(status) => {
                 let policy = config.store_full;
                 let allow = policy.action == StoreFullAction::Allow;
-                if let Some(unlogged) = counters.store_log.due(now_unix_millis()) {
+                let log = shared.store_logs.get(index);
+                if let Some(unlogged) = log.and_then(|l| l.due(now_unix_millis())) {
                     log::warn!(
                         "rate-limit: rule {}: its state cannot be stored (host status {status}: \
                          a full shared-data zone?); requests {} (store_full), {unlogged} more \
@@ -435,7 +386,7 @@ impl HttpContext for RateLimitHttp {
                     });
                 }
                 Err(e) => {
-                    count(shared.invalid_paths);
+                    count(shared.paths.as_ref().and_then(|p| p.invalid_paths));
                     signals::set(signals::RATE_LIMIT_DECISION, "invalid_path");
                     refuse_path("rate-limit", e);
                     return Action::Pause;

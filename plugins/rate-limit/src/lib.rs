@@ -6,12 +6,14 @@
 //! - [`state`]: the compact binary encoding of the shared-data values.
 //! - [`key`]: the client key of a request and the shared-data keys.
 //! - [`limiter`]: the CAS loop, key creation under the zone lock, several limits per rule.
+//! - [`counters`]: the filter's counters, declared once.
 //! - [`headers`]: RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and
 //!   Retry-After.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
 pub mod algorithm;
 pub mod config;
+pub mod counters;
 pub mod headers;
 pub mod key;
 pub mod limiter;

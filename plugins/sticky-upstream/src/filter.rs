@@ -23,14 +23,12 @@ use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
-use tollgate_common::host::{self as host, count, define_counter, now_unix_secs, send_json_error};
-use tollgate_common::metrics::metric_name;
+use tollgate_common::host::{self as host, count, now_unix_secs, send_json_error};
 
 use crate::choose::Draws;
 use crate::config::{ChooseBy, Config};
+use crate::counters::Counters;
 use crate::sticky::{after_response, decide, Decision, Outcome, ResponseAction};
-
-const METRIC: &str = "tollgate_sticky_upstream_requests_total";
 
 proxy_wasm::main! {{
     tollgate_common::host::init_log(log::LevelFilter::Info);
@@ -40,14 +38,13 @@ proxy_wasm::main! {{
 /// What the root context shares with its HTTP contexts.
 struct Shared {
     config: Config,
-    /// Counter ids, indexed by `Outcome as usize`.
-    counters: [Option<u32>; Outcome::ALL.len()],
+    counters: Counters,
     draws: RefCell<Draws>,
 }
 
 impl Shared {
     fn count(&self, outcome: Outcome) {
-        count(self.counters.get(outcome as usize).copied().flatten());
+        count(self.counters.outcomes.id(outcome));
     }
 
     fn draw(&self) -> u64 {
@@ -73,15 +70,9 @@ impl RootContext for StickyRoot {
                 return false;
             }
         };
-        let mut counters = [None; Outcome::ALL.len()];
-        for o in Outcome::ALL {
-            if let Some(slot) = counters.get_mut(o as usize) {
-                *slot = define_counter(&metric_name(METRIC, &[("result", o.as_str())]));
-            }
-        }
         self.shared = Some(Rc::new(Shared {
             config,
-            counters,
+            counters: Counters::define(),
             draws: RefCell::new(Draws::from_platform()),
         }));
         true

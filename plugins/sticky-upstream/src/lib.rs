@@ -8,12 +8,14 @@
 //! - [`cookie_value`]: the cookie value (upstream, expiry, HMAC-SHA256 tag), signing and
 //!   verification.
 //! - [`choose`]: weighted and hash-of-key choice of an upstream; the random source.
+//! - [`counters`]: the filter's counters, declared once.
 //! - [`sticky`]: the request and response decisions (cookie parsing, expiry, re-pinning).
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
 pub mod choose;
 pub mod config;
 pub mod cookie_value;
+pub mod counters;
 pub mod sticky;
 
 #[cfg(target_arch = "wasm32")]

@@ -1,0 +1,45 @@
+//! cost's counters, declared once (the README's "Metrics" lists them; the test below keeps it
+//! so).
+
+use crate::unpriced::Reason;
+
+tollgate_common::counters! {
+    /// Requests by outcome, then what the ledger's shared-data writes cost.
+    pub struct Counters {
+        priced: "tollgate_cost_requests_total" [status = "priced"],
+        estimated: "tollgate_cost_requests_total" [status = "estimated"],
+        unpriced: "tollgate_cost_requests_total" [status = "unpriced"],
+        budget_exceeded: "tollgate_cost_requests_total" [status = "budget_exceeded"],
+        store_failure: "tollgate_cost_requests_total" [status = "store_failure"],
+        unknown_model: "tollgate_cost_requests_total" [status = "unknown_model"],
+        request_too_large: "tollgate_cost_requests_total" [status = "request_too_large"],
+        cas_retries: "tollgate_cost_cas_retries_total",
+        booking_failures: "tollgate_cost_booking_failures_total",
+        tenants_created: "tollgate_cost_tenants_created_total",
+        overflowed: "tollgate_cost_overflow_total",
+        locks_lost: "tollgate_cost_creation_locks_lost_total",
+        store_full: "tollgate_cost_store_full_total",
+    }
+    per_value {
+        /// Responses that could not be priced exactly, by why.
+        unpriced_reasons: "tollgate_cost_unpriced_total" [reason: Reason = Reason::ALL, Reason::label],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_common::metrics::CounterList as _;
+
+    #[test]
+    fn the_readme_lists_every_counter() {
+        let readme = include_str!("../README.md");
+        assert_eq!(Counters::undocumented(readme), Vec::<String>::new());
+        let missing: Vec<_> = Reason::ALL
+            .iter()
+            .map(|r| r.label())
+            .filter(|r| !readme.contains(&format!("`{r}`")))
+            .collect();
+        assert!(missing.is_empty(), "reasons not in the README: {missing:?}");
+    }
+}

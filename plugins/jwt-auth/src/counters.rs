@@ -1,0 +1,35 @@
+//! jwt-auth's counters, declared once: `tollgate_jwt_auth_requests_total.result.<result>`, one
+//! series per outcome (the README's "Metrics" lists them; the test below keeps it so).
+
+use crate::verify::Reason;
+
+tollgate_common::counters! {
+    /// Requests by result: passed, bypassed, refused for a malformed path, or refused for a
+    /// [`Reason`].
+    pub struct Counters {
+        ok: "tollgate_jwt_auth_requests_total" [result = "ok"],
+        bypass: "tollgate_jwt_auth_requests_total" [result = "bypass"],
+        invalid_path: "tollgate_jwt_auth_requests_total" [result = "invalid_path"],
+    }
+    per_value {
+        denied: "tollgate_jwt_auth_requests_total" [result: Reason = Reason::ALL, Reason::as_str],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_common::metrics::CounterList as _;
+
+    #[test]
+    fn the_readme_lists_every_counter() {
+        let readme = include_str!("../README.md");
+        assert_eq!(Counters::undocumented(readme), Vec::<String>::new());
+        let missing: Vec<_> = Reason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .filter(|r| !readme.contains(r))
+            .collect();
+        assert!(missing.is_empty(), "results not in the README: {missing:?}");
+    }
+}
