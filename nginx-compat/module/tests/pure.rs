@@ -5,3 +5,6 @@
 
 #[path = "../src/conf.rs"]
 mod conf;
+
+#[path = "../src/metrics_text.rs"]
+mod metrics_text;
