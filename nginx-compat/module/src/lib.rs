@@ -28,9 +28,11 @@
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
 //   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
-// - nginx data: `headers.rs`, `body.rs`, `props.rs`, `upstreams.rs`, `util.rs`, and `base.rs`
-//   (the HTTP module's statics and typed configuration access).
+// - nginx data: `headers.rs`, `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
+//   `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
+//   configuration access).
 pub mod actions;
+pub mod attributes;
 pub mod base;
 pub mod body;
 pub mod calls;

@@ -8,3 +8,6 @@ mod conf;
 
 #[path = "../src/metrics_text.rs"]
 mod metrics_text;
+
+#[path = "../src/attributes.rs"]
+mod attributes;
