@@ -26,10 +26,13 @@
 //   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (poll and tick timers),
 //   `calls.rs` (HTTP call completions), `request.rs` (per-request state and callbacks);
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
-//   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones);
-// - nginx data: `headers.rs`, `body.rs`, `props.rs`, `upstreams.rs`, `util.rs`, and `base.rs`
-//   (the HTTP module's statics and typed configuration access).
+//   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
+//   `metrics_text.rs` (what that endpoint answers, nginx-free);
+// - nginx data: `headers.rs`, `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
+//   `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
+//   configuration access).
 pub mod actions;
+pub mod attributes;
 pub mod base;
 pub mod body;
 pub mod calls;
@@ -41,6 +44,7 @@ pub mod headers;
 pub mod http_module;
 pub mod lifecycle;
 pub mod metrics_endpoint;
+pub mod metrics_text;
 pub mod phases;
 pub mod props;
 pub mod request;

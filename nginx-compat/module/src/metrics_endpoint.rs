@@ -14,6 +14,7 @@ use tollgate_services::metrics_zone::{MetricsConfig, MetricsLayout, MetricsZone}
 
 use crate::base::rc;
 use crate::core::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
+use crate::metrics_text;
 use crate::util::{bytes, level, log};
 
 /// Most metrics (definitions) and value slots per worker.
@@ -159,80 +160,13 @@ pub(crate) fn worker_zone(cycle: *mut ngx::ffi::ngx_cycle_t) -> Option<MetricsZo
     }
 }
 
-fn envoy_stats(zone: &MetricsZone, filter: Option<&regex_lite::Regex>) -> String {
-    use tollgate_services::exposition::Value;
-    let mut out = String::new();
-    for i in 0..WORKER_SLOTS {
-        match worker_counter(i).map(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-            Some(n) if n > 0 => {
-                let name = format!("listener.nginx.worker_{i}.downstream_cx_total");
-                if filter.is_none_or(|f| f.is_match(&name)) {
-                    out.push_str(&format!("{name}: {n}\n"));
-                }
-            }
-            _ => {}
-        }
-    }
-    let overflow = "tollgate.metrics_overflow";
-    if filter.is_none_or(|f| f.is_match(overflow)) {
-        out.push_str(&format!("{overflow}: {}\n", zone.overflow()));
-    }
-    for m in zone.snapshot().unwrap_or_default() {
-        if filter.is_some_and(|f| !f.is_match(&format!("wasmcustom.{}", m.name))) {
-            continue;
-        }
-        match m.value {
-            Value::Counter(v) => out.push_str(&format!("wasmcustom.{}: {v}\n", m.name)),
-            Value::Gauge(v) => out.push_str(&format!("wasmcustom.{}: {v}\n", m.name)),
-            Value::Histogram { counts, sum, .. } => {
-                let n: u64 = counts.iter().sum();
-                out.push_str(&format!(
-                    "wasmcustom.{}: P0(nan,nan) count={n} sum={sum}\n",
-                    m.name
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// The host's own series in the Prometheus text: `tollgate_metrics_overflow_total`, the
-/// metric definitions refused because the metrics zone was full (the filters carry on without
-/// them; the first refusal in each worker is logged).
-fn overflow_exposition(zone: &MetricsZone) -> String {
-    format!(
-        "# HELP tollgate_metrics_overflow_total Metric definitions refused because the metrics zone was full.\n\
-         # TYPE tollgate_metrics_overflow_total counter\n\
-         tollgate_metrics_overflow_total {}\n",
-        zone.overflow()
-    )
-}
-
-/// Percent-decoding of a query argument (`+` is a space).
-fn unescape(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while let Some(&b) = s.get(i) {
-        let hex = |o: usize| {
-            s.get(i.saturating_add(o))
-                .and_then(|c| (*c as char).to_digit(16))
-        };
-        match (b, hex(1), hex(2)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push(u8::try_from(h.saturating_mul(16).saturating_add(l)).unwrap_or(b'?'));
-                i = i.saturating_add(3);
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i = i.saturating_add(1);
-            }
-            _ => {
-                out.push(b);
-                i = i.saturating_add(1);
-            }
-        }
-    }
-    out
+/// (index, requests) of each worker slot.
+fn worker_requests() -> Vec<(usize, u64)> {
+    (0..WORKER_SLOTS)
+        .filter_map(|i| {
+            worker_counter(i).map(|c| (i, c.load(std::sync::atomic::Ordering::Relaxed)))
+        })
+        .collect()
 }
 
 /// Content handler of a `tollgate_metrics` location: Prometheus text, or Envoy's `/stats`
@@ -244,24 +178,21 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         let zone = core_conf(nginx_sys::ngx_cycle)
             .and_then(|c| c.metrics.as_ref())
             .and_then(|m| m.metrics.clone());
-        let args = bytes(&(*r).args).to_vec();
-        let uri = bytes(&(*r).uri);
-        let envoy =
-            uri.ends_with(b"/stats") || args.split(|b| *b == b'&').any(|a| a == b"format=envoy");
-        let filter = args
-            .split(|b| *b == b'&')
-            .find_map(|a| a.strip_prefix(b"filter="))
-            .map(|f| String::from_utf8_lossy(&unescape(f)).into_owned())
-            .filter(|f| !f.is_empty())
-            .map(|f| regex_lite::Regex::new(&f));
-        let (status, body) = match (zone, filter) {
+        let query = metrics_text::query(bytes(&(*r).uri), bytes(&(*r).args));
+        let (status, body) = match (zone, query.filter) {
             (_, Some(Err(e))) => (400, format!("bad filter: {e}\n")),
-            (Some(z), filter) if envoy => {
-                (200, envoy_stats(&z, filter.and_then(Result::ok).as_ref()))
-            }
+            (Some(z), filter) if query.envoy => (
+                200,
+                metrics_text::envoy_stats(
+                    &worker_requests(),
+                    z.overflow(),
+                    &z.snapshot().unwrap_or_default(),
+                    filter.and_then(Result::ok).as_ref(),
+                ),
+            ),
             (zone, _) => match zone {
                 Some(z) => match z.render() {
-                    Ok(text) => (200, text + &overflow_exposition(&z)),
+                    Ok(text) => (200, text + &metrics_text::overflow_exposition(z.overflow())),
                     Err(e) => (500, format!("metrics: {e}\n")),
                 },
                 None => (200, String::new()),

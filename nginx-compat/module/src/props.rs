@@ -1,12 +1,11 @@
 //! Properties computed from the nginx request (`proxy_get_property` falls back to these when
-//! no filter set the property). Names and encodings follow Envoy's attributes
-//! (<https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes>):
-//! strings as bytes, integers as 8-byte little-endian, timestamps as nanoseconds since the epoch
-//! (8-byte little-endian). `ngx.<variable>` reads any nginx variable, like ngx_wasm_module.
+//! no filter set the property): the values of `attributes.rs`'s attributes, read from the
+//! request, its connection and its upstream.
 
 use ngx::ffi::{ngx_connection_t, ngx_http_request_t, ngx_str_t, ngx_uint_t};
 use tollgate_host::PropertySource;
 
+use crate::attributes::{body_bytes_sent, int, joined, parse, time_ns, url_path, Attribute};
 use crate::util::bytes;
 
 /// The property source of one request.
@@ -15,10 +14,6 @@ pub struct NgxProps {
     pub r: *mut ngx_http_request_t,
     /// `response.code_details` when the response is a filter's local response.
     pub local_details: std::rc::Rc<std::cell::RefCell<Option<Vec<u8>>>>,
-}
-
-fn int(v: i64) -> Vec<u8> {
-    v.to_le_bytes().to_vec()
 }
 
 /// `ip:port` and port of a socket address, as nginx formats it.
@@ -104,20 +99,17 @@ impl NgxProps {
 
     // C integer types (time_t, off_t, ...) differ across platforms: conversions are explicit.
     #[allow(clippy::useless_conversion)]
-    fn get(&self, path: &[u8]) -> Option<Vec<u8>> {
+    fn get(&self, attribute: Attribute<'_>) -> Option<Vec<u8>> {
         let r = self.r;
         // SAFETY: `r` is live while the stream holding this source is (both are freed with the
         // request's pool cleanup, the source first).
         unsafe {
             let c: *mut ngx_connection_t = (*r).connection;
-            match path {
-                b"request\0path" => Some(bytes(&(*r).unparsed_uri).to_vec()),
-                b"request\0url_path" => {
-                    let u = bytes(&(*r).unparsed_uri);
-                    Some(u.split(|b| *b == b'?').next().unwrap_or_default().to_vec())
-                }
-                b"request\0query" => Some(bytes(&(*r).args).to_vec()),
-                b"request\0host" => {
+            match attribute {
+                Attribute::RequestPath => Some(bytes(&(*r).unparsed_uri).to_vec()),
+                Attribute::RequestUrlPath => Some(url_path(bytes(&(*r).unparsed_uri)).to_vec()),
+                Attribute::RequestQuery => Some(bytes(&(*r).args).to_vec()),
+                Attribute::RequestHost => {
                     let h = (*r).headers_in.host;
                     if h.is_null() {
                         Some(bytes(&(*r).headers_in.server).to_vec())
@@ -125,41 +117,41 @@ impl NgxProps {
                         Some(bytes(&(*h).value).to_vec())
                     }
                 }
-                b"request\0method" => Some(bytes(&(*r).method_name).to_vec()),
-                b"request\0scheme" => Some(if c.is_null() || (*c).ssl.is_null() {
+                Attribute::RequestMethod => Some(bytes(&(*r).method_name).to_vec()),
+                Attribute::RequestScheme => Some(if c.is_null() || (*c).ssl.is_null() {
                     b"http".to_vec()
                 } else {
                     b"https".to_vec()
                 }),
-                b"request\0protocol" => Some(bytes(&(*r).http_protocol).to_vec()),
-                b"request\0id" => self.var(b"request_id"),
-                b"request\0time" => {
-                    let secs = i64::try_from((*r).start_sec).unwrap_or(0);
-                    let ms = i64::try_from((*r).start_msec).unwrap_or(0);
-                    Some(int(secs
-                        .saturating_mul(1_000_000_000)
-                        .saturating_add(ms.saturating_mul(1_000_000))))
+                Attribute::RequestProtocol => Some(bytes(&(*r).http_protocol).to_vec()),
+                Attribute::RequestId => self.var(b"request_id"),
+                Attribute::RequestTime => Some(int(time_ns(
+                    i64::try_from((*r).start_sec).unwrap_or(0),
+                    i64::try_from((*r).start_msec).unwrap_or(0),
+                ))),
+                Attribute::RequestSize => {
+                    Some(int(i64::try_from((*r).headers_in.content_length_n)
+                        .unwrap_or(0)
+                        .max(0)))
                 }
-                b"request\0size" => Some(int(i64::try_from((*r).headers_in.content_length_n)
-                    .unwrap_or(0)
-                    .max(0))),
-                b"request\0total_size" => {
+                Attribute::RequestTotalSize => {
                     Some(int(i64::try_from((*r).request_length).unwrap_or(0)))
                 }
-                b"request\0useragent" => self.header_in(b"user-agent"),
-                b"request\0referer" => self.header_in(b"referer"),
-                b"source\0address" | b"source\0port" => {
+                Attribute::RequestUserAgent => self.header_in(b"user-agent"),
+                Attribute::RequestReferer => self.header_in(b"referer"),
+                Attribute::RequestHeader(name) => self.header_in(name),
+                Attribute::SourceAddress | Attribute::SourcePort => {
                     if c.is_null() {
                         return None;
                     }
                     let (addr, port) = sockaddr_parts((*c).sockaddr, (*c).socklen)?;
-                    Some(if path == b"source\0port" {
+                    Some(if attribute == Attribute::SourcePort {
                         int(port)
                     } else {
                         addr
                     })
                 }
-                b"destination\0address" | b"destination\0port" => {
+                Attribute::DestinationAddress | Attribute::DestinationPort => {
                     if c.is_null() {
                         return None;
                     }
@@ -172,20 +164,20 @@ impl NgxProps {
                         return None;
                     }
                     let (addr, port) = sockaddr_parts((*c).local_sockaddr, (*c).local_socklen)?;
-                    Some(if path == b"destination\0port" {
+                    Some(if attribute == Attribute::DestinationPort {
                         int(port)
                     } else {
                         addr
                     })
                 }
-                b"connection\0id" => {
+                Attribute::ConnectionId => {
                     if c.is_null() {
                         return None;
                     }
                     Some(int(i64::try_from((*c).number).unwrap_or(0)))
                 }
-                b"connection\0mtls" => Some(vec![0]),
-                b"response\0code" => {
+                Attribute::ConnectionMtls => Some(vec![0]),
+                Attribute::ResponseCode => {
                     let s: ngx_uint_t = (*r).headers_out.status;
                     if s == 0 {
                         None
@@ -193,34 +185,23 @@ impl NgxProps {
                         Some(int(i64::try_from(s).unwrap_or(0)))
                     }
                 }
-                b"response\0code_details" => self.code_details(),
-                b"response\0size" => {
+                Attribute::ResponseCodeDetails => self.code_details(),
+                Attribute::ResponseSize => {
                     if c.is_null() {
                         return None;
                     }
-                    let sent = i64::try_from((*c).sent)
-                        .unwrap_or(0)
-                        .saturating_sub(i64::try_from((*r).header_size).unwrap_or(0));
-                    Some(int(sent.max(0)))
+                    Some(int(body_bytes_sent(
+                        i64::try_from((*c).sent).unwrap_or(0),
+                        i64::try_from((*r).header_size).unwrap_or(0),
+                    )))
                 }
-                b"response\0total_size" => {
+                Attribute::ResponseTotalSize => {
                     if c.is_null() {
                         return None;
                     }
                     Some(int(i64::try_from((*c).sent).unwrap_or(0)))
                 }
-                _ => {
-                    if let Some(name) = path.strip_prefix(b"request\0headers\0") {
-                        return self.header_in(name);
-                    }
-                    if let Some(name) = path.strip_prefix(b"ngx\0") {
-                        return self.var(name);
-                    }
-                    if let Some(name) = path.strip_prefix(b"ngx.") {
-                        return self.var(name);
-                    }
-                    None
-                }
+                Attribute::NgxVariable(name) => self.var(name),
             }
         }
     }
@@ -231,14 +212,7 @@ impl PropertySource for NgxProps {
         if self.r.is_null() {
             return None;
         }
-        // A dotted single segment (`request.path`) is accepted like the `\0`-joined form.
-        if !path.contains(&0) && path.contains(&b'.') && !path.starts_with(b"ngx.") {
-            let joined: Vec<u8> = path
-                .iter()
-                .map(|b| if *b == b'.' { 0 } else { *b })
-                .collect();
-            return self.get(&joined);
-        }
-        self.get(path)
+        let path = joined(path);
+        self.get(parse(&path)?)
     }
 }

@@ -5,3 +5,9 @@
 
 #[path = "../src/conf.rs"]
 mod conf;
+
+#[path = "../src/metrics_text.rs"]
+mod metrics_text;
+
+#[path = "../src/attributes.rs"]
+mod attributes;
