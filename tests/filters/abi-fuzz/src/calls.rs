@@ -159,10 +159,20 @@ impl Fuzz {
     }
 
     /// One step: a randomly chosen import with hostile arguments.
-    #[allow(clippy::too_many_lines)]
     pub fn step(&self) {
+        match self.rng.below(STEPS) {
+            k @ 0..=12 => self.step_maps(k),
+            k @ 13..=24 => self.step_buffers(k),
+            k @ 25..=34 => self.step_shared(k),
+            k @ 35..=46 => self.step_metrics(k),
+            k => self.step_wasi(k),
+        }
+    }
+
+    /// Steps 0 to 12: logging, time, properties and header maps.
+    fn step_maps(&self, k: u32) {
         let r = &self.rng;
-        match r.below(STEPS) {
+        match k {
             0 => {
                 let level = self.enum_val(6);
                 let (p, l) = self.payload();
@@ -243,6 +253,14 @@ impl Fuzz {
                 let (kp, kl) = self.bytes_input(|b| self.name(b));
                 call!(self, abi::proxy_remove_header_map_value(t, kp, kl));
             }
+            _ => {}
+        }
+    }
+
+    /// Steps 13 to 24: configuration, buffers, stream control and local responses.
+    fn step_buffers(&self, k: u32) {
+        let r = &self.rng;
+        match k {
             13 | 14 => {
                 let t = self.enum_val(9);
                 let (start, max) = (self.number(), self.number());
@@ -310,12 +328,18 @@ impl Fuzz {
             }
             22 => call!(self, abi::proxy_continue_request()),
             23 => call!(self, abi::proxy_continue_response()),
-            24 => {
-                if self.cfg.close.get() {
-                    let t = self.enum_val(3);
-                    call!(self, abi::proxy_close_stream(t));
-                }
+            24 if self.cfg.close.get() => {
+                let t = self.enum_val(3);
+                call!(self, abi::proxy_close_stream(t));
             }
+            _ => {}
+        }
+    }
+
+    /// Steps 25 to 34: effective context, shared data, shared queues and HTTP calls.
+    fn step_shared(&self, k: u32) {
+        let r = &self.rng;
+        match k {
             25 => call!(self, abi::proxy_clear_route_cache()),
             26 => call!(self, abi::proxy_done()),
             27 => {
@@ -370,6 +394,14 @@ impl Fuzz {
                 );
             }
             34 => self.http_call(),
+            _ => {}
+        }
+    }
+
+    /// Steps 35 to 46: gRPC, metrics, foreign functions and the first WASI imports.
+    fn step_metrics(&self, k: u32) {
+        let r = &self.rng;
+        match k {
             35 => {
                 let kind = self.enum_val(3);
                 let (np, nl) = self.bytes_input(|b| {
@@ -447,6 +479,14 @@ impl Fuzz {
                 let (precision, ret) = (r.next(), self.ret());
                 call!(self, abi::clock_time_get(id, precision, ret));
             }
+            _ => {}
+        }
+    }
+
+    /// Steps 47 and above: the other WASI imports.
+    fn step_wasi(&self, k: u32) {
+        let r = &self.rng;
+        match k {
             48 => {
                 let id = self.enum_val(4);
                 let ret = self.ret();
