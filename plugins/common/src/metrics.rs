@@ -134,6 +134,17 @@ macro_rules! counters {
                 $( ($family, &[ $($( (stringify!($label), $value), )+)? ]), )*
                 $($( ($pfamily, &[]), )*)?
             ];
+
+            fn per_value_labels() -> Vec<(&'static str, &'static str, &'static str)> {
+                #[allow(unused_mut)]
+                let mut out = Vec::new();
+                $($(
+                    for value in $pall.iter() {
+                        out.push(($pfamily, stringify!($plabel), $pname(*value)));
+                    }
+                )*)?
+                out
+            }
         }
     };
 }
@@ -162,15 +173,18 @@ impl<E: Copy + PartialEq> PerValue<E> {
     }
 }
 
-/// What [`counters!`] declares, for tests: every counter as its family and its static labels
-/// (scope labels and `per_value` labels are not listed).
+/// What [`counters!`] declares, for tests: every counter as its family and its static labels,
+/// and the values of its `per_value` labels (scope labels are not listed).
 pub trait CounterList {
     /// `(family, [(label, value)...])` in declaration order.
     const COUNTERS: &'static [(&'static str, &'static [(&'static str, &'static str)])];
 
-    /// The families and label values of [`Self::COUNTERS`] that `doc` never mentions (a
-    /// family by its name, a label value by its text), for a test that the README lists
-    /// every counter.
+    /// `(family, label, value)` for every value of every `per_value` family.
+    fn per_value_labels() -> Vec<(&'static str, &'static str, &'static str)>;
+
+    /// The families and label values that `doc` never mentions, for a test that the README
+    /// lists every counter: a family by its name, a static label value by its text, a
+    /// `per_value` label value in backquotes (`` `expired` ``), as a list of values reads.
     fn undocumented(doc: &str) -> Vec<String> {
         let mut missing = Vec::new();
         for (family, labels) in Self::COUNTERS {
@@ -181,6 +195,11 @@ pub trait CounterList {
                 if !doc.contains(value) {
                     missing.push(format!("{family}.{label}.{value}"));
                 }
+            }
+        }
+        for (family, label, value) in Self::per_value_labels() {
+            if !doc.contains(&format!("`{value}`")) {
+                missing.push(format!("{family}.{label}.{value}"));
             }
         }
         missing
@@ -235,11 +254,29 @@ mod tests {
                 ("x_unpriced_total", &[][..]),
             ]
         );
-        let doc = "`x_requests_total.rule.<r>.decision.{allowed,limited}`, `x_retries_total`";
-        assert_eq!(Example::undocumented(doc), vec!["x_unpriced_total"]);
         assert_eq!(
-            Example::undocumented("x_requests_total x_unpriced_total allowed"),
-            vec!["x_requests_total.decision.limited", "x_retries_total"]
+            Example::per_value_labels(),
+            vec![
+                ("x_unpriced_total", "reason", "a"),
+                ("x_unpriced_total", "reason", "b")
+            ]
+        );
+        let doc = "`x_requests_total.rule.<r>.decision.{allowed,limited}`, `x_retries_total`";
+        assert_eq!(
+            Example::undocumented(doc),
+            vec![
+                "x_unpriced_total",
+                "x_unpriced_total.reason.a",
+                "x_unpriced_total.reason.b"
+            ]
+        );
+        assert_eq!(
+            Example::undocumented("x_requests_total x_unpriced_total allowed `a` b"),
+            vec![
+                "x_requests_total.decision.limited",
+                "x_retries_total",
+                "x_unpriced_total.reason.b"
+            ]
         );
     }
 

@@ -35,11 +35,5 @@ mod tests {
     fn the_readme_lists_every_counter() {
         let readme = include_str!("../README.md");
         assert_eq!(Counters::undocumented(readme), Vec::<String>::new());
-        let missing: Vec<_> = Reason::ALL
-            .iter()
-            .map(|r| r.label())
-            .filter(|r| !readme.contains(&format!("`{r}`")))
-            .collect();
-        assert!(missing.is_empty(), "reasons not in the README: {missing:?}");
     }
 }

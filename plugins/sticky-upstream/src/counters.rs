@@ -22,11 +22,5 @@ mod tests {
     fn the_readme_lists_every_counter() {
         let readme = include_str!("../README.md");
         assert_eq!(Counters::undocumented(readme), Vec::<String>::new());
-        let missing: Vec<_> = Outcome::ALL
-            .iter()
-            .map(|o| o.as_str())
-            .filter(|o| !readme.contains(&format!("`{o}`")))
-            .collect();
-        assert!(missing.is_empty(), "results not in the README: {missing:?}");
     }
 }
