@@ -104,22 +104,13 @@ impl Module {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::string_slice,
-    clippy::arithmetic_side_effects,
-    unused_imports
-)]
 mod tests {
     //! Hand-written modules (WAT) on the edges of this part of the ABI.
     use std::rc::Rc;
 
     use crate::testing::wat_fixtures::{compile, wat, LOG};
     use crate::testing::MemoryHost;
-    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+    use crate::{AbiVersion, LogLevel, Vm};
 
     #[test]
     fn abi_0_2_0_is_detected_and_runs() {

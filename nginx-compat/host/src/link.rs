@@ -69,22 +69,13 @@ pub(crate) fn linker(engine: &Engine, module: &wasmtime::Module) -> Result<Linke
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::string_slice,
-    clippy::arithmetic_side_effects,
-    unused_imports
-)]
 mod tests {
     //! Hand-written modules (WAT) on the edges of this part of the ABI.
     use std::rc::Rc;
 
-    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::MemoryHost;
-    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+    use crate::Vm;
 
     #[test]
     fn imports_of_unknown_modules_fail_clearly() {

@@ -236,22 +236,13 @@ impl State {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::string_slice,
-    clippy::arithmetic_side_effects,
-    unused_imports
-)]
 mod tests {
     //! Hand-written modules (WAT) on the edges of this part of the ABI.
     use std::rc::Rc;
 
-    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::MemoryHost;
-    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+    use crate::{LogLevel, Vm};
 
     #[test]
     fn wasi_stdout_is_logged_and_proc_exit_traps() {

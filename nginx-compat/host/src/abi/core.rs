@@ -388,22 +388,13 @@ impl Def<'_> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::string_slice,
-    clippy::arithmetic_side_effects,
-    unused_imports
-)]
 mod tests {
     //! Hand-written modules (WAT) on the edges of this part of the ABI.
     use std::rc::Rc;
 
-    use crate::testing::wat_fixtures::{compile, wat, LOG};
+    use crate::testing::wat_fixtures::compile;
     use crate::testing::MemoryHost;
-    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+    use crate::{Stream, StreamCallback, Vm};
 
     #[test]
     fn an_allocator_that_changes_the_result_it_is_asked_room_for_gets_a_status() {

@@ -52,22 +52,13 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::string_slice,
-    clippy::arithmetic_side_effects,
-    unused_imports
-)]
 mod tests {
     //! Hand-written modules (WAT) on the edges of this part of the ABI.
     use std::rc::Rc;
 
     use crate::testing::wat_fixtures::{compile, wat, LOG};
     use crate::testing::MemoryHost;
-    use crate::{AbiVersion, Action, Engine, HttpId, LogLevel, Module, Stream, StreamCallback, Vm};
+    use crate::Vm;
 
     #[test]
     fn out_of_bounds_pointers_are_invalid_memory_access() {
