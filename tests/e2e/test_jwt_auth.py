@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 import tokens
 from harness import ROOT, FilterSpec, GatewaySpec, wait_until
-from jwks_server import JwksServer
+from document_server import DocumentServer
 
 PARTNER_ISSUER = "https://partner.e2e"
 
@@ -185,7 +185,7 @@ def test_verified_token_cache_and_reason_counters(gateway, keys):
 
 @pytest.fixture
 def jwks_server(keys):
-    s = JwksServer({"keys": [tokens.public_jwk(keys.rsa, "rotate-a", "rsa")]})
+    s = DocumentServer({"keys": [tokens.public_jwk(keys.rsa, "rotate-a", "rsa")]})
     yield s
     s.stop()
 
@@ -206,7 +206,8 @@ def test_remote_jwks_rotation_is_picked_up_and_fetched_once_per_ttl(host, upstre
     wait_until(lambda: all(get(g, token=token_a).status_code == 200 for _ in range(20)), 15)
 
     new_key = tokens.new_rsa()
-    jwks_server.set_jwks({"keys": [tokens.public_jwk(new_key, "rotate-b", "rsa")]})
+    jwks_b = {"keys": [tokens.public_jwk(new_key, "rotate-b", "rsa")]}
+    jwks_server.serve(jwks_b)
     token_b = tokens.mint(new_key, "RS256", "rotate-b")
     waited = wait_until(lambda: all(get(g, token=token_b).status_code == 200 for _ in range(8)), ttl + 8)
     print(f"rotation picked up after {waited:.1f}s (cache_duration_seconds={ttl})")
@@ -221,7 +222,7 @@ def test_remote_jwks_rotation_is_picked_up_and_fetched_once_per_ttl(host, upstre
     assert 1 <= fetched <= per_gateway_bound, fetched
 
     # A failing JWKS endpoint keeps the last good keys.
-    jwks_server.fail = True
+    jwks_server.serve(jwks_b, status=503)
     failures_before = jwks_server.fetches
     time.sleep(3 * ttl)
     assert jwks_server.fetches > failures_before, "refresh attempts continue"

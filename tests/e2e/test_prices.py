@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import uuid
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from math import floor
 
 import pytest
 import requests
 
 import litellm
+from document_server import DocumentServer
 from harness import FilterSpec, GatewaySpec, wait_until
 
 TENANT = "x-tenant"
@@ -89,56 +88,6 @@ def test_litellm_file_loads_whole_and_prices_as_its_entries(host, upstream, gate
     assert chat(g, "dall-e-3" if "dall-e-3" in f else "tts-1", 10, 10) == 0
 
 
-class PriceServer:
-    """The remote price table endpoint: serves `body` with `status`, counts fetches; `endless`
-    streams zeros after a huge Content-Length until the client goes or 20 s pass."""
-
-    def __init__(self, table: dict):
-        self.body = json.dumps(table).encode()
-        self.status = 200
-        self.endless = False
-        self.fetches = 0
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                with server.lock:
-                    server.fetches += 1
-                    body, status, endless = server.body, server.status, server.endless
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(1 << 40 if endless else len(body)))
-                self.end_headers()
-                if not endless:
-                    self.wfile.write(body)
-                    return
-                # Slowly (6.4 MB/s): the call's timeout must end it, without buffering gigabytes.
-                deadline = time.monotonic() + 20
-                try:
-                    while time.monotonic() < deadline:
-                        self.wfile.write(b"0" * 65536)
-                        time.sleep(0.01)
-                except OSError:
-                    pass
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def serve(self, body: bytes | dict, status: int = 200, endless: bool = False) -> None:
-        with self.lock:
-            self.body = body if isinstance(body, bytes) else json.dumps(body).encode()
-            self.status, self.endless = status, endless
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def table(input_usd: str) -> dict:
     """A small LiteLLM-shaped table; `m` costs `input_usd` per input token."""
     return {"sample_spec": {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "mode": "one of: chat"},
@@ -148,7 +97,7 @@ def table(input_usd: str) -> dict:
 
 @pytest.fixture
 def price_server():
-    s = PriceServer(table("1e-6"))
+    s = DocumentServer(table("1e-6"))
     yield s
     s.stop()
 
