@@ -7,6 +7,8 @@
 //!   `proxy_get_header_map_pairs` / `proxy_dispatch_http_call` layout).
 //! - A property path: its segments joined by NUL (`proxy_get_property`, `proxy_set_property`).
 
+use std::borrow::Cow;
+
 /// Encodes `pairs` as a proxy-wasm header map. `None` when a count or length does not fit in a
 /// `u32` (the layout's limit; not reachable with real headers).
 pub fn encode_map(pairs: &[(&str, &[u8])]) -> Option<Vec<u8>> {
@@ -62,16 +64,23 @@ pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     Some(pairs)
 }
 
-/// Encodes a property path (`["request", "path"]` → `request\0path`).
-pub fn encode_path(path: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
+/// Encodes a property path (`["request", "path"]` → `request\0path`). A one-segment path is
+/// its own bytes, borrowed: most property calls (the filters' signals) allocate nothing.
+pub fn encode_path<'a>(path: &[&'a str]) -> Cow<'a, [u8]> {
+    if let [one] = path {
+        return Cow::Borrowed(one.as_bytes());
+    }
+    let len = path
+        .iter()
+        .fold(0usize, |n, p| n.saturating_add(p.len()).saturating_add(1));
+    let mut out = Vec::with_capacity(len);
     for (i, part) in path.iter().enumerate() {
         if i > 0 {
             out.push(0);
         }
         out.extend_from_slice(part.as_bytes());
     }
-    out
+    Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -95,8 +104,11 @@ mod tests {
             ]
         );
         assert_eq!(decode_map(&[]), Some(vec![]));
-        assert_eq!(encode_path(&["request", "path"]), b"request\0path");
-        assert_eq!(encode_path(&["x"]), b"x");
+        assert_eq!(&*encode_path(&["request", "path"]), b"request\0path");
+        assert_eq!(&*encode_path(&["x"]), b"x");
+        assert_eq!(&*encode_path(&[]), b"");
+        // One segment (every signal between filters): no copy.
+        assert!(matches!(encode_path(&["x"]), Cow::Borrowed(_)));
     }
 
     #[test]

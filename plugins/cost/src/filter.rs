@@ -395,8 +395,8 @@ impl CostHttp {
         let model = self.request_model.as_deref();
         match &self.mode {
             Mode::Off => Err(Reason::ContentType),
-            Mode::Json(scan) => match scan.finish() {
-                Ok(captured) => scanned_body_usage(&captured, model).ok_or(Reason::NoUsage),
+            Mode::Json(scan) => match scan.finished() {
+                Ok(captured) => scanned_body_usage(captured, model).ok_or(Reason::NoUsage),
                 Err(ScanError::Invalid) => Err(Reason::Malformed),
                 Err(ScanError::Incomplete) => Err(Reason::Incomplete),
                 Err(ScanError::TooLarge) => Err(Reason::TooLarge),

@@ -25,6 +25,8 @@ pub const MAX_DEPTH: usize = 256;
 const MAX_KEY: usize = 16;
 /// Bytes of `choices` kept: enough to tell an empty array (the rest is cut, marked `...`).
 const CHOICES_HEAD: usize = 16;
+/// The capture buffer's first capacity (bytes).
+const CAPTURE_START: usize = 128;
 
 /// The members captured (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +132,10 @@ pub struct JsonScan {
     st: St,
     /// Open containers: `true` for an object.
     stack: Vec<bool>,
-    /// The member name being read (bounded; `None` once too long or not plain ASCII).
-    key: Option<Vec<u8>>,
+    /// The member name being read (bounded), its buffer reused from name to name.
+    key: Vec<u8>,
+    /// Whether `key` is a name worth comparing (not too long, plain ASCII, shallow enough).
+    key_live: bool,
     /// The current top-level member: the field it captures, or the parent it opens.
     top: Option<Result<Field, Parent>>,
     /// Inside the object of a top-level `message` / `response` member.
@@ -140,8 +144,9 @@ pub struct JsonScan {
     inner: Option<Field>,
     /// The value being captured: its field and the stack depth it started at.
     capturing: Option<(Field, usize)>,
+    /// The value being captured, its buffer reused from capture to capture.
     buf: Vec<u8>,
-    captured: [Option<Vec<u8>>; FIELDS],
+    captured: Captured,
     too_large: bool,
     max_value: usize,
 }
@@ -169,13 +174,14 @@ impl JsonScan {
         JsonScan {
             st: St::Value,
             stack: Vec::new(),
-            key: None,
+            key: Vec::with_capacity(MAX_KEY),
+            key_live: false,
             top: None,
             inner_parent: None,
             inner: None,
             capturing: None,
             buf: Vec::new(),
-            captured: Default::default(),
+            captured: Captured::default(),
             too_large: false,
             max_value,
         }
@@ -222,6 +228,14 @@ impl JsonScan {
     /// # Errors
     /// [`ScanError`]: not JSON, incomplete, or a captured value over the bound.
     pub fn finish(&self) -> Result<Captured, ScanError> {
+        self.finished().cloned()
+    }
+
+    /// [`JsonScan::finish`], borrowed: what a caller reads once needs no copy.
+    ///
+    /// # Errors
+    /// As [`JsonScan::finish`].
+    pub fn finished(&self) -> Result<&Captured, ScanError> {
         match self.st {
             St::Failed => Err(ScanError::Invalid),
             St::Done => Ok(()),
@@ -236,15 +250,22 @@ impl JsonScan {
         if self.too_large {
             return Err(ScanError::TooLarge);
         }
-        Ok(Captured {
-            values: self.captured.clone(),
-        })
+        Ok(&self.captured)
     }
 
     fn fail(&mut self) {
         self.st = St::Failed;
         self.capturing = None;
         self.buf = Vec::new();
+    }
+
+    /// Stores the captured value of `field` (an exact-size copy: `buf` keeps its capacity for
+    /// the next capture).
+    fn keep(&mut self, field: Field) {
+        if let Some(slot) = self.captured.values.get_mut(field.index()) {
+            *slot = Some(self.buf.clone());
+        }
+        self.buf.clear();
     }
 
     fn push_capture(&mut self, bytes: &[u8]) {
@@ -257,9 +278,7 @@ impl JsonScan {
             self.buf
                 .extend_from_slice(bytes.get(..room).unwrap_or(bytes));
             self.buf.extend_from_slice(b"...");
-            if let Some(slot) = self.captured.get_mut(field.index()) {
-                *slot = Some(std::mem::take(&mut self.buf));
-            }
+            self.keep(field);
             self.capturing = None;
             return;
         }
@@ -281,11 +300,11 @@ impl JsonScan {
     }
 
     fn key_bytes(&mut self, bytes: &[u8]) {
-        if let Some(k) = self.key.as_mut() {
-            if k.len().saturating_add(bytes.len()) > MAX_KEY {
-                self.key = None;
+        if self.key_live {
+            if self.key.len().saturating_add(bytes.len()) > MAX_KEY {
+                self.key_live = false;
             } else {
-                k.extend_from_slice(bytes);
+                self.key.extend_from_slice(bytes);
             }
         }
     }
@@ -301,8 +320,8 @@ impl JsonScan {
 
     /// A member name is complete: which field or parent it is.
     fn member_named(&mut self) {
-        let name = self.key.take();
-        let name = name.as_deref().unwrap_or(b"\0");
+        let name: &[u8] = if self.key_live { &self.key } else { b"\0" };
+        self.key_live = false;
         match self.stack.len() {
             1 => {
                 self.top = match name {
@@ -341,6 +360,8 @@ impl JsonScan {
         if let (Some(field), true, None) = (field, in_object, self.capturing) {
             self.capturing = Some((field, depth));
             self.buf.clear();
+            // One allocation for the usual value (a `usage` object is ~100 bytes), not 5 doublings.
+            self.buf.reserve(CAPTURE_START.min(self.max_value));
         }
     }
 
@@ -348,9 +369,7 @@ impl JsonScan {
     fn value_end(&mut self) {
         if let Some((field, depth)) = self.capturing {
             if depth == self.stack.len() {
-                if let Some(slot) = self.captured.get_mut(field.index()) {
-                    *slot = Some(std::mem::take(&mut self.buf));
-                }
+                self.keep(field);
                 self.capturing = None;
             }
         }
@@ -408,11 +427,8 @@ impl JsonScan {
             St::Value | St::ArrFirst => self.value_byte(b),
             St::ObjFirst if b == b'}' => self.close(true),
             St::ObjFirst | St::ObjKey if b == b'"' => {
-                self.key = if self.stack.len() <= 2 {
-                    Some(Vec::new())
-                } else {
-                    None
-                };
+                self.key.clear();
+                self.key_live = self.stack.len() <= 2;
                 self.push_capture(&[b]);
                 self.st = St::Str { key: true };
             }
@@ -478,7 +494,7 @@ impl JsonScan {
                     // Names compared are ASCII; any other code point matches nothing.
                     match u8::try_from(code) {
                         Ok(c) if c.is_ascii() => self.key_bytes(&[c]),
-                        _ => self.key = None,
+                        _ => self.key_live = false,
                     }
                 }
                 self.st = St::Str { key };
