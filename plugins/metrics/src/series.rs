@@ -12,7 +12,10 @@
 //! whose series already exist allocates nothing here. The number of series is bounded by the
 //! configuration (see the README); [`SeriesCache`] also refuses to grow beyond `max` entries.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use tollgate_common::metrics::push_metric_name;
 
@@ -63,19 +66,53 @@ pub enum Kind {
 }
 
 /// Metric ids by encoded name, for one VM.
+///
+/// A hash table of names (SipHash keyed per VM, as `std::collections::HashMap`: label values come
+/// from requests) whose lookups compare names with [`same_bytes`], not `==`.
 #[derive(Debug)]
 pub struct SeriesCache {
-    ids: HashMap<String, Option<u32>>,
+    ids: HashTable<Series>,
+    hasher: RandomState,
     buf: String,
     max: usize,
     refused: u64,
+}
+
+/// One defined series: its encoded name and the host's id (`None`: refused by the host).
+#[derive(Debug)]
+struct Series {
+    name: Box<str>,
+    id: Option<u32>,
+}
+
+/// Byte equality, 8 bytes per step. In wasm, `==` on slices calls wasi-libc's `memcmp`, which
+/// compares one byte per iteration: about 1,200 instructions for one ~80-byte encoded name, 10
+/// names a request (bench/results/instructions_issue21_allocations.md).
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let word = |w: &[u8; 8]| u64::from_ne_bytes(*w);
+    // The last 8 bytes (overlapping the last whole word) stand for the tail; under 8 bytes, `==`.
+    match (a.last_chunk::<8>(), b.last_chunk::<8>()) {
+        (Some(a_last), Some(b_last)) => {
+            word(a_last) == word(b_last)
+                && a.as_chunks::<8>()
+                    .0
+                    .iter()
+                    .zip(b.as_chunks::<8>().0)
+                    .all(|(x, y)| word(x) == word(y))
+        }
+        _ => a == b,
+    }
 }
 
 impl SeriesCache {
     /// An empty cache holding at most `max` series.
     pub fn new(max: usize) -> Self {
         SeriesCache {
-            ids: HashMap::new(),
+            ids: HashTable::new(),
+            hasher: RandomState::new(),
             buf: String::with_capacity(128),
             max,
             refused: 0,
@@ -93,15 +130,25 @@ impl SeriesCache {
         define: impl FnOnce(Kind, &str) -> Option<u32>,
     ) -> Option<u32> {
         push_metric_name(&mut self.buf, family, labels);
-        if let Some(id) = self.ids.get(self.buf.as_str()) {
-            return *id;
+        let name = self.buf.as_bytes();
+        let hash = self.hasher.hash_one(name);
+        if let Some(series) = self.ids.find(hash, |s| same_bytes(s.name.as_bytes(), name)) {
+            return series.id;
         }
         if self.ids.len() >= self.max {
             self.refused = self.refused.saturating_add(1);
             return None;
         }
         let id = define(kind, &self.buf);
-        self.ids.insert(self.buf.clone(), id);
+        let hasher = &self.hasher;
+        self.ids.insert_unique(
+            hash,
+            Series {
+                name: self.buf.as_str().into(),
+                id,
+            },
+            |s| hasher.hash_one(s.name.as_bytes()),
+        );
         id
     }
 
@@ -122,8 +169,60 @@ impl SeriesCache {
 
     /// The encoded names defined so far (sorted), for tests.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.ids.keys().cloned().collect();
+        let mut names: Vec<String> = self.ids.iter().map(|s| s.name.to_string()).collect();
         names.sort();
         names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_bytes_agrees_with_slice_equality() {
+        // Every length around the 8-byte steps, a difference at every position, and lengths
+        // that differ by one (a name and its prefix).
+        for len in 0..40usize {
+            let a: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            assert!(same_bytes(&a, &a.clone()));
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x80;
+                assert_eq!(same_bytes(&a, &b), a == b, "len {len}, at {at}");
+                assert!(!same_bytes(&a, &b));
+            }
+            assert!(!same_bytes(&a, &a[..len.saturating_sub(1)]) || len == 0);
+        }
+    }
+
+    #[test]
+    fn series_differing_in_one_byte_are_two_series() {
+        let mut cache = SeriesCache::new(10);
+        let mut next = 0;
+        let mut define = |_: Kind, _: &str| {
+            next += 1;
+            Some(next)
+        };
+        let a = cache.id(
+            Kind::Counter,
+            REQUESTS,
+            &[("tenant", "acme-00001")],
+            &mut define,
+        );
+        let b = cache.id(
+            Kind::Counter,
+            REQUESTS,
+            &[("tenant", "acme-00002")],
+            &mut define,
+        );
+        let a2 = cache.id(
+            Kind::Counter,
+            REQUESTS,
+            &[("tenant", "acme-00001")],
+            &mut define,
+        );
+        assert_eq!((a, b, a2), (Some(1), Some(2), Some(1)));
+        assert_eq!(cache.len(), 2);
     }
 }
