@@ -50,7 +50,10 @@ report): wasm JIT (code with no object: the filters' compiled wasm, with the pro
 wasmtime's generated trampolines), host core (tollgate_host), glue (tollgate_module and the ngx
 crate), wasmtime, services (tollgate_services), nginx, other (other objects). libc, ld.so and Rust
 core/std/alloc/hashbrown code is charged to its callers' layers, in proportion to the
-inclusive cost of each call edge (recursively through other such code).
+inclusive cost of each call edge (recursively through other such code). The wasm JIT layer is
+split by filter too: nginx runs with TOLLGATE_WASM_PERFMAP=1, so the host writes wasmtime's perf
+map (/tmp/perf-<pid>.map, kept as perf.map beside the dump), which names every compiled function
+and, through the functions' crate names, its filter.
 
     scripts/bench.sh instructions                            # W=50, N=200, all variants, the built module
     scripts/bench.sh instructions --module before=/tmp/old.so --module after=target/nginx/ngx_http_tollgate_wasm_module.so
@@ -68,6 +71,7 @@ callgrind_annotate or kcachegrind.
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import dataclasses
 import hashlib
@@ -304,8 +308,10 @@ def run_cell(module: Module, variant: str, spec: GatewaySpec, request: Request, 
             "--toggle-collect=ngx_process_events_and_timers", "--dump-instr=yes", "--vgdb=yes",
             harness.NGINX_BINARY, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
     log = prefix / "valgrind.log"
+    # The host writes /tmp/perf-<pid>.map (wasm function names and addresses): wasm_by_filter.
+    env = {**os.environ, PERF_MAP_ENV: "1"}
     with open(log, "wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=prefix, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=prefix, start_new_session=True, env=env)
     try:
         ready = wait_ready(admin, proc, log, READY_TIMEOUT_S)
         print(f"  {module.label} {variant}: ready after {ready:.0f} s", flush=True)
@@ -317,6 +323,9 @@ def run_cell(module: Module, variant: str, spec: GatewaySpec, request: Request, 
             raise RuntimeError(f"{module.label} {variant}: {len(bad)} unexpected answers, e.g. {bad[:3]}")
     finally:
         stop(proc)
+        perf_map = pathlib.Path(f"/tmp/perf-{proc.pid}.map")  # valgrind runs nginx in its own process
+        if perf_map.exists():
+            shutil.move(perf_map, prefix / "perf.map")
     dump = out.parent / (out.name + ".1")
     if not dump.exists():
         raise RuntimeError(f"no callgrind dump {dump}: {harness.tail(log)}")
@@ -324,6 +333,8 @@ def run_cell(module: Module, variant: str, spec: GatewaySpec, request: Request, 
 
 
 # --- the callgrind file: self costs, call edges, layers -------------------------------------------
+
+PERF_MAP_ENV = "TOLLGATE_WASM_PERFMAP"  # nginx-compat/host/src/engine.rs
 
 Fn = tuple[str, str]  # (object, function)
 
@@ -470,10 +481,50 @@ def raw_objects(p: Profile) -> dict[str, int]:
     return dict(out)
 
 
+def filter_of(names: list[str]) -> str:
+    """The filter a compiled module belongs to, from its functions' (mangled) names: the most
+    frequent `tollgate_<crate>` other than the shared `common`."""
+    crates = collections.Counter(m.group(1) for n in names for m in re.finditer(r"tollgate_([a-z]+(?:_[a-z]+)*)", n)
+                                 if m.group(1) != "common")
+    return crates.most_common(1)[0][0].replace("_", "-") if crates else "?"
+
+
+def wasm_by_filter(p: Profile, perf_map: pathlib.Path) -> dict[str, int]:
+    """The wasm JIT layer's self cost by filter, from wasmtime's perf map (`address size name`
+    per compiled function). A module's functions are contiguous, the first named
+    `__wasm_call_ctors` (wasi-libc's), so a function belongs to the last such start below it.
+    Code the map does not name (wasmtime's shared stubs) is "unmapped"."""
+    entries = []
+    for line in perf_map.read_text(errors="replace").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3:
+            entries.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+    entries.sort()
+    starts = [e[0] for e in entries]
+    module_starts = [e[0] for e in entries if e[2] == "__wasm_call_ctors"]
+    names: dict[int, list[str]] = collections.defaultdict(list)
+    for a, _, name in entries:
+        names[bisect.bisect_right(module_starts, a)].append(name)
+    label = {k: filter_of(v) for k, v in names.items()}
+    out: collections.Counter[str] = collections.Counter()
+    for (ob, fn), cost in p.self_cost.items():
+        if classify(ob, fn) != "wasm JIT":
+            continue
+        m = re.match(r"0x([0-9a-fA-F]+)", fn)
+        i = bisect.bisect_right(starts, int(m.group(1), 16)) - 1 if m else -1
+        if i >= 0 and entries[i][0] <= int(m.group(1), 16) < entries[i][0] + entries[i][1]:
+            out[label[bisect.bisect_right(module_starts, entries[i][0])]] += cost
+        else:
+            out["unmapped"] += cost
+    return dict(out)
+
+
 def analyse(dump: pathlib.Path, n: int) -> dict:
     """Per-request figures of one dump of `n` requests."""
     p = parse_callgrind(dump)
-    return {"instructions": p.total, "per_request": p.total / n,
+    perf_map = dump.parent / "perf.map"
+    by_filter = wasm_by_filter(p, perf_map) if perf_map.exists() else {}
+    return {"wasm_by_filter_per_request": {k: v / n for k, v in sorted(by_filter.items())},"instructions": p.total, "per_request": p.total / n,
             "layers_per_request": {k: v / n for k, v in layers(p).items()},
             "self_per_request": {k: v / n for k, v in raw_objects(p).items()},
             "calls_per_request": {k: p.calls.get(fn, 0) / n for k, fn in CALLS.items()},
@@ -639,6 +690,19 @@ def markdown(res: dict) -> str:
         for r in (r for r in res["ratios"] if r["numerator"] == x):
             d = r["layers_difference_per_request"]
             lines.append(f"| {r['variant']} | {r['difference_per_request']:+,.0f} | " + " | ".join(f"{d[k]:+,.0f}" for k in LAYERS) + " |")
+        lines.append("")
+    filters = sorted({f for c in cells for f in c.get("wasm_by_filter_per_request", {})})
+    if filters:
+        lines += ["## The wasm JIT layer by filter (instructions per request)", "",
+                  "Each filter's compiled code (its SDK, allocator and wasmtime trampolines included), from the perf map "
+                  f"the host writes when `{PERF_MAP_ENV}` is set; a filter twice in a chain is counted once, both instances "
+                  "together.", "", "| build | variant | " + " | ".join(filters) + " |", "|---" * (len(filters) + 2) + "|"]
+        for x in labels:
+            for v in variants:
+                c = get(x, v)
+                if c and c.get("wasm_by_filter_per_request"):
+                    w = c["wasm_by_filter_per_request"]
+                    lines.append(f"| {x} | {v} | " + " | ".join(fmt(w.get(f)) for f in filters) + " |")
         lines.append("")
     lines += ["## Minus proxy-only, by layer", "", "| module | variant | total | " + " | ".join(LAYERS) + " |", "|---" * (len(LAYERS) + 3) + "|"]
     for r in res["minus_proxy_only"]:

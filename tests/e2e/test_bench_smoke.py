@@ -65,7 +65,7 @@ def test_gateway_report_smoke():
 def test_instructions_smoke():
     """bench/instructions.py --smoke: nginx under callgrind (3 warm-up and 5 measured requests,
     proxy-only and floor-1; ~20 s): the dumps parse, callgrind saw every request, the wasm floor
-    costs more than proxy-only and its layers include wasm code."""
+    costs more than proxy-only, its layers include wasm code and the perf map names its filter."""
     apt = subprocess.run([str(ROOT / "scripts" / "apt.sh"), "valgrind"], capture_output=True, text=True, timeout=600)
     assert apt.returncode == 0, apt.stderr[-3000:]
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "instructions.py"), "--smoke"], cwd=ROOT / "bench",
@@ -77,5 +77,9 @@ def test_instructions_smoke():
     assert set(cells) == {"proxy-only", "floor-1"}
     assert 0 < cells["proxy-only"]["per_request"] < cells["floor-1"]["per_request"]
     assert cells["floor-1"]["calls_per_request"]["guest entries"] > 0 and cells["floor-1"]["layers_per_request"]["wasm JIT"] > 0
+    # The wasm layer by filter (the host's perf map): all of it is the floor's own code.
+    by_filter = cells["floor-1"]["wasm_by_filter_per_request"]
+    assert max(by_filter, key=by_filter.get) == "wasm-floor", by_filter
+    assert abs(sum(by_filter.values()) - cells["floor-1"]["layers_per_request"]["wasm JIT"]) < 1, by_filter
     assert [m["label"] for m in results["modules"]] == ["built"]
     assert "valgrind" in (ROOT / "bench" / "results" / "instructions.smoke.md").read_text()

@@ -14,6 +14,11 @@ pub enum AbiVersion {
     V0_2_1,
 }
 
+/// The environment variable that makes [`Engine::new`] write a perf map (`/tmp/perf-<pid>.map`,
+/// one line per compiled function: address, size, name from the module's `name` section), as
+/// wasmtime's `--profile perfmap` does. Any non-empty value. Off by default: it writes a file.
+pub const PERF_MAP_ENV: &str = "TOLLGATE_WASM_PERFMAP";
+
 /// Compiles modules. One per process (cheap to clone).
 #[derive(Clone)]
 pub struct Engine {
@@ -28,12 +33,17 @@ pub struct Module {
 }
 
 impl Engine {
-    /// Cranelift at opt level `speed`, no parallel compilation (wasmtime is built without its
+    /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), no parallel compilation (wasmtime is built without its
     /// `parallel-compilation` feature, so no thread is ever started: safe to call in the nginx
     /// master before fork), signals-based traps (guard pages instead of bounds checks).
     pub fn new() -> Result<Engine, Error> {
         let mut config = wasmtime::Config::new();
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // For profilers: the compiled functions' names and addresses in /tmp/perf-<pid>.map
+        // (bench/instructions.py attributes the wasm code's instructions to filters with it).
+        if std::env::var_os(PERF_MAP_ENV).is_some_and(|v| !v.is_empty()) {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         // Every call into a guest has a deadline (limits.rs): compiled code checks the epoch.
         config.epoch_interruption(!cfg!(feature = "unbounded-guests"));
         let engine =
