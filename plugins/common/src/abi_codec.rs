@@ -64,6 +64,13 @@ pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     Some(pairs)
 }
 
+/// A header value (or any host bytes) as text: non-UTF-8 sequences (obs-text, RFC 9110 section
+/// 5.5) become U+FFFD. Valid UTF-8, nearly every value, keeps its buffer: no second allocation
+/// and copy, which `String::from_utf8_lossy(..).into_owned()` always makes.
+pub fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// Encodes a property path (`["request", "path"]` → `request\0path`). A one-segment path is
 /// its own bytes, borrowed: most property calls (the filters' signals) allocate nothing.
 pub fn encode_path<'a>(path: &[&'a str]) -> Cow<'a, [u8]> {
@@ -86,6 +93,14 @@ pub fn encode_path<'a>(path: &[&'a str]) -> Cow<'a, [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_replaces_only_what_is_not_utf8() {
+        assert_eq!(text(b"Bearer abc".to_vec()), "Bearer abc");
+        assert_eq!(text("caf\u{e9}".as_bytes().to_vec()), "caf\u{e9}");
+        // obs-text: a Latin-1 byte and a truncated sequence, each one U+FFFD.
+        assert_eq!(text(b"caf\xe9 x\xc3".to_vec()), "caf\u{fffd} x\u{fffd}");
+    }
 
     #[test]
     fn maps_round_trip_in_the_abi_layout() {

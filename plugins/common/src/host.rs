@@ -7,7 +7,7 @@
 
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
-use crate::raw;
+use crate::{abi_codec, raw};
 
 /// The host's wall clock in Unix seconds (0 if the host does not answer).
 pub fn now_unix_secs() -> u64 {
@@ -179,7 +179,7 @@ pub fn request_header_bytes(name: &str) -> Option<Vec<u8>> {
 /// A request header's value as text: bytes that are not UTF-8 (obs-text, RFC 9110 section 5.5)
 /// become U+FFFD, so such a value can never equal a configured ASCII string or parse as a token.
 pub fn request_header(name: &str) -> Option<String> {
-    request_header_bytes(name).map(|b| String::from_utf8_lossy(&b).into_owned())
+    request_header_bytes(name).map(abi_codec::text)
 }
 
 /// Sets (`Some`, replacing the value) or removes (`None`) a header of `map`; a host error is
@@ -206,8 +206,7 @@ pub fn add_response_header(name: &str, value: &str) {
 /// `None` when absent, and when the call got no response at all (Envoy then answers a status the
 /// SDK's wrapper panics on: `crate::raw`).
 pub fn http_call_response_header(name: &str) -> Option<String> {
-    header_bytes(MapType::HttpCallResponseHeaders, name)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
+    header_bytes(MapType::HttpCallResponseHeaders, name).map(abi_codec::text)
 }
 
 /// The body of the response to a `dispatch_http_call`, at most `max` bytes (bytes).

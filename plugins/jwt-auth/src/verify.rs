@@ -195,20 +195,20 @@ fn peek_issuer(token: &str) -> Result<Option<String>, Reason> {
     Ok(claims.iss)
 }
 
-/// Checks the compact serialization's shape (RFC 7515 section 7.1): three base64url parts.
+/// Checks the compact serialization's shape (RFC 7515 section 7.1): three non-empty parts of
+/// the base64url alphabet (RFC 4648 section 5, no padding) joined by two dots. One pass over the
+/// bytes: this runs on every request that carries a token.
 fn well_formed(token: &str) -> bool {
-    let mut parts = 0usize;
-    for part in token.split('.') {
-        parts = parts.saturating_add(1);
-        if part.is_empty()
-            || !part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return false;
+    let (mut dots, mut part_empty) = (0u8, true);
+    for &b in token.as_bytes() {
+        match b {
+            b'.' if part_empty || dots == 2 => return false,
+            b'.' => (dots, part_empty) = (dots.saturating_add(1), true),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => part_empty = false,
+            _ => return false,
         }
     }
-    parts == 3
+    dots == 2 && !part_empty
 }
 
 /// Chooses the provider of a token by its `iss`: the provider with that issuer, else the one
@@ -412,3 +412,46 @@ pub fn authorize(
 
 /// The audiences set type used by actions, re-exported for tests.
 pub type AudienceSet = HashSet<String>;
+
+#[cfg(test)]
+mod tests {
+    use super::well_formed;
+
+    /// RFC 7515 section 7.1 read literally: split at dots, three parts, each non-empty base64url.
+    fn by_split(token: &str) -> bool {
+        let parts: Vec<&str> = token.split('.').collect();
+        parts.len() == 3
+            && parts.iter().all(|p| {
+                !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            })
+    }
+
+    #[test]
+    fn well_formed_agrees_with_splitting_on_every_short_string() {
+        // Every string of up to 7 bytes over dots, both alphabets' extra bytes, padding,
+        // whitespace and a non-ASCII letter.
+        let alphabet = ["a", "Z", "9", "-", "_", ".", "=", "+", " ", "é"];
+        let mut strings = vec![String::new()];
+        for _ in 0..7 {
+            let mut longer = Vec::new();
+            for s in &strings {
+                for c in alphabet {
+                    let t = format!("{s}{c}");
+                    assert_eq!(well_formed(&t), by_split(&t), "{t:?}");
+                    longer.push(t);
+                }
+            }
+            // Keep the dotted ones and a sample of the rest, so the set stays small.
+            strings = longer
+                .into_iter()
+                .enumerate()
+                .filter(|(i, s)| s.contains('.') || i % 7 == 0)
+                .map(|(_, s)| s)
+                .collect();
+        }
+        assert!(well_formed("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_"));
+        assert!(!well_formed("a.b.c.d") && !well_formed("a..c") && !well_formed(".b.c"));
+    }
+}
