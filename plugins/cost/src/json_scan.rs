@@ -268,7 +268,16 @@ impl JsonScan {
         self.buf.clear();
     }
 
+    /// Appends `bytes` to the value being captured, if one is. Called for most bytes of the
+    /// document, nearly all outside a capture: the check is inlined, the rest is not.
+    #[inline(always)]
     fn push_capture(&mut self, bytes: &[u8]) {
+        if self.capturing.is_some() {
+            self.capture(bytes);
+        }
+    }
+
+    fn capture(&mut self, bytes: &[u8]) {
         let Some((field, _)) = self.capturing else {
             return;
         };
@@ -288,7 +297,11 @@ impl JsonScan {
             self.too_large = true;
             return;
         }
-        self.buf.extend_from_slice(bytes);
+        match bytes {
+            // A structural byte or a digit: no copy call for one byte.
+            [one] => self.buf.push(*one),
+            _ => self.buf.extend_from_slice(bytes),
+        }
     }
 
     /// Plain string bytes (no quote, backslash or control byte).
