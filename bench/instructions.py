@@ -511,8 +511,9 @@ def wasm_by_filter(p: Profile, perf_map: pathlib.Path) -> dict[str, int]:
         if classify(ob, fn) != "wasm JIT":
             continue
         m = re.match(r"0x([0-9a-fA-F]+)", fn)
-        i = bisect.bisect_right(starts, int(m.group(1), 16)) - 1 if m else -1
-        if i >= 0 and entries[i][0] <= int(m.group(1), 16) < entries[i][0] + entries[i][1]:
+        addr = int(m.group(1), 16) if m else -1
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and entries[i][0] <= addr < entries[i][0] + entries[i][1]:
             out[label[bisect.bisect_right(module_starts, entries[i][0])]] += cost
         else:
             out["unmapped"] += cost
@@ -524,8 +525,9 @@ def analyse(dump: pathlib.Path, n: int) -> dict:
     p = parse_callgrind(dump)
     perf_map = dump.parent / "perf.map"
     by_filter = wasm_by_filter(p, perf_map) if perf_map.exists() else {}
-    return {"wasm_by_filter_per_request": {k: v / n for k, v in sorted(by_filter.items())},"instructions": p.total, "per_request": p.total / n,
+    return {"instructions": p.total, "per_request": p.total / n,
             "layers_per_request": {k: v / n for k, v in layers(p).items()},
+            "wasm_by_filter_per_request": {k: v / n for k, v in sorted(by_filter.items())},
             "self_per_request": {k: v / n for k, v in raw_objects(p).items()},
             "calls_per_request": {k: p.calls.get(fn, 0) / n for k, fn in CALLS.items()},
             "dump": str(dump.relative_to(BENCH / "results") if dump.is_relative_to(BENCH / "results") else dump)}

@@ -33,9 +33,10 @@ pub struct Module {
 }
 
 impl Engine {
-    /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), no parallel compilation (wasmtime is built without its
-    /// `parallel-compilation` feature, so no thread is ever started: safe to call in the nginx
-    /// master before fork), signals-based traps (guard pages instead of bounds checks).
+    /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), no parallel
+    /// compilation (wasmtime is built without its `parallel-compilation` feature, so no thread is
+    /// ever started: safe to call in the nginx master before fork), signals-based traps (guard
+    /// pages instead of bounds checks).
     pub fn new() -> Result<Engine, Error> {
         let mut config = wasmtime::Config::new();
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
