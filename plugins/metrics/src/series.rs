@@ -195,34 +195,4 @@ mod tests {
             assert!(!same_bytes(&a, &a[..len.saturating_sub(1)]) || len == 0);
         }
     }
-
-    #[test]
-    fn series_differing_in_one_byte_are_two_series() {
-        let mut cache = SeriesCache::new(10);
-        let mut next = 0;
-        let mut define = |_: Kind, _: &str| {
-            next += 1;
-            Some(next)
-        };
-        let a = cache.id(
-            Kind::Counter,
-            REQUESTS,
-            &[("tenant", "acme-00001")],
-            &mut define,
-        );
-        let b = cache.id(
-            Kind::Counter,
-            REQUESTS,
-            &[("tenant", "acme-00002")],
-            &mut define,
-        );
-        let a2 = cache.id(
-            Kind::Counter,
-            REQUESTS,
-            &[("tenant", "acme-00001")],
-            &mut define,
-        );
-        assert_eq!((a, b, a2), (Some(1), Some(2), Some(1)));
-        assert_eq!(cache.len(), 2);
-    }
 }

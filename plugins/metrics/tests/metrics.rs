@@ -16,7 +16,7 @@ use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_metrics::config::Config;
 use tollgate_metrics::labels::{method_label, route_label, status_class};
 use tollgate_metrics::record::{record, CostSignals, Observation};
-use tollgate_metrics::series::{Kind, SeriesCache, FAMILIES, LABELS};
+use tollgate_metrics::series::{Kind, SeriesCache, FAMILIES, LABELS, REQUESTS};
 use tollgate_metrics::tenants::Tenants;
 
 fn err_field(doc: serde_json::Value) -> String {
@@ -410,14 +410,19 @@ fn a_request_records_its_series() {
     );
 }
 
+/// A host that gives ids 1, 2, 3... in definition order.
+fn counting_host() -> impl FnMut(Kind, &str) -> Option<u32> {
+    let mut defined = 0;
+    move |_, _| {
+        defined += 1;
+        Some(defined)
+    }
+}
+
 #[test]
 fn series_cache_is_bounded() {
     let mut cache = SeriesCache::new(2);
-    let mut defined = 0;
-    let mut define = |_: Kind, _: &str| {
-        defined += 1;
-        Some(defined)
-    };
+    let mut define = counting_host();
     assert_eq!(
         cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
         Some(1)
@@ -436,6 +441,20 @@ fn series_cache_is_bounded() {
     );
     assert_eq!(cache.refused(), 1);
     assert_eq!(cache.names(), ["f.a.1", "f.a.2"]);
+}
+
+#[test]
+fn series_differing_in_one_byte_are_two_series() {
+    // Names over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
+    let mut cache = SeriesCache::new(10);
+    let mut define = counting_host();
+    let mut id =
+        |tenant: &str| cache.id(Kind::Counter, REQUESTS, &[("tenant", tenant)], &mut define);
+    assert_eq!(
+        (id("acme-00001"), id("acme-00002"), id("acme-00001")),
+        (Some(1), Some(2), Some(1))
+    );
+    assert_eq!(cache.len(), 2);
 }
 
 #[test]
