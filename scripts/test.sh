@@ -6,6 +6,19 @@
 #        TOLLGATE_HOSTS=envoy scripts/test.sh   (default: envoy,nginx,nginx-musl)
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+# The disk, before and after: a clean run writes about NEED_GB (target/, nginx-compat/target/,
+# buildah's storage), and a full disk shows up only as a linker's SIGBUS or an I/O error.
+NEED_GB=15
+disk_report() {
+  log "disk: $(df -BG --output=avail "$ROOT" | tail -n1 | tr -d ' ') free;" \
+    "build dirs $(du -xsch "$ROOT/target" "$ROOT/nginx-compat/target" 2>/dev/null | tail -n1 | cut -f1)"
+}
+disk_report
+trap disk_report EXIT
+free_gb=$(df -BG --output=avail "$ROOT" | tail -n1 | tr -dc '0-9')
+if [ "${free_gb:-0}" -lt "$NEED_GB" ]; then
+  log "warning: ${free_gb} GB free here, a clean run needs about ${NEED_GB} GB; builds may fail with SIGBUS or ENOSPC"
+fi
 "$ROOT/scripts/setup.sh"
 "$ROOT/scripts/build.sh"
 
