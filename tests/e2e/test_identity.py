@@ -2,7 +2,7 @@
 and the cost filter's tenant trust only what jwt-auth verified on the request, on every host.
 
 A client can send any header, `x-jwt-sub` included. jwt-auth writes it from a verified token and
-publishes the value as the property `tollgate.jwt_auth.header.x-jwt-sub`; the other filters read
+publishes the value as the property `wasmx.tollgate.jwt_auth.header.x-jwt-sub`; the other filters read
 that property (`{"header": "x-jwt-sub"}` in their configurations). A request jwt-auth refused,
 bypassed or never saw is `unauthenticated`, whatever headers it carries.
 """

@@ -4,7 +4,7 @@
 //! A client can send any header, including the ones jwt-auth writes (`x-jwt-sub`). So a value is
 //! trusted only when a verified source set it on this request: jwt-auth publishes each claim
 //! header it writes after verifying the token as the property
-//! `tollgate.jwt_auth.header.<name>` (per-stream state, which a client can neither set nor see;
+//! `wasmx.tollgate.jwt_auth.header.<name>` (per-stream state, which a client can neither set nor see;
 //! `crate::signals`). A request that jwt-auth refused, bypassed or never saw has no such property
 //! and gets the fixed identity [`UNAUTHENTICATED`], never the client's string.
 //!
@@ -23,7 +23,7 @@ pub const UNAUTHENTICATED: &str = "unauthenticated";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdentitySource {
     /// The value jwt-auth wrote into request header `header` after verifying this request's
-    /// token, read from its property `property` (`tollgate.jwt_auth.header.<header>`).
+    /// token, read from its property `property` (`wasmx.tollgate.jwt_auth.header.<header>`).
     Verified {
         /// Header name (lower case).
         header: String,
@@ -168,7 +168,7 @@ mod tests {
         let verified = View {
             properties: vec![
                 (signals::JWT_AUTH_RESULT, b"ok"),
-                ("tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+                ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
             ],
             headers: vec![("x-jwt-sub", b"victim")],
         };

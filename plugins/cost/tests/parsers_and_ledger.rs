@@ -273,16 +273,16 @@ fn header_tenants_are_verified_by_jwt_auth() {
     );
     let refused = Request(&[
         ("x-jwt-sub", b"alice"),
-        ("tollgate.jwt_auth.result", b"expired"),
+        ("wasmx.tollgate.jwt_auth.result", b"expired"),
     ]);
     assert_eq!(c.tenant(&refused), "unauthenticated");
     let verified = Request(&[
         ("x-jwt-sub", b"mallory"),
-        ("tollgate.jwt_auth.result", b"ok"),
-        ("tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+        ("wasmx.tollgate.jwt_auth.result", b"ok"),
+        ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
     ]);
     assert_eq!(c.tenant(&verified), "alice");
-    let no_claim = Request(&[("tollgate.jwt_auth.result", b"ok")]);
+    let no_claim = Request(&[("wasmx.tollgate.jwt_auth.result", b"ok")]);
     assert_eq!(c.tenant(&no_claim), "anonymous");
 }
 

@@ -189,7 +189,7 @@ pub struct ClaimToHeader {
     /// Header name (lower case).
     pub header: String,
     /// The property that carries the header's value to later filters on verified requests
-    /// (`tollgate.jwt_auth.header.<header>`, [`signals::verified_header`]).
+    /// (`wasmx.tollgate.jwt_auth.header.<header>`, [`signals::verified_header`]).
     pub property: String,
 }
 

@@ -135,7 +135,7 @@ pub struct Tenant {
     pub max_tenants: u32,
     /// Length of a generation of the registry: entries age out after it (seconds).
     pub max_age_seconds: u64,
-    /// Shared-data key prefix of the registry: `metrics/<registry>/`.
+    /// Shared-data key prefix of the registry: `tollgate.metrics/<registry>/`.
     pub key_prefix: String,
 }
 
@@ -251,7 +251,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 source,
                 max_tenants: t.max_tenants,
                 max_age_seconds: t.max_age_seconds,
-                key_prefix: format!("metrics/{}/", t.registry),
+                key_prefix: format!("tollgate.metrics/{}/", t.registry),
             })
         }
     };

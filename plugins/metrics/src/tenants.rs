@@ -6,9 +6,9 @@
 //! kept in proxy-wasm shared data (one store for all VMs of the plugin, see
 //! `tollgate_common::shared_data`), as a fixed open-addressing table:
 //!
-//! - `metrics/<registry>/~count`: the generation (`u64`) and the slots taken in it (`u32`),
+//! - `tollgate.metrics/<registry>/~count`: the generation (`u64`) and the slots taken in it (`u32`),
 //!   little-endian, 12 bytes; created by every VM in `on_configure` if missing;
-//! - `metrics/<registry>/s/<i>` for `i` in `0..2 × max_tenants`: the generation (`u64` LE) and
+//! - `tollgate.metrics/<registry>/s/<i>` for `i` in `0..2 × max_tenants`: the generation (`u64` LE) and
 //!   the tenant label admitted into slot `i` in it. A tenant's slots are probed linearly from a
 //!   hash of its label (FNV-1a, the same in every VM), at most [`MAX_PROBES`].
 //!

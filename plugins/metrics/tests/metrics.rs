@@ -119,7 +119,7 @@ fn defaults() {
     assert!(c.tenant_label);
     let t = c.tenant.unwrap();
     assert_eq!(t.source, IdentitySource::verified("x-tenant"));
-    assert_eq!(t.key_prefix, "metrics/default/");
+    assert_eq!(t.key_prefix, "tollgate.metrics/default/");
     assert_eq!(t.max_age_seconds, 3600);
 }
 
@@ -177,7 +177,7 @@ fn slots(store: &MemoryStore) -> Vec<String> {
     let mut labels: Vec<String> = store
         .keys()
         .into_iter()
-        .filter(|(k, _)| k.starts_with("metrics/t/s/"))
+        .filter(|(k, _)| k.starts_with("tollgate.metrics/t/s/"))
         .map(|(k, _)| String::from_utf8(store.get(&k).unwrap().0.unwrap()[8..].to_vec()).unwrap())
         .collect();
     labels.sort();
@@ -219,7 +219,7 @@ fn tenant_cap_holds_across_vms() {
             "unauthenticated"
         );
         assert!(a.cached() <= 3 && b.cached() <= 3);
-        let count = store.get("metrics/t/~count").unwrap().0.unwrap();
+        let count = store.get("tollgate.metrics/t/~count").unwrap().0.unwrap();
         let generation = NOW / 3600;
         let mut want = generation.to_le_bytes().to_vec();
         want.extend_from_slice(&3u32.to_le_bytes());

@@ -392,14 +392,14 @@ mod tests {
         let verified = Req {
             headers: vec![("x-jwt-sub", b"victim")],
             properties: vec![
-                ("tollgate.jwt_auth.result", b"ok"),
-                ("tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+                ("wasmx.tollgate.jwt_auth.result", b"ok"),
+                ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
             ],
             ..Default::default()
         };
         assert_eq!(client_key(&parts, &verified).as_deref(), Some("5:alice"));
         let no_claim = Req {
-            properties: vec![("tollgate.jwt_auth.result", b"ok")],
+            properties: vec![("wasmx.tollgate.jwt_auth.result", b"ok")],
             ..Default::default()
         };
         assert_eq!(

@@ -72,7 +72,7 @@ fn jwt_auth_without_token_is_401() {
     let www = header(&local.headers, "www-authenticate").expect("www-authenticate");
     assert!(www.starts_with("Bearer realm=\"tollgate\""), "{www}");
     assert_eq!(
-        property(&s, "tollgate.jwt_auth.result"),
+        property(&s, "wasmx.tollgate.jwt_auth.result"),
         Some("missing_token")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
@@ -125,7 +125,7 @@ fn jwt_auth_valid_hs256_token_sets_claim_headers() {
             None,
             "token header removed"
         );
-        assert_eq!(property(&s, "tollgate.jwt_auth.result"), Some("ok"));
+        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.result"), Some("ok"));
         vm.on_log_and_delete(id, &mut s).unwrap();
     }
 }
@@ -161,7 +161,7 @@ fn jwt_auth_wrong_secret_and_bypass() {
             .unwrap(),
         Action::Continue
     );
-    assert_eq!(property(&s, "tollgate.jwt_auth.result"), Some("bypass"));
+    assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.result"), Some("bypass"));
     vm.on_log_and_delete(id, &mut s).unwrap();
 }
 
@@ -237,14 +237,14 @@ fn jwt_auth_remote_jwks_over_http_call() {
     assert!(!vm.is_poisoned());
 }
 
-/// The `tollgate.jwt_auth.result` of one request bearing `token`.
+/// The `wasmx.tollgate.jwt_auth.result` of one request bearing `token`.
 fn jwt_result(vm: &mut Vm, root: tollgate_host::RootId, token: &str) -> String {
     let id = vm.create_http(root).unwrap();
     let auth = format!("Bearer {token}");
     let mut s = request("GET", "/v1/things", &[("authorization", &auth)]);
     vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
         .unwrap();
-    let result = property(&s, "tollgate.jwt_auth.result")
+    let result = property(&s, "wasmx.tollgate.jwt_auth.result")
         .unwrap_or_default()
         .to_owned();
     vm.on_log_and_delete(id, &mut s).unwrap();

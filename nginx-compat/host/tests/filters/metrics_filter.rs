@@ -18,7 +18,7 @@ fn metrics_defines_and_increments_counters() {
         ]))));
         // A signal of an earlier filter.
         s.properties
-            .insert(b"tollgate.jwt_auth.result".to_vec(), b"ok".to_vec());
+            .insert(b"wasmx.tollgate.jwt_auth.result".to_vec(), b"ok".to_vec());
         assert_eq!(
             vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
                 .unwrap(),
