@@ -50,12 +50,24 @@ fn cost_prices_an_openai_response() {
         "logs:\n{}",
         host.log_text()
     );
-    assert_eq!(property(&s, "wasmx.tollgate.cost.model"), Some("gpt-4o-mini"));
+    assert_eq!(
+        property(&s, "wasmx.tollgate.cost.model"),
+        Some("gpt-4o-mini")
+    );
     assert_eq!(property(&s, "wasmx.tollgate.cost.tenant"), Some("alice"));
-    assert_eq!(property(&s, "wasmx.tollgate.cost.input_tokens"), Some("1000"));
-    assert_eq!(property(&s, "wasmx.tollgate.cost.output_tokens"), Some("500"));
+    assert_eq!(
+        property(&s, "wasmx.tollgate.cost.input_tokens"),
+        Some("1000")
+    );
+    assert_eq!(
+        property(&s, "wasmx.tollgate.cost.output_tokens"),
+        Some("500")
+    );
     // 1000 * 150 + 500 * 600 nano-USD.
-    assert_eq!(property(&s, "wasmx.tollgate.cost.cost_nano_usd"), Some("450000"));
+    assert_eq!(
+        property(&s, "wasmx.tollgate.cost.cost_nano_usd"),
+        Some("450000")
+    );
     vm.on_log_and_delete(id, &mut s).unwrap();
     assert!(
         !host.shared.borrow().is_empty(),

@@ -161,7 +161,10 @@ fn jwt_auth_wrong_secret_and_bypass() {
             .unwrap(),
         Action::Continue
     );
-    assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.result"), Some("bypass"));
+    assert_eq!(
+        property(&s, "wasmx.tollgate.jwt_auth.result"),
+        Some("bypass")
+    );
     vm.on_log_and_delete(id, &mut s).unwrap();
 }
 
