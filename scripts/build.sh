@@ -28,11 +28,12 @@ else
   cargo build -q --release --target wasm32-wasip1 "${pkgs[@]}"
   SRC="$WASM_DIR/deps"
 fi
-# Remove from each module's exports the proxy-wasm stream callbacks its filter does not implement
-# (the SDK exports them all; hosts skip a callback a module does not export), as listed in the
-# crate's [package.metadata.tollgate] http-callbacks. $SRC holds cargo's untrimmed modules; a
-# module in $WASM_DIR is rewritten only when its trimmed bytes differ. The untrimmed floor is kept
-# as tollgate_wasm_floor_all_callbacks.wasm, for the benchmarks.
+# Point each module's exports of the proxy-wasm stream callbacks its filter does not implement
+# (the SDK exports them all) at constant stubs answering the SDK's default, as listed in the
+# crate's [package.metadata.tollgate] http-callbacks: Kong's ngx_wasm_module calls every stream
+# callback, nginx-compat's host skips the stubs (tools/trim-callbacks). $SRC holds cargo's
+# untrimmed modules; a module in $WASM_DIR is rewritten only when its bytes differ. The untrimmed
+# floor is kept as tollgate_wasm_floor_all_callbacks.wasm, for the benchmarks.
 cargo run -q -p tollgate-trim-callbacks -- "$SRC" "$WASM_DIR"
 cmp -s "$SRC/tollgate_wasm_floor.wasm" "$WASM_DIR/tollgate_wasm_floor_all_callbacks.wasm" ||
   cp "$SRC/tollgate_wasm_floor.wasm" "$WASM_DIR/tollgate_wasm_floor_all_callbacks.wasm"

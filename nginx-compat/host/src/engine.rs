@@ -6,6 +6,7 @@ use crate::abi::core::State;
 use crate::error::Error;
 use crate::limits::EpochTicker;
 use crate::link;
+use crate::stubs;
 
 /// The proxy-wasm ABI version a module exports (`proxy_abi_version_0_2_1` or `_0_2_0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub struct Engine {
 pub struct Module {
     pub(crate) pre: InstancePre<State>,
     abi: AbiVersion,
+    /// The stream callbacks exported as constant stubs, skipped like missing ones (stubs.rs).
+    pub(crate) stubs: Vec<&'static str>,
 }
 
 impl Engine {
@@ -103,7 +106,11 @@ impl Engine {
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| Error::wasm("cannot link the module", &e))?;
-        Ok(Module { pre, abi })
+        Ok(Module {
+            pre,
+            abi,
+            stubs: stubs::stub_callbacks(wasm),
+        })
     }
 }
 

@@ -24,6 +24,7 @@ mod limits;
 mod link;
 mod mem;
 mod stream;
+mod stubs;
 pub mod testing;
 mod valid;
 mod vm;

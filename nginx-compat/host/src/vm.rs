@@ -46,6 +46,26 @@ struct Exports {
     on_queue_ready: Option<TypedFunc<(u32, u32), ()>>,
 }
 
+impl Exports {
+    /// Forgets the stream callbacks exported as constant stubs (`stubs.rs`): skipping one is
+    /// what calling it would do.
+    fn skip_stubs(&mut self, stubs: &[&str]) {
+        for name in stubs {
+            match *name {
+                "proxy_on_request_headers" => self.on_request_headers = None,
+                "proxy_on_request_body" => self.on_request_body = None,
+                "proxy_on_request_trailers" => self.on_request_trailers = None,
+                "proxy_on_response_headers" => self.on_response_headers = None,
+                "proxy_on_response_body" => self.on_response_body = None,
+                "proxy_on_response_trailers" => self.on_response_trailers = None,
+                "proxy_on_log" => self.on_log = None,
+                "proxy_on_done" => self.on_done = None,
+                _ => {}
+            }
+        }
+    }
+}
+
 fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
     store: &mut Store<State>,
     instance: &Instance,
@@ -190,7 +210,7 @@ impl Vm {
             data.memory = Some(memory);
             data.malloc = malloc.map(Rc::new);
         }
-        let exports = Exports {
+        let mut exports = Exports {
             on_context_create: typed(&mut store, &instance, "proxy_on_context_create")?,
             on_vm_start: typed(&mut store, &instance, "proxy_on_vm_start")?,
             on_configure: typed(&mut store, &instance, "proxy_on_configure")?,
@@ -207,6 +227,7 @@ impl Vm {
             on_http_call_response: typed(&mut store, &instance, "proxy_on_http_call_response")?,
             on_queue_ready: typed(&mut store, &instance, "proxy_on_queue_ready")?,
         };
+        exports.skip_stubs(&module.stubs);
         let start = match typed::<(), ()>(&mut store, &instance, "_initialize")? {
             Some(f) => Some(f),
             None => typed::<(), ()>(&mut store, &instance, "_start")?,

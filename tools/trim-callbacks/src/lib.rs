@@ -1,26 +1,33 @@
-//! A build step: removes from a filter's module the exports of the proxy-wasm HTTP stream
-//! callbacks that the filter does not implement.
+//! A build step: points the exports of the proxy-wasm HTTP stream callbacks that a filter does
+//! not implement at constant stubs.
 //!
 //! The proxy-wasm Rust SDK exports every `proxy_on_*` callback whether or not the filter
-//! overrides it, and every exported stream callback costs the host a call into the VM per
-//! request (per body chunk for the body callbacks), only for the SDK's default `Continue`.
-//! Hosts call a stream callback only when the module exports it:
-//! - proxy-wasm-cpp-host (Envoy): `ContextBase::onRequestHeaders`, `onResponseBody`, `onLog`,
-//!   `onDone`... return `Continue` (or do nothing) without entering the VM when the export is
-//!   missing (`src/context.cc`);
-//! - ngx_wasm_module requires only `proxy_on_context_create`, `proxy_on_vm_start` and
-//!   `proxy_on_configure`, and skips the stream callbacks a filter lacks;
+//! overrides it, and each runs the SDK's dispatch (a context lookup, a `RefCell` borrow) only to
+//! answer the default: `Continue` (0) for headers, bodies and trailers, `true` (1) for
+//! `proxy_on_done`, nothing for `proxy_on_log`. Hosts differ on a callback a module lacks:
+//! - proxy-wasm-cpp-host (Envoy) returns `Continue` without entering the VM (`src/context.cc`);
+//! - Kong's ngx_wasm_module (3bed278) looks up every stream callback at load and calls it
+//!   without a NULL check (`ngx_http_proxy_wasm.c`, `ngx_proxy_wasm_on_log`): a module without
+//!   `proxy_on_request_body`, `proxy_on_response_headers`, `proxy_on_response_body`,
+//!   `proxy_on_log` or `proxy_on_done` crashes its worker (signal 11);
 //! - nginx-compat's host treats every callback as optional.
 //!
-//! `proxy_on_context_create` and `proxy_on_delete` are never removed: the SDK creates and frees
+//! So every callback stays exported, and an unimplemented one becomes a function whose whole
+//! body is that constant (one per distinct signature and answer): every host can call it, it
+//! costs a VM entry and no SDK code, and a host may recognise it ([`is_stub_body`]) and skip the
+//! call and the work that only feeds it (nginx-compat does: no body buffering for a filter
+//! without a body callback). The SDK's own functions stay in the module, unexported.
+//!
+//! `proxy_on_context_create` and `proxy_on_delete` are never touched: the SDK creates and frees
 //! its per-request context there. Root-context callbacks (`proxy_on_tick`,
-//! `proxy_on_http_call_response`, `proxy_on_queue_ready`...) are not stream callbacks and stay.
+//! `proxy_on_http_call_response`, `proxy_on_queue_ready`...) are not stream callbacks.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use wasm_encoder::reencode::{Error as ReencodeError, Reencode};
+use wasm_encoder::{Function, Instruction};
 
-/// The stream callbacks this step may remove, as `proxy_on_<name>` (proxy-wasm ABI 0.2.1).
+/// The stream callbacks this step may stub, as `proxy_on_<name>` (proxy-wasm ABI 0.2.1).
 pub const HTTP_CALLBACKS: [&str; 8] = [
     "request_headers",
     "request_body",
@@ -32,24 +39,150 @@ pub const HTTP_CALLBACKS: [&str; 8] = [
     "done",
 ];
 
-/// Drops the exports named in `drop` and re-encodes everything else unchanged.
-struct DropExports {
-    drop: HashSet<String>,
+/// The SDK's default answer of stream callback `name` (one of [`HTTP_CALLBACKS`]):
+/// `Some(1)` (`true`, the context may be deleted) for `done`, `None` for `log` (no result),
+/// `Some(0)` (`Action::Continue`) for the others.
+pub fn default_answer(name: &str) -> Option<i32> {
+    match name {
+        "log" => None,
+        "done" => Some(1),
+        _ => Some(0),
+    }
 }
 
-impl Reencode for DropExports {
+/// Whether a function body is a stub of this step: no locals, and only `i32.const answer; end`
+/// (or only `end` when `answer` is `None`). Operators as read by wasmparser.
+pub fn is_stub_body(body: &wasmparser::FunctionBody<'_>, answer: Option<i32>) -> bool {
+    let Ok(locals) = body.get_locals_reader() else {
+        return false;
+    };
+    if locals.get_count() != 0 {
+        return false;
+    }
+    let Ok(reader) = body.get_operators_reader() else {
+        return false;
+    };
+    let mut ops = Vec::new();
+    for op in reader {
+        match op {
+            Ok(op) if ops.len() < 3 => ops.push(op),
+            _ => return false,
+        }
+    }
+    match (answer, ops.as_slice()) {
+        (Some(v), [wasmparser::Operator::I32Const { value }, wasmparser::Operator::End]) => {
+            *value == v
+        }
+        (None, [wasmparser::Operator::End]) => true,
+        _ => false,
+    }
+}
+
+/// Re-encodes a module with some exports pointed at stub functions appended to it.
+struct StubExports {
+    /// Export name to the index of its stub in the output module.
+    redirect: HashMap<String, u32>,
+    /// The stubs to append, in index order: (type index, answer).
+    stubs: Vec<(u32, Option<i32>)>,
+}
+
+impl Reencode for StubExports {
     type Error = std::convert::Infallible;
+
+    fn parse_function_section(
+        &mut self,
+        functions: &mut wasm_encoder::FunctionSection,
+        section: wasmparser::FunctionSectionReader<'_>,
+    ) -> Result<(), ReencodeError<Self::Error>> {
+        wasm_encoder::reencode::utils::parse_function_section(self, functions, section)?;
+        for (ty, _) in &self.stubs {
+            functions.function(*ty);
+        }
+        Ok(())
+    }
+
+    fn parse_code_section(
+        &mut self,
+        code: &mut wasm_encoder::CodeSection,
+        section: wasmparser::CodeSectionReader<'_>,
+    ) -> Result<(), ReencodeError<Self::Error>> {
+        wasm_encoder::reencode::utils::parse_code_section(self, code, section)?;
+        for (_, answer) in &self.stubs {
+            let mut f = Function::new([]);
+            if let Some(v) = answer {
+                f.instruction(&Instruction::I32Const(*v));
+            }
+            f.instruction(&Instruction::End);
+            code.function(&f);
+        }
+        Ok(())
+    }
 
     fn parse_export(
         &mut self,
         exports: &mut wasm_encoder::ExportSection,
         export: wasmparser::Export<'_>,
     ) -> Result<(), ReencodeError<Self::Error>> {
-        if self.drop.contains(export.name) {
-            return Ok(());
+        match self.redirect.get(export.name) {
+            Some(index) => {
+                exports.export(export.name, wasm_encoder::ExportKind::Func, *index);
+                Ok(())
+            }
+            None => wasm_encoder::reencode::utils::parse_export(self, exports, export),
         }
-        wasm_encoder::reencode::utils::parse_export(self, exports, export)
     }
+}
+
+/// What [`trim`] needs to know of a module: its function exports, the type of each function,
+/// and the result count of each type.
+struct Shape {
+    exports: HashMap<String, u32>,
+    /// Type index of every function, imported ones first (function index order).
+    func_types: Vec<u32>,
+    /// Results of every type index (`None`: not a function type).
+    type_results: Vec<Option<Vec<wasmparser::ValType>>>,
+}
+
+fn shape(module: &[u8]) -> Result<Shape, String> {
+    let mut shape = Shape {
+        exports: HashMap::new(),
+        func_types: Vec::new(),
+        type_results: Vec::new(),
+    };
+    let err = |e: wasmparser::BinaryReaderError| e.to_string();
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        match payload.map_err(err)? {
+            wasmparser::Payload::TypeSection(reader) => {
+                for ty in reader.into_iter_err_on_gc_types() {
+                    shape
+                        .type_results
+                        .push(Some(ty.map_err(err)?.results().to_vec()));
+                }
+            }
+            wasmparser::Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    if let wasmparser::TypeRef::Func(ty) = import.map_err(err)?.ty {
+                        shape.func_types.push(ty);
+                    }
+                }
+            }
+            wasmparser::Payload::FunctionSection(reader) => {
+                for ty in reader {
+                    shape.func_types.push(ty.map_err(err)?);
+                }
+            }
+            wasmparser::Payload::ExportSection(reader) => {
+                for export in reader {
+                    let export = export.map_err(err)?;
+                    if export.kind == wasmparser::ExternalKind::Func {
+                        shape.exports.insert(export.name.to_owned(), export.index);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(shape)
 }
 
 /// The export names of a core module, in order.
@@ -68,15 +201,16 @@ pub fn export_names(module: &[u8]) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// Returns `module` without the exports `proxy_on_<name>` of the [`HTTP_CALLBACKS`] that are
-/// not in `keep`; the result is validated.
+/// Returns `module` with the exports `proxy_on_<name>` of the [`HTTP_CALLBACKS`] that are not
+/// in `keep` pointed at constant stubs answering [`default_answer`] (see the crate's docs);
+/// callbacks the module does not export stay absent. The result is validated.
 ///
 /// # Errors
 /// A name in `keep` that is not one of [`HTTP_CALLBACKS`], or that the module does not export
-/// (a typo would otherwise silently switch a callback off); a module that does not parse or
-/// validate.
+/// (a typo would otherwise silently switch a callback off); a callback whose signature does not
+/// return what its default answer needs; a module that does not parse or validate.
 pub fn trim(module: &[u8], keep: &[&str]) -> Result<Vec<u8>, String> {
-    let exported: HashSet<String> = export_names(module)?.into_iter().collect();
+    let shape = shape(module)?;
     for name in keep {
         if !HTTP_CALLBACKS.contains(name) {
             return Err(format!(
@@ -84,17 +218,53 @@ pub fn trim(module: &[u8], keep: &[&str]) -> Result<Vec<u8>, String> {
                 HTTP_CALLBACKS.join(", ")
             ));
         }
-        if !exported.contains(&format!("proxy_on_{name}")) {
+        if !shape.exports.contains_key(&format!("proxy_on_{name}")) {
             return Err(format!("the module does not export proxy_on_{name}"));
         }
     }
-    let drop = HTTP_CALLBACKS
-        .iter()
-        .filter(|name| !keep.contains(name))
-        .map(|name| format!("proxy_on_{name}"))
-        .collect();
+    let keep: HashSet<&str> = keep.iter().copied().collect();
+    let mut next = u32::try_from(shape.func_types.len()).map_err(|e| e.to_string())?;
+    let mut by_kind: HashMap<(u32, Option<i32>), u32> = HashMap::new();
+    let mut stubs = StubExports {
+        redirect: HashMap::new(),
+        stubs: Vec::new(),
+    };
+    for name in HTTP_CALLBACKS.iter().filter(|n| !keep.contains(*n)) {
+        let export = format!("proxy_on_{name}");
+        let Some(&func) = shape.exports.get(&export) else {
+            continue;
+        };
+        let ty = usize::try_from(func)
+            .ok()
+            .and_then(|f| shape.func_types.get(f))
+            .copied()
+            .ok_or_else(|| format!("{export}: no function {func}"))?;
+        let results = usize::try_from(ty)
+            .ok()
+            .and_then(|t| shape.type_results.get(t))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| format!("{export}: no function type {ty}"))?;
+        let answer = default_answer(name);
+        let fits = match answer {
+            Some(_) => results.as_slice() == [wasmparser::ValType::I32],
+            None => results.is_empty(),
+        };
+        if !fits {
+            return Err(format!("{export}: unexpected results {results:?}"));
+        }
+        let index = *by_kind.entry((ty, answer)).or_insert_with(|| {
+            stubs.stubs.push((ty, answer));
+            let index = next;
+            next = next.saturating_add(1);
+            index
+        });
+        stubs.redirect.insert(export, index);
+    }
+    if stubs.stubs.is_empty() {
+        return Ok(module.to_vec());
+    }
     let mut out = wasm_encoder::Module::new();
-    DropExports { drop }
+    stubs
         .parse_core_module(&mut out, wasmparser::Parser::new(0), module)
         .map_err(|e| format!("cannot re-encode the module: {e}"))?;
     let bytes = out.finish();
@@ -173,8 +343,8 @@ mod tests {
         MemorySection, MemoryType, Module, TypeSection, ValType,
     };
 
-    /// A module shaped like an SDK filter: memory, `malloc`, `_initialize`, and the callbacks
-    /// (each a function of its own, as the SDK's are).
+    /// A module shaped like an SDK filter: memory, and the callbacks (each a function of its
+    /// own that does some work, as the SDK's are; `proxy_on_log` returns nothing).
     fn sdk_like() -> Vec<u8> {
         let names = [
             "proxy_on_context_create",
@@ -189,6 +359,7 @@ mod tests {
         ];
         let mut types = TypeSection::new();
         types.ty().function([ValType::I32], [ValType::I32]);
+        types.ty().function([ValType::I32], []);
         let mut functions = FunctionSection::new();
         let mut code = CodeSection::new();
         let mut exports = ExportSection::new();
@@ -202,9 +373,15 @@ mod tests {
         });
         exports.export("memory", ExportKind::Memory, 0);
         for (i, name) in names.iter().enumerate() {
-            functions.function(0);
             let mut f = Function::new([]);
-            f.instruction(&Instruction::LocalGet(0));
+            if *name == "proxy_on_log" {
+                functions.function(1);
+                f.instruction(&Instruction::LocalGet(0));
+                f.instruction(&Instruction::Drop);
+            } else {
+                functions.function(0);
+                f.instruction(&Instruction::LocalGet(0));
+            }
             f.instruction(&Instruction::End);
             code.function(&f);
             exports.export(name, ExportKind::Func, u32::try_from(i).unwrap());
@@ -219,31 +396,73 @@ mod tests {
         module.finish()
     }
 
-    #[test]
-    fn removes_only_the_stream_callbacks_not_kept() {
-        let out = trim(&sdk_like(), &["request_headers", "log"]).unwrap();
-        assert_eq!(
-            export_names(&out).unwrap(),
-            [
-                "memory",
-                "proxy_on_context_create",
-                "proxy_on_request_headers",
-                "proxy_on_log",
-                "proxy_on_delete",
-                "proxy_on_tick",
-            ]
-        );
+    /// For each exported stream callback: (name, its function index, whether its body is a stub
+    /// answering the SDK's default).
+    fn callbacks(module: &[u8]) -> Vec<(String, u32, bool)> {
+        let mut exports = Vec::new();
+        let mut bodies = Vec::new();
+        for payload in wasmparser::Parser::new(0).parse_all(module) {
+            match payload.unwrap() {
+                wasmparser::Payload::ExportSection(r) => {
+                    for e in r {
+                        let e = e.unwrap();
+                        if let Some(name) = e.name.strip_prefix("proxy_on_") {
+                            if HTTP_CALLBACKS.contains(&name) {
+                                exports.push((name.to_owned(), e.index));
+                            }
+                        }
+                    }
+                }
+                wasmparser::Payload::CodeSectionEntry(body) => bodies.push(body),
+                _ => {}
+            }
+        }
+        exports
+            .into_iter()
+            .map(|(name, index)| {
+                let stub = is_stub_body(&bodies[index as usize], default_answer(&name));
+                (name, index, stub)
+            })
+            .collect()
     }
 
     #[test]
-    fn keeping_nothing_leaves_context_create_and_delete() {
+    fn stubs_only_the_stream_callbacks_not_kept() {
+        let module = sdk_like();
+        let out = trim(&module, &["request_headers", "log"]).unwrap();
+        assert_eq!(export_names(&out).unwrap(), export_names(&module).unwrap());
+        let cbs = callbacks(&out);
+        let stubbed: Vec<&str> = cbs.iter().filter(|c| c.2).map(|c| c.0.as_str()).collect();
+        assert_eq!(
+            stubbed,
+            ["request_body", "response_headers", "response_body", "done"]
+        );
+        // One stub per signature and answer: the three `Continue` callbacks share a function,
+        // `done` (answer 1) has its own, appended after the module's nine.
+        let index = |n: &str| cbs.iter().find(|c| c.0 == n).unwrap().1;
+        assert_eq!(index("request_body"), 9);
+        assert_eq!(index("response_headers"), 9);
+        assert_eq!(index("response_body"), 9);
+        assert_eq!(index("done"), 10);
+        assert_eq!(index("request_headers"), 1);
+    }
+
+    #[test]
+    fn keeping_nothing_stubs_every_callback_and_leaves_context_create_and_delete() {
         let out = trim(&sdk_like(), &[]).unwrap();
+        assert!(callbacks(&out).iter().all(|c| c.2));
+        // `log` returns nothing: its stub is an empty body.
+        let cbs = callbacks(&out);
+        assert!(cbs.iter().any(|c| c.0 == "log" && c.1 == 10));
+        assert!(cbs.iter().any(|c| c.0 == "done" && c.1 == 11));
         let names = export_names(&out).unwrap();
         assert!(names.contains(&"proxy_on_context_create".to_owned()));
         assert!(names.contains(&"proxy_on_delete".to_owned()));
-        assert!(!names
-            .iter()
-            .any(|n| n.contains("headers") || n.contains("body")));
+    }
+
+    #[test]
+    fn the_sdks_own_callbacks_are_not_stubs() {
+        assert!(callbacks(&sdk_like()).iter().all(|c| !c.2));
     }
 
     #[test]

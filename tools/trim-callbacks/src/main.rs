@@ -1,7 +1,8 @@
 //! `tollgate-trim-callbacks SRC_DIR DST_DIR`: for every filter of the workspace (a `cdylib`
-//! package, per `cargo metadata`), writes `DST_DIR/<lib>.wasm`: `SRC_DIR/<lib>.wasm` without the
+//! package, per `cargo metadata`), writes `DST_DIR/<lib>.wasm`: `SRC_DIR/<lib>.wasm` with the
 //! exports of the proxy-wasm HTTP stream callbacks missing from its crate's
-//! `[package.metadata.tollgate] http-callbacks` (see the library's docs). A destination that
+//! `[package.metadata.tollgate] http-callbacks` pointed at constant stubs (see the library's
+//! docs). A destination that
 //! already holds the trimmed bytes is left alone (its mtime too); a filter not built (no source
 //! module) is skipped with a note. Run from the workspace (it calls
 //! `cargo metadata --no-deps`). Exit 1 with a message naming the package on any error.

@@ -1,0 +1,158 @@
+//! Stream callbacks whose whole body is the SDK's default answer, so that calling them would
+//! change nothing: the host skips them as if the module did not export them.
+//!
+//! Tollgate's build (`tools/trim-callbacks`) points every stream callback a filter does not
+//! implement at such a stub instead of removing the export, because Kong's ngx_wasm_module calls
+//! every stream callback without checking that it exists. A stub is a function with no locals
+//! whose body is `i32.const 0` (`Action::Continue`: headers, bodies, trailers), `i32.const 1`
+//! (`proxy_on_done`: the context may be deleted) or empty (`proxy_on_log`). Skipping one is
+//! exactly what calling it would do, and spares the host the work that only feeds it (a body
+//! no filter reads is never buffered).
+
+use std::collections::HashMap;
+
+/// The stream callbacks and the answer a stub of each returns (`None`: no result).
+const STREAM_CALLBACKS: [(&str, Option<i32>); 8] = [
+    ("proxy_on_request_headers", Some(0)),
+    ("proxy_on_request_body", Some(0)),
+    ("proxy_on_request_trailers", Some(0)),
+    ("proxy_on_response_headers", Some(0)),
+    ("proxy_on_response_body", Some(0)),
+    ("proxy_on_response_trailers", Some(0)),
+    ("proxy_on_log", None),
+    ("proxy_on_done", Some(1)),
+];
+
+/// The names of the stream callbacks `wasm` exports as stubs. A module that does not parse
+/// yields none (wasmtime has already refused it).
+pub(crate) fn stub_callbacks(wasm: &[u8]) -> Vec<&'static str> {
+    stubs(wasm).unwrap_or_default()
+}
+
+fn stubs(wasm: &[u8]) -> Result<Vec<&'static str>, wasmparser::BinaryReaderError> {
+    // Function index of each stream callback export, then the defined functions' bodies.
+    let mut wanted: HashMap<u32, Vec<(&'static str, Option<i32>)>> = HashMap::new();
+    let mut imported: u32 = 0;
+    let mut defined: u32 = 0;
+    let mut out = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload? {
+            wasmparser::Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    if matches!(import?.ty, wasmparser::TypeRef::Func(_)) {
+                        imported = imported.saturating_add(1);
+                    }
+                }
+            }
+            wasmparser::Payload::ExportSection(reader) => {
+                for export in reader {
+                    let export = export?;
+                    if export.kind != wasmparser::ExternalKind::Func {
+                        continue;
+                    }
+                    if let Some((name, answer)) =
+                        STREAM_CALLBACKS.iter().find(|(n, _)| *n == export.name)
+                    {
+                        wanted
+                            .entry(export.index)
+                            .or_default()
+                            .push((name, *answer));
+                    }
+                }
+            }
+            wasmparser::Payload::CodeSectionEntry(body) => {
+                let index = imported.saturating_add(defined);
+                defined = defined.saturating_add(1);
+                if let Some(exports) = wanted.get(&index) {
+                    for (name, answer) in exports {
+                        if is_stub(&body, *answer) {
+                            out.push(*name);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// No locals, and the operators `i32.const answer; end` (only `end` when `answer` is `None`).
+fn is_stub(body: &wasmparser::FunctionBody<'_>, answer: Option<i32>) -> bool {
+    let Ok(locals) = body.get_locals_reader() else {
+        return false;
+    };
+    if locals.get_count() != 0 {
+        return false;
+    }
+    let Ok(reader) = body.get_operators_reader() else {
+        return false;
+    };
+    let mut ops = Vec::with_capacity(2);
+    for op in reader {
+        match op {
+            Ok(op) if ops.len() < 2 => ops.push(op),
+            _ => return false,
+        }
+    }
+    match (answer, ops.as_slice()) {
+        (Some(v), [wasmparser::Operator::I32Const { value }, wasmparser::Operator::End]) => {
+            *value == v
+        }
+        (None, [wasmparser::Operator::End]) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stub_callbacks;
+
+    fn module(funcs: &str) -> Vec<u8> {
+        wat::parse_str(format!("(module {funcs} (memory (export \"memory\") 1))")).unwrap()
+    }
+
+    #[test]
+    fn constant_default_answers_are_stubs() {
+        let m = module(
+            r#"(import "env" "proxy_log" (func (param i32 i32 i32) (result i32)))
+               (func $continue (param i32 i32 i32) (result i32) (i32.const 0))
+               (func $done (param i32) (result i32) (i32.const 1))
+               (func $log (param i32))
+               (export "proxy_on_request_body" (func $continue))
+               (export "proxy_on_response_body" (func $continue))
+               (export "proxy_on_done" (func $done))
+               (export "proxy_on_log" (func $log))"#,
+        );
+        let mut got = stub_callbacks(&m);
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            [
+                "proxy_on_done",
+                "proxy_on_log",
+                "proxy_on_request_body",
+                "proxy_on_response_body"
+            ]
+        );
+    }
+
+    #[test]
+    fn anything_else_is_called() {
+        let m = module(
+            r#"(func $pause (param i32 i32 i32) (result i32) (i32.const 1))
+               (func $work (param i32 i32 i32) (result i32) (local i32) (i32.const 0))
+               (func $echo (param i32 i32 i32) (result i32) (local.get 0))
+               (func $not_done (param i32) (result i32) (i32.const 0))
+               (func $log (param i32) (nop))
+               (export "proxy_on_request_headers" (func $pause))
+               (export "proxy_on_request_body" (func $work))
+               (export "proxy_on_response_headers" (func $echo))
+               (export "proxy_on_done" (func $not_done))
+               (export "proxy_on_log" (func $log))
+               (export "proxy_on_tick" (func $log))"#,
+        );
+        assert!(stub_callbacks(&m).is_empty());
+        assert!(stub_callbacks(b"not wasm").is_empty());
+    }
+}
