@@ -325,15 +325,23 @@ NGINX_INLINE_CONFIG_MAX = 3000
 
 
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
-                 log_level: str = "info", module: pathlib.Path | None = None) -> str:
+                 log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
     `proxy_wasm` directives (`tollgate_proxy_wasm_file` with a file under `prefix` for
     configurations over NGINX_INLINE_CONFIG_MAX bytes), upstreams as `upstream {}` blocks (routed
     by `spec.route_header` through `$http_<header>` when set), and an admin server (`/stats`,
-    `/ready`)."""
+    `/ready`).
+
+    `kong`: for Kong's ngx_wasm_module (KongHost), which has the same `wasm {}` `module` /
+    `shm_kv` and `proxy_wasm` directives but neither `tollgate_proxy_wasm_file` (a configuration
+    over nginx's 4 KB argument limit cannot be given: RuntimeError) nor `tollgate_metrics` (the
+    admin server's `/stats` answers 501), and no implicit default zone: ours adds `shm_kv *`
+    (4 MiB, LRU) when none is declared, Kong traps on shared data ("could not resolve
+    namespace"), so that zone is declared here."""
     module = module or NGINX_MODULE
     if not module.exists():
-        raise RuntimeError(f"{module} is missing: run scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)")
+        build = "scripts/build-kong-module.sh" if kong else "scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)"
+        raise RuntimeError(f"{module} is missing: run {build}")
     modules: dict[str, pathlib.Path] = {}
     chain = []
     for f in spec.filters:
@@ -342,6 +350,9 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
         name = f.root_id or f.plugin.replace("-", "_")
         modules.setdefault(name, f.wasm)
         text = json.dumps(f.config)
+        if len(text) > NGINX_INLINE_CONFIG_MAX and kong:
+            raise RuntimeError(f"{name}: a configuration of {len(text)} bytes is over nginx's 4 KB argument limit, "
+                               "and Kong's module has no equivalent of tollgate_proxy_wasm_file")
         if len(text) > NGINX_INLINE_CONFIG_MAX:
             config_file = prefix / f"filter-{len(chain)}-{name}.json"
             config_file.write_text(text)
@@ -360,12 +371,17 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     else:
         target = f"http://{default}"
         route_map = ""
+    kv_zones = dict(spec.kv_zones or {})
+    if kong:
+        kv_zones.setdefault("*", "4m eviction=lru")
     modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
-                             + [f"    shm_kv {n} {args};" for n, args in (spec.kv_zones or {}).items()])
+                             + [f"    shm_kv {n} {args};" for n, args in kv_zones.items()])
     # As in nginx-compat/conf/*.conf: proxy the URI nginx normalised, not the raw target.
     rewrite = "            rewrite ^ $uri break;\n" if spec.normalize_paths else ""
     chain_conf = "\n".join(chain)
-    return f"""# Rendered by tests/e2e/harness.py (NginxHost)
+    stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
+             else "location /stats { tollgate_metrics; }")
+    return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
 load_module {module};
 worker_processes {spec.workers};
 master_process on;
@@ -406,7 +422,7 @@ http {{
     server {{
         listen 127.0.0.1:{admin_port};
         location = /ready {{ return 200 "ready\\n"; }}
-        location /stats {{ tollgate_metrics; }}
+        {stats}
     }}
 }}
 """
@@ -416,6 +432,7 @@ class NginxHost:
     """Stock Debian nginx with Tollgate's dynamic module (nginx-compat/module)."""
 
     name = "nginx"
+    kong = False  # KongHost: the configuration rendered for Kong's module, a KongGateway
 
     def __init__(self, workdir: pathlib.Path, nginx_binary: str | None = None, module: pathlib.Path | None = None):
         self.workdir = workdir
@@ -433,14 +450,14 @@ class NginxHost:
         listen, admin = free_port(), free_port()
         prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-", dir=self.workdir))
         conf = prefix / "nginx.conf"
-        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module))
+        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module, kong=self.kong))
         return conf, listen, admin
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
         level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
         level = NGINX_LOG_LEVEL or level
         conf, listen, admin = self.render(spec, level)
-        return NginxGateway(conf, listen, admin, timeout, cpus, self.binary)
+        return (KongGateway if self.kong else NginxGateway)(conf, listen, admin, timeout, cpus, self.binary)
 
 
 class NginxGateway(Gateway):
@@ -506,7 +523,59 @@ class NginxMuslHost(NginxHost):
         super().__init__(workdir, nginx_binary=str(NGINX_MUSL_BINARY), module=NGINX_MUSL_MODULE)
 
 
-HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost, "nginx-musl": NginxMuslHost}
+KONG_MODULE = TARGET / "kong" / "ngx_wasmx_module.so"
+
+
+class KongHost(NginxHost):
+    """Debian's nginx (as NginxHost) with Kong's ngx_wasm_module instead of ours
+    (scripts/build-kong-module.sh): the same filters on the other nginx host of proxy-wasm.
+    nginx_config(kong=True) leaves out what only our module has; not in any default host list."""
+
+    name = "kong"
+    kong = True
+
+    def __init__(self, workdir: pathlib.Path):
+        super().__init__(workdir, module=KONG_MODULE)
+
+
+class KongGateway(NginxGateway):
+    """Kong's module starts the filters (on_vm_start, on_configure) in each worker, after the
+    master listens and `nginx -t` passes: a refused configuration only shows as workers exiting.
+    So the gateway is up once a worker answers `/ready`, and refused when a worker exits first
+    (RuntimeError with the log's tail, as our module's refusal at startup)."""
+
+    WORKER_FAILED = ("exited with fatal code", "exited on signal", "[emerg]")
+
+    def __init__(self, config: pathlib.Path, listen: int, admin: int, timeout: float, cpus: str | None = None,
+                 binary: str | None = None):
+        super().__init__(config, listen, admin, timeout, cpus, binary)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                text = self.log.read_text(errors="replace") if self.log.exists() else ""
+                failed = [line for line in text.splitlines() if any(m in line for m in self.WORKER_FAILED)]
+                if failed:
+                    raise RuntimeError(f"Kong's module: worker failed: {failed[0]}\n{tail(self.log)}")
+                try:
+                    if requests.get(self.admin + "/ready", timeout=1).status_code == 200:
+                        return
+                except requests.RequestException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no worker answered /ready after {timeout}s: {tail(self.log)}")
+                time.sleep(0.1)
+        except Exception:
+            self.process.stop()
+            raise
+
+    def stats(self, prefix: str = "") -> dict[str, int]:
+        """Kong's module keeps filter metrics in its `metrics` shm zone but serves them only to
+        Kong's Lua (resty.wasmx); stock nginx has no endpoint for them."""
+        raise NotImplementedError("stats() on the kong host: Kong's ngx_wasm_module has no metrics endpoint "
+                                  "(its metrics are read through Kong's Lua API only)")
+
+
+HOSTS = {"envoy": EnvoyHost, "nginx": NginxHost, "nginx-musl": NginxMuslHost, "kong": KongHost}
 
 # TOLLGATE_NGINX_LOG_LEVEL=debug: every nginx the tests start logs at that level (scripts/test.sh
 # runs the nginx module's suites once more so: the debug log reads events' data, and once
