@@ -138,12 +138,19 @@ pub fn buffer(buffer: BufferType, max: usize) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Replaces `size` bytes of a body buffer from its start with `data`.
+/// Replaces the whole of a body buffer (its `size` bytes, as the body callback was given) with
+/// `data`, which may be shorter or longer.
+///
+/// `proxy_set_buffer_bytes(start 0, length, data)` is called with `length = max(size,
+/// data.len())`: Envoy and nginx-compat replace the whole buffer for any length at least its
+/// size, while Kong's ngx_wasm_module cuts `data` to `length` (`ngx_http_wasm_set_req_body`:
+/// `body->len = ngx_min(body->len, max)`) and reads length 0 as "prepend". One call every host
+/// reads the same way.
 ///
 /// # Errors
 /// The host's status code.
-pub fn set_buffer(buffer: BufferType, size: usize, data: &[u8]) -> Result<(), u32> {
-    raw::set_buffer(buffer, 0, size, data)
+pub fn replace_body(buffer: BufferType, size: usize, data: &[u8]) -> Result<(), u32> {
+    raw::set_buffer(buffer, 0, size.max(data.len()), data)
 }
 
 /// A header's raw value in `map`; `None` when absent or on a host error.

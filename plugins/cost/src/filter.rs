@@ -746,7 +746,7 @@ impl HttpContext for CostHttp {
             && request.include_usage() != Some(true)
         {
             if let Some(rewritten) = request.with_stream_usage() {
-                match host::set_buffer(BufferType::HttpRequestBody, body_size, &rewritten) {
+                match host::replace_body(BufferType::HttpRequestBody, body_size, &rewritten) {
                     Ok(()) => {
                         self.strip_usage = true;
                         self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
@@ -820,7 +820,7 @@ impl HttpContext for CostHttp {
                 .response_bytes
                 .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
             if out != chunk {
-                if let Err(e) = host::set_buffer(BufferType::HttpResponseBody, body_size, &out) {
+                if let Err(e) = host::replace_body(BufferType::HttpResponseBody, body_size, &out) {
                     log::warn!("cost: could not remove the usage event: host status {e}");
                 }
             }
