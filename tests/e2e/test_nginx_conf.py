@@ -64,8 +64,6 @@ GOOD_JWT = '{"providers": {"p": {"issuer": "i", "hmac_secrets": [{"alg": "HS256"
 
 
 @pytest.mark.parametrize("wasm,location,directive", [
-    ("compiler cranelift;", "", "compiler"),
-    ("backtraces on;", "", "backtraces"),
     ("resolver 1.1.1.1;", "", "resolver"),
     ("socket_connect_timeout 1s;", "", "socket_connect_timeout"),
     ("tls_verify_cert on;", "", "tls_verify_cert"),
@@ -82,6 +80,26 @@ def test_unsupported_ngx_wasm_module_directives_fail_clearly(tmp_path, wasm, loc
     r = nginx_t(MINIMAL % {"wasm": wasm, "location": location}, tmp_path)
     assert r.returncode != 0
     assert f'tollgate: directive "{directive}" of ngx_wasm_module is not supported' in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("wasm", ["compiler auto;", "compiler cranelift;", "backtraces on;", "backtraces off;"])
+def test_kongs_tuning_directives_that_this_host_honours_pass(tmp_path, wasm):
+    """ngx_wasm_module's `compiler` and `backtraces` (docs/DIRECTIVES.md): Cranelift is what this
+    host compiles with, and every trap is logged either way."""
+    r = nginx_t(MINIMAL % {"wasm": wasm, "location": ""}, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("wasm,message", [
+    ("compiler singlepass;", 'tollgate: compiler "singlepass" is not available'),
+    ("compiler llvm;", 'tollgate: compiler "llvm" is not available'),
+    ("backtraces yes;", 'tollgate: invalid value "yes" in "backtraces"'),
+    ("backtraces;", "invalid number of arguments"),
+])
+def test_kongs_tuning_directives_refuse_what_this_host_cannot_do(tmp_path, wasm, message):
+    r = nginx_t(MINIMAL % {"wasm": wasm, "location": ""}, tmp_path)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr[-2000:]
 
 
 def test_supported_directives_pass(tmp_path):

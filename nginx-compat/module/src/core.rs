@@ -658,6 +658,51 @@ unsafe extern "C" fn kv_zone_init(
     }
 }
 
+/// `compiler auto|cranelift;` (ngx_wasm_module, `wasm{}`): the runtime's compiler. This host
+/// always compiles with wasmtime's Cranelift, which is what both values select on Kong's
+/// Wasmtime build (docs/DIRECTIVES.md); Wasmer's `llvm` and `singlepass` are refused.
+unsafe extern "C" fn compiler_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `cf` is live during the handler.
+    unsafe {
+        let value = conf_args(cf).get(1).map(lossy).unwrap_or_default();
+        match value.as_str() {
+            "auto" | "cranelift" => CONF_OK,
+            other => conf_error(
+                cf,
+                &format!(
+                    "tollgate: compiler \"{other}\" is not available: this host compiles with \
+                     Cranelift (compiler auto or compiler cranelift)"
+                ),
+            ),
+        }
+    }
+}
+
+/// `backtraces on|off;` (ngx_wasm_module, `wasm{}`): how much detail a trap's log line carries.
+/// Diagnostics only: this host logs every trap with wasmtime's reason either way, so both values
+/// are accepted; anything else is refused like nginx's own flags.
+unsafe extern "C" fn backtraces_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `cf` is live during the handler.
+    unsafe {
+        let value = conf_args(cf).get(1).map(lossy).unwrap_or_default();
+        match value.as_str() {
+            "on" | "off" => CONF_OK,
+            other => conf_error(
+                cf,
+                &format!("tollgate: invalid value \"{other}\" in \"backtraces\": it must be \"on\" or \"off\""),
+            ),
+        }
+    }
+}
+
 /// The handler of every ngx_wasm_module directive this host does not support (in `wasm{}` and
 /// in `http{}`): `nginx -t` fails naming it, so none is silently ignored.
 pub(crate) unsafe extern "C" fn unsupported(
@@ -722,8 +767,8 @@ static mut CORE_COMMANDS: [ngx_command_t; 34] = [
         IN_WASM | NGX_CONF_TAKE1,
         guest_memory_directive
     ),
-    command!("compiler", UNSUPPORTED, unsupported),
-    command!("backtraces", UNSUPPORTED, unsupported),
+    command!("compiler", IN_WASM | NGX_CONF_TAKE1, compiler_directive),
+    command!("backtraces", IN_WASM | NGX_CONF_TAKE1, backtraces_directive),
     command!("resolver", UNSUPPORTED, unsupported),
     command!("resolver_timeout", UNSUPPORTED, unsupported),
     command!("resolver_add", UNSUPPORTED, unsupported),
