@@ -658,9 +658,28 @@ unsafe extern "C" fn kv_zone_init(
     }
 }
 
-/// `compiler auto|cranelift;` (ngx_wasm_module, `wasm{}`): the runtime's compiler. This host
-/// always compiles with wasmtime's Cranelift, which is what both values select on Kong's
-/// Wasmtime build (docs/DIRECTIVES.md); Wasmer's `llvm` and `singlepass` are refused.
+/// An ngx_wasm_module directive this host honours for some values (`compiler`, `backtraces`;
+/// docs/DIRECTIVES.md): `CONF_OK` when the value is in `accepted`, else `nginx -t` fails with
+/// `refusal(value)`.
+unsafe fn one_of(
+    cf: *mut ngx_conf_t,
+    accepted: &[&str],
+    refusal: impl Fn(&str) -> String,
+) -> *mut c_char {
+    // SAFETY: `cf` is live during the handler that calls this.
+    unsafe {
+        let value = conf_args(cf).get(1).map(lossy).unwrap_or_default();
+        if accepted.contains(&value.as_str()) {
+            CONF_OK
+        } else {
+            conf_error(cf, &refusal(&value))
+        }
+    }
+}
+
+/// `compiler auto|cranelift;` (`wasm{}`): the runtime's compiler. This host always compiles with
+/// wasmtime's Cranelift, which is what both values select on Kong's Wasmtime build; Wasmer's
+/// `llvm` and `singlepass` are refused.
 unsafe extern "C" fn compiler_directive(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -668,23 +687,17 @@ unsafe extern "C" fn compiler_directive(
 ) -> *mut c_char {
     // SAFETY: `cf` is live during the handler.
     unsafe {
-        let value = conf_args(cf).get(1).map(lossy).unwrap_or_default();
-        match value.as_str() {
-            "auto" | "cranelift" => CONF_OK,
-            other => conf_error(
-                cf,
-                &format!(
-                    "tollgate: compiler \"{other}\" is not available: this host compiles with \
-                     Cranelift (compiler auto or compiler cranelift)"
-                ),
-            ),
-        }
+        one_of(cf, &["auto", "cranelift"], |v| {
+            format!(
+                "tollgate: compiler \"{v}\" is not available: this host compiles with Cranelift \
+                 (compiler auto or compiler cranelift)"
+            )
+        })
     }
 }
 
-/// `backtraces on|off;` (ngx_wasm_module, `wasm{}`): how much detail a trap's log line carries.
-/// Diagnostics only: this host logs every trap with wasmtime's reason either way, so both values
-/// are accepted; anything else is refused like nginx's own flags.
+/// `backtraces on|off;` (`wasm{}`): how much detail a trap's log line carries. Diagnostics only:
+/// this host logs every trap with wasmtime's reason either way, so both values are accepted.
 unsafe extern "C" fn backtraces_directive(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -692,14 +705,11 @@ unsafe extern "C" fn backtraces_directive(
 ) -> *mut c_char {
     // SAFETY: `cf` is live during the handler.
     unsafe {
-        let value = conf_args(cf).get(1).map(lossy).unwrap_or_default();
-        match value.as_str() {
-            "on" | "off" => CONF_OK,
-            other => conf_error(
-                cf,
-                &format!("tollgate: invalid value \"{other}\" in \"backtraces\": it must be \"on\" or \"off\""),
-            ),
-        }
+        one_of(cf, &["on", "off"], |v| {
+            format!(
+                "tollgate: invalid value \"{v}\" in \"backtraces\": it must be \"on\" or \"off\""
+            )
+        })
     }
 }
 

@@ -14,7 +14,8 @@
 //!
 //! So every callback stays exported, and an unimplemented one becomes a function whose whole
 //! body is that constant (one per distinct signature and answer): every host can call it, it
-//! costs a VM entry and no SDK code, and a host may recognise it ([`is_stub_body`]) and skip the
+//! costs a VM entry and no SDK code, and a host may recognise it (nginx-compat's
+//! `host/src/stubs.rs`) and skip the
 //! call and the work that only feeds it (nginx-compat does: no body buffering for a filter
 //! without a body callback). The SDK's own functions stay in the module, unexported.
 //!
@@ -47,34 +48,6 @@ pub fn default_answer(name: &str) -> Option<i32> {
         "log" => None,
         "done" => Some(1),
         _ => Some(0),
-    }
-}
-
-/// Whether a function body is a stub of this step: no locals, and only `i32.const answer; end`
-/// (or only `end` when `answer` is `None`). Operators as read by wasmparser.
-pub fn is_stub_body(body: &wasmparser::FunctionBody<'_>, answer: Option<i32>) -> bool {
-    let Ok(locals) = body.get_locals_reader() else {
-        return false;
-    };
-    if locals.get_count() != 0 {
-        return false;
-    }
-    let Ok(reader) = body.get_operators_reader() else {
-        return false;
-    };
-    let mut ops = Vec::new();
-    for op in reader {
-        match op {
-            Ok(op) if ops.len() < 3 => ops.push(op),
-            _ => return false,
-        }
-    }
-    match (answer, ops.as_slice()) {
-        (Some(v), [wasmparser::Operator::I32Const { value }, wasmparser::Operator::End]) => {
-            *value == v
-        }
-        (None, [wasmparser::Operator::End]) => true,
-        _ => false,
     }
 }
 
@@ -396,8 +369,16 @@ mod tests {
         module.finish()
     }
 
-    /// For each exported stream callback: (name, its function index, whether its body is a stub
-    /// answering the SDK's default).
+    /// A stub's bytes (WebAssembly core spec 5.5.13): no local declarations, the answer, `end`.
+    fn stub_bytes(answer: Option<i32>) -> Vec<u8> {
+        match answer {
+            Some(v) => vec![0x00, 0x41, u8::try_from(v).unwrap(), 0x0b],
+            None => vec![0x00, 0x0b],
+        }
+    }
+
+    /// For each exported stream callback: (name, its function index, whether its body's bytes
+    /// are a stub answering the SDK's default).
     fn callbacks(module: &[u8]) -> Vec<(String, u32, bool)> {
         let mut exports = Vec::new();
         let mut bodies = Vec::new();
@@ -413,14 +394,17 @@ mod tests {
                         }
                     }
                 }
-                wasmparser::Payload::CodeSectionEntry(body) => bodies.push(body),
+                wasmparser::Payload::CodeSectionEntry(body) => {
+                    let r = body.range();
+                    bodies.push(module[r.start as usize..r.end as usize].to_vec());
+                }
                 _ => {}
             }
         }
         exports
             .into_iter()
             .map(|(name, index)| {
-                let stub = is_stub_body(&bodies[index as usize], default_answer(&name));
+                let stub = bodies[index as usize] == stub_bytes(default_answer(&name));
                 (name, index, stub)
             })
             .collect()
