@@ -253,9 +253,9 @@ impl Vm {
         &self.limits
     }
 
-    /// Whether the module exports the stream callback `cb` (a call to one it lacks is a no-op
-    /// that continues), so that a host can skip the work that only feeds it, such as buffering a
-    /// body no filter reads.
+    /// Whether the module exports the stream callback `cb` other than as a constant stub
+    /// (`stubs.rs`; a call to one it lacks is a no-op that continues), so that a host can skip
+    /// the work that only feeds it, such as buffering a body no filter reads.
     pub fn exports_callback(&self, cb: StreamCallback) -> bool {
         match cb {
             StreamCallback::Log => self.exports.on_log.is_some(),

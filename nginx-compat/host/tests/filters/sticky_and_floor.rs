@@ -2,8 +2,9 @@
 
 use super::*;
 
-/// scripts/build.sh trims each module to the stream callbacks its crate declares
-/// (tools/trim-callbacks); the host sees exactly those, and a callback a module lacks continues.
+/// scripts/build.sh points each module's other stream callbacks at constant stubs
+/// (tools/trim-callbacks); the host skips the stubs (src/stubs.rs) and sees exactly the
+/// callbacks the crate declares, and a callback it skips continues.
 #[test]
 fn trimmed_modules_export_only_their_declared_callbacks() {
     use StreamCallback::*;
