@@ -32,7 +32,7 @@ pub struct Module {
     pub(crate) pre: InstancePre<State>,
     abi: AbiVersion,
     /// The stream callbacks exported as constant stubs, skipped like missing ones (stubs.rs).
-    pub(crate) stubs: Vec<&'static str>,
+    pub(crate) stubs: Vec<crate::stream::StreamCallback>,
 }
 
 impl Engine {

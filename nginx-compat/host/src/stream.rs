@@ -66,8 +66,8 @@ pub struct Stream {
 }
 
 /// The HTTP stream callbacks a module may export (proxy-wasm ABI 0.2.1, `proxy_on_<name>`). Every
-/// one is optional: a host skips the callback a module does not export, as proxy-wasm-cpp-host
-/// (Envoy) and ngx_wasm_module do.
+/// one is optional: this host skips the callback a module does not export (as proxy-wasm-cpp-host,
+/// Envoy, does; Kong's ngx_wasm_module calls it anyway) or exports as a constant stub (stubs.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamCallback {
     /// `proxy_on_request_headers`.

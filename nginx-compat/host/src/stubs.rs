@@ -11,27 +11,26 @@
 
 use std::collections::HashMap;
 
-/// The stream callbacks and the answer a stub of each returns (`None`: no result).
-const STREAM_CALLBACKS: [(&str, Option<i32>); 8] = [
-    ("proxy_on_request_headers", Some(0)),
-    ("proxy_on_request_body", Some(0)),
-    ("proxy_on_request_trailers", Some(0)),
-    ("proxy_on_response_headers", Some(0)),
-    ("proxy_on_response_body", Some(0)),
-    ("proxy_on_response_trailers", Some(0)),
-    ("proxy_on_log", None),
-    ("proxy_on_done", Some(1)),
-];
+use crate::stream::StreamCallback;
 
-/// The names of the stream callbacks `wasm` exports as stubs. A module that does not parse
-/// yields none (wasmtime has already refused it).
-pub(crate) fn stub_callbacks(wasm: &[u8]) -> Vec<&'static str> {
+/// What a stub of `cb` returns (`None`: no result): the SDK's default answer.
+fn default_answer(cb: StreamCallback) -> Option<i32> {
+    match cb {
+        StreamCallback::Log => None,
+        StreamCallback::Done => Some(1),
+        _ => Some(0),
+    }
+}
+
+/// The stream callbacks `wasm` exports as stubs. A module that does not parse yields none
+/// (wasmtime has already refused it).
+pub(crate) fn stub_callbacks(wasm: &[u8]) -> Vec<StreamCallback> {
     stubs(wasm).unwrap_or_default()
 }
 
-fn stubs(wasm: &[u8]) -> Result<Vec<&'static str>, wasmparser::BinaryReaderError> {
+fn stubs(wasm: &[u8]) -> Result<Vec<StreamCallback>, wasmparser::BinaryReaderError> {
     // Function index of each stream callback export, then the defined functions' bodies.
-    let mut wanted: HashMap<u32, Vec<(&'static str, Option<i32>)>> = HashMap::new();
+    let mut wanted: HashMap<u32, Vec<StreamCallback>> = HashMap::new();
     let mut imported: u32 = 0;
     let mut defined: u32 = 0;
     let mut out = Vec::new();
@@ -50,25 +49,24 @@ fn stubs(wasm: &[u8]) -> Result<Vec<&'static str>, wasmparser::BinaryReaderError
                     if export.kind != wasmparser::ExternalKind::Func {
                         continue;
                     }
-                    if let Some((name, answer)) =
-                        STREAM_CALLBACKS.iter().find(|(n, _)| *n == export.name)
+                    if let Some(cb) = StreamCallback::ALL
+                        .into_iter()
+                        .find(|cb| cb.name() == export.name)
                     {
-                        wanted
-                            .entry(export.index)
-                            .or_default()
-                            .push((name, *answer));
+                        wanted.entry(export.index).or_default().push(cb);
                     }
                 }
             }
             wasmparser::Payload::CodeSectionEntry(body) => {
                 let index = imported.saturating_add(defined);
                 defined = defined.saturating_add(1);
-                if let Some(exports) = wanted.get(&index) {
-                    for (name, answer) in exports {
-                        if is_stub(&body, *answer) {
-                            out.push(*name);
-                        }
-                    }
+                if let Some(callbacks) = wanted.get(&index) {
+                    out.extend(
+                        callbacks
+                            .iter()
+                            .copied()
+                            .filter(|cb| is_stub(&body, default_answer(*cb))),
+                    );
                 }
             }
             _ => {}
@@ -107,6 +105,7 @@ fn is_stub(body: &wasmparser::FunctionBody<'_>, answer: Option<i32>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::stub_callbacks;
+    use crate::stream::StreamCallback::*;
 
     fn module(funcs: &str) -> Vec<u8> {
         wat::parse_str(format!("(module {funcs} (memory (export \"memory\") 1))")).unwrap()
@@ -124,17 +123,11 @@ mod tests {
                (export "proxy_on_done" (func $done))
                (export "proxy_on_log" (func $log))"#,
         );
-        let mut got = stub_callbacks(&m);
-        got.sort_unstable();
-        assert_eq!(
-            got,
-            [
-                "proxy_on_done",
-                "proxy_on_log",
-                "proxy_on_request_body",
-                "proxy_on_response_body"
-            ]
-        );
+        let got = stub_callbacks(&m);
+        assert_eq!(got.len(), 4, "{got:?}");
+        for cb in [RequestBody, ResponseBody, Log, Done] {
+            assert!(got.contains(&cb), "{cb:?} in {got:?}");
+        }
     }
 
     #[test]

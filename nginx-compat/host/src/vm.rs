@@ -49,18 +49,17 @@ struct Exports {
 impl Exports {
     /// Forgets the stream callbacks exported as constant stubs (`stubs.rs`): skipping one is
     /// what calling it would do.
-    fn skip_stubs(&mut self, stubs: &[&str]) {
-        for name in stubs {
-            match *name {
-                "proxy_on_request_headers" => self.on_request_headers = None,
-                "proxy_on_request_body" => self.on_request_body = None,
-                "proxy_on_request_trailers" => self.on_request_trailers = None,
-                "proxy_on_response_headers" => self.on_response_headers = None,
-                "proxy_on_response_body" => self.on_response_body = None,
-                "proxy_on_response_trailers" => self.on_response_trailers = None,
-                "proxy_on_log" => self.on_log = None,
-                "proxy_on_done" => self.on_done = None,
-                _ => {}
+    fn skip_stubs(&mut self, stubs: &[StreamCallback]) {
+        for cb in stubs {
+            match cb {
+                StreamCallback::RequestHeaders => self.on_request_headers = None,
+                StreamCallback::RequestBody => self.on_request_body = None,
+                StreamCallback::RequestTrailers => self.on_request_trailers = None,
+                StreamCallback::ResponseHeaders => self.on_response_headers = None,
+                StreamCallback::ResponseBody => self.on_response_body = None,
+                StreamCallback::ResponseTrailers => self.on_response_trailers = None,
+                StreamCallback::Log => self.on_log = None,
+                StreamCallback::Done => self.on_done = None,
             }
         }
     }
