@@ -158,22 +158,6 @@ fn shape(module: &[u8]) -> Result<Shape, String> {
     Ok(shape)
 }
 
-/// The export names of a core module, in order.
-///
-/// # Errors
-/// The bytes are not a WebAssembly module.
-pub fn export_names(module: &[u8]) -> Result<Vec<String>, String> {
-    let mut names = Vec::new();
-    for payload in wasmparser::Parser::new(0).parse_all(module) {
-        if let wasmparser::Payload::ExportSection(reader) = payload.map_err(|e| e.to_string())? {
-            for export in reader {
-                names.push(export.map_err(|e| e.to_string())?.name.to_owned());
-            }
-        }
-    }
-    Ok(names)
-}
-
 /// Returns `module` with the exports `proxy_on_<name>` of the [`HTTP_CALLBACKS`] that are not
 /// in `keep` pointed at constant stubs answering [`default_answer`] (see the crate's docs);
 /// callbacks the module does not export stay absent. The result is validated.
@@ -315,6 +299,24 @@ mod tests {
         CodeSection, ExportKind, ExportSection, Function, FunctionSection, Instruction,
         MemorySection, MemoryType, Module, TypeSection, ValType,
     };
+
+    /// The export names of a core module, in order.
+    ///
+    /// # Errors
+    /// The bytes are not a WebAssembly module.
+    fn export_names(module: &[u8]) -> Result<Vec<String>, String> {
+        let mut names = Vec::new();
+        for payload in wasmparser::Parser::new(0).parse_all(module) {
+            if let wasmparser::Payload::ExportSection(reader) =
+                payload.map_err(|e| e.to_string())?
+            {
+                for export in reader {
+                    names.push(export.map_err(|e| e.to_string())?.name.to_owned());
+                }
+            }
+        }
+        Ok(names)
+    }
 
     /// A module shaped like an SDK filter: memory, and the callbacks (each a function of its
     /// own that does some work, as the SDK's are; `proxy_on_log` returns nothing).
