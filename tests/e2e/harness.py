@@ -142,6 +142,11 @@ class GatewaySpec:
     # (normalize_path, merge_slashes, escaped slashes refused); nginx proxies the URI it
     # normalised ($uri) instead of the raw request target. Off: both forward the raw target.
     normalize_paths: bool = False
+    # nginx hosts: forward only these request headers (`proxy_pass_request_headers off;` and
+    # `proxy_set_header NAME $http_NAME;` each), the remedy for Kong's "hidden-headers-forwarded":
+    # `$http_NAME` reads the first visible copy, so a header a filter removed stays behind. Envoy:
+    # RuntimeError (its filters' removals are real).
+    request_header_allowlist: list[str] | None = None
 
 
 class Gateway:
@@ -194,6 +199,8 @@ ENVOY_PATH_NORMALIZATION = {
 
 
 def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
+    if spec.request_header_allowlist is not None:
+        raise RuntimeError("request_header_allowlist is an nginx remedy (Kong's hidden headers); Envoy has no need of it")
     default_cluster = next(iter(spec.upstreams))
     if spec.route_header:
         route = {"cluster_header": spec.route_header}
@@ -379,6 +386,9 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     # As in nginx-compat/conf/*.conf: proxy the URI nginx normalised, not the raw target.
     rewrite = "            rewrite ^ $uri break;\n" if spec.normalize_paths else ""
     chain_conf = "\n".join(chain)
+    if spec.request_header_allowlist is not None:
+        chain_conf += "\n            proxy_pass_request_headers off;" + "".join(
+            f"\n            proxy_set_header {h} $http_{h.lower().replace('-', '_')};" for h in spec.request_header_allowlist)
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
@@ -534,6 +544,15 @@ KONG_DIFFERENCES: dict[str, str] = {
                 "(resty.wasmx) only, so the admin server's /stats answers 501",
     "hidden-headers-forwarded": "a removed request header is only hidden (hash 0) and nginx 1.22's "
                                 "proxy module forwards it anyway: forged copies reach the upstream",
+    "dispatch-by-address": "dispatch_http_call's target is resolved as host[:port] by Kong's own "
+                           "resolver, never as an nginx upstream{} (Envoy: a cluster; ours: either)",
+    "no-code-details": "no response.code_details property: sticky-upstream cannot tell the proxy's "
+                       "503 from the upstream's own and re-pins on both (a missing property is the proxy's answer)",
+    "error-page-skips-filters": "an internal redirect (error_page to a location without proxy_wasm) "
+                                "drops the request's filter context (ngx_http_wasm_rctx declines there): "
+                                "no filter sees the final response (ours keeps the chain on it)",
+    "path-is-uri": "`:path` is nginx's decoded, normalised $uri plus the query, not the request "
+                   "target as received: the filters judge the path nginx resolved",
     "no-large-config": "no equivalent of tollgate_proxy_wasm_file: a plugin configuration is one "
                        "nginx argument, at most 4 KB",
 }

@@ -16,7 +16,7 @@ import uuid
 import jwt as pyjwt
 import requests
 
-from harness import FilterSpec, GatewaySpec
+from harness import FilterSpec, GatewaySpec, kong_differs
 
 SECRET = "identity-e2e-secret-0123456789abcdef0123456789"
 ISSUER = "https://issuer.identity.e2e"
@@ -65,6 +65,8 @@ def test_forged_claim_headers_do_not_label_metrics(host, upstream, gateways):
     for sub in ("alice", "bob", "carol", "dave"):
         # A verified request with a forged header still gets its own identity.
         assert get(g, "/v1/models", {**token(sub), "x-jwt-sub": "mallory"}) == 200
+    if kong_differs(host, "no-stats"):
+        return  # the statuses are what Kong shows: the labels stay in its Lua-only metrics
     counts = tenant_counts(g)
     assert not [t for t in counts if t.startswith("victim") or t == "mallory"], counts
     assert counts == {"unauthenticated": 13, "alice": 1, "bob": 1, "carol": 1, "other": 1}, counts

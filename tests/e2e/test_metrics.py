@@ -21,7 +21,7 @@ import jwt as pyjwt
 import pytest
 import requests
 
-from harness import ROOT, FilterSpec, GatewaySpec, Process, free_port, wait_for_port
+from harness import ROOT, FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
 
 WORKERS = 2
 SECRET = "metrics-e2e-secret-0123456789abcdef0123456789"
@@ -173,6 +173,8 @@ def test_prometheus_scrapes_exact_counts(host, upstream, gateways, prometheus_bi
         # A new connection per request, so that both workers serve some.
         r = requests.get(g.url + path, headers=headers, timeout=10)
         assert r.status_code == want, (path, tenant, r.status_code, r.text)
+    if kong_differs(host, "no-stats"):
+        return  # the statuses are what Kong shows: the families stay in its Lua-only metrics
 
     # Histograms reach /stats/prometheus at Envoy's stats flush (5 s by default): wait for them.
     exposition = ""

@@ -25,7 +25,7 @@ import urllib.parse
 import jwt as pyjwt
 import pytest
 
-from harness import FilterSpec, GatewaySpec
+from harness import FilterSpec, GatewaySpec, kong_differs
 
 SECRET = "paths-e2e-secret-0123456789abcdef0123456789"
 ISSUER = "https://issuer.paths.e2e"
@@ -149,10 +149,27 @@ ENVOY_SHIPPED = {
 }
 
 
-def expected(host: str, mode: str, target: bytes) -> str | int:
+# Kong's module gives the filters nginx's decoded, normalised $uri as `:path` (path-is-uri): a
+# percent-encoded space or UTF-8 byte arrives decoded and is refused; an escaped slash, a `;`
+# segment or a `#` is resolved by nginx before the filters see it, so they judge the path that the
+# shipped configurations proxy (in raw mode the upstream gets the target as received).
+KONG_URI = {
+    b"/v1/a%20b": REFUSED,
+    b"/caf%C3%A9": REFUSED,
+    b"/caf%c3%a9": REFUSED,
+    b"/healthz%2F..%2Fv1": "/v1",
+    b"/v1%2fchat": "/v1/chat",
+    b"/healthz;/../v1": "/v1",
+    b"/a#b": "/a",
+}
+
+
+def expected(host, mode: str, target: bytes) -> str | int:
     want = dict(TABLE)[target]
-    if host == "envoy" and mode == "shipped":
+    if host.name == "envoy" and mode == "shipped":
         return ENVOY_SHIPPED.get(target, want)
+    if kong_differs(host, "path-is-uri"):
+        return KONG_URI.get(target, want)
     return want
 
 
@@ -188,7 +205,9 @@ def test_the_bypasses_of_the_issue_are_closed(g, host, mode):
     # normalisation, shipped, reads `..;` as `..`: then the token is missing).
     semicolon = 401 if host.name == "envoy" and mode == "shipped" else 400
     assert send(g, b"/healthz/..;/v1/chat/completions")[0] == semicolon
-    assert send(g, b"/healthz%2F..%2Fv1%2Fchat%2Fcompletions")[0] == 400
+    # (Kong: nginx decodes and resolves it to /v1/chat/completions first, which needs the token.)
+    escaped = 401 if kong_differs(host, "path-is-uri") else 400
+    assert send(g, b"/healthz%2F..%2Fv1%2Fchat%2Fcompletions")[0] == escaped
 
 
 def test_rate_limit_rules_match_every_spelling(g):
@@ -200,7 +219,7 @@ def test_rate_limit_rules_match_every_spelling(g):
 def test_the_tricky_paths_table(g, host, mode):
     failures = []
     for target, _ in TABLE:
-        want = expected(host.name, mode, target)
+        want = expected(host, mode, target)
         status, body = send(g, target, LLM)
         if want == REFUSED:
             if status != 400:

@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from harness import ROOT, DemoUpstream, EnvoyGateway, FilterSpec, GatewaySpec, free_port
+from harness import ROOT, DemoUpstream, EnvoyGateway, FilterSpec, GatewaySpec, free_port, kong_differs
 
 SECRET = "e2e-sticky-secret-0123456789abcdef-xyz"
 COOKIE = "tollgate_sticky"
@@ -96,9 +96,12 @@ def spec(upstreams: dict[str, DemoUpstream], config: dict, workers: int = 2) -> 
                        workers=workers, route_header=ROUTE_HEADER)
 
 
-def counters(gateway) -> dict[str, int]:
-    """Counter values by result, summed over the stat names Envoy derives."""
+def counters(host, gateway) -> dict[str, int]:
+    """Counter values by result, summed over the stat names Envoy derives ({} on the kong host:
+    no-stats, so the tests compare them only elsewhere)."""
     out: dict[str, int] = {}
+    if kong_differs(host, "no-stats"):
+        return out
     for k, v in gateway.stats("tollgate_sticky_upstream").items():
         if METRIC in k:
             result = k.split(METRIC, 1)[1]
@@ -163,11 +166,11 @@ def test_first_response_sets_the_cookie_with_its_attributes(client):
     assert r.seen_headers()[ROUTE_HEADER] == [r.upstream]
 
 
-def test_100_requests_with_the_cookie_reach_the_same_upstream(gateway, client):
+def test_100_requests_with_the_cookie_reach_the_same_upstream(host, gateway, client):
     first = client.get()
     value = first.sticky_cookie()
     assert value
-    before = counters(gateway)
+    before = counters(host, gateway)
     for _ in range(100):
         r = client.get(cookie=f"{COOKIE}={value}")
         assert (r.status, r.upstream, r.set_cookies) == (200, first.upstream, []), (r.status, r.upstream, r.set_cookies)
@@ -181,7 +184,8 @@ def test_100_requests_with_the_cookie_reach_the_same_upstream(gateway, client):
                 assert (r.status, r.upstream, r.set_cookies) == (200, name, [])
         finally:
             other.close()
-    assert delta(before, counters(gateway)) == {"pinned": 115}
+    if not kong_differs(host, "no-stats"):
+        assert delta(before, counters(host, gateway)) == {"pinned": 115}
 
 
 def test_spread_without_cookies_matches_the_weights(gateway):
@@ -208,7 +212,7 @@ def test_spread_without_cookies_matches_the_weights(gateway):
     assert chi2 < 13.82, (counts, chi2)
 
 
-def test_tampered_expired_and_unknown_cookies_are_replaced(gateway, client):
+def test_tampered_expired_and_unknown_cookies_are_replaced(host, gateway, client):
     now = int(time.time())
     good = mint("green", now + MAX_AGE)
     flipped = good[:-5] + ("A" if good[-5] != "A" else "B") + good[-4:]
@@ -226,7 +230,7 @@ def test_tampered_expired_and_unknown_cookies_are_replaced(gateway, client):
         "expired": [mint("green", now - 10), mint("green", now + 30 * 86400)],
         "unknown_upstream": [mint("purple", now + MAX_AGE), mint("green-old", now + 60)],
     }
-    before = counters(gateway)
+    before = counters(host, gateway)
     for reason, values in cases.items():
         for value in values:
             r = client.get(cookie=f"a=1; {COOKIE}={value}; b=2")
@@ -237,12 +241,13 @@ def test_tampered_expired_and_unknown_cookies_are_replaced(gateway, client):
             # The replacement works.
             again = client.get(cookie=f"{COOKIE}={new}")
             assert (again.upstream, again.set_cookies) == (r.upstream, [])
-    d = delta(before, counters(gateway))
-    replaced = sum(len(v) for v in cases.values())
-    assert d == {"invalid_cookie": 8, "expired": 2, "unknown_upstream": 2, "pinned": replaced}, d
+    if not kong_differs(host, "no-stats"):
+        d = delta(before, counters(host, gateway))
+        replaced = sum(len(v) for v in cases.values())
+        assert d == {"invalid_cookie": 8, "expired": 2, "unknown_upstream": 2, "pinned": replaced}, d
 
 
-def test_forged_cookies_and_client_route_headers_cannot_steer(draining_gateway):
+def test_forged_cookies_and_client_route_headers_cannot_steer(host, draining_gateway):
     """red takes no new clients (weight 0); a pin to it needs a valid cookie."""
     c = Client(draining_gateway.url)
     try:
@@ -270,7 +275,12 @@ def test_forged_cookies_and_client_route_headers_cannot_steer(draining_gateway):
         # Several copies of the header (and odd casing) are all replaced by one.
         r = c.get(headers=[(ROUTE_HEADER, "red"), ("X-Tollgate-Upstream", "red"), (ROUTE_HEADER, "green")], cookie=f"{COOKIE}={blue}")
         assert r.upstream == "blue"
-        assert r.seen_headers()[ROUTE_HEADER] == ["blue"]
+        if kong_differs(host, "hidden-headers-forwarded"):
+            # The first copy is replaced, the others hidden and forwarded after it: the route
+            # ($http_ reads the first visible one) is the filter's, the upstream sees all.
+            assert r.seen_headers()[ROUTE_HEADER] == ["blue", "red", "green"]
+        else:
+            assert r.seen_headers()[ROUTE_HEADER] == ["blue"]
     finally:
         c.close()
 
@@ -309,7 +319,7 @@ def test_an_upstream_removed_from_the_configuration_leads_to_a_repin(host, upstr
         c.close()
     # The same secret, without red in the filter's configuration (the cluster still exists).
     without_red = gateways(host, spec(upstreams, sticky_config({"blue": 6, "green": 3})))
-    before = counters(without_red)
+    before = counters(host, without_red)
     c = Client(without_red.url)
     try:
         r = c.get(cookie=f"{COOKIE}={red_cookie}")
@@ -320,7 +330,8 @@ def test_an_upstream_removed_from_the_configuration_leads_to_a_repin(host, upstr
         assert (again.upstream, again.set_cookies) == (r.upstream, [])
     finally:
         c.close()
-    assert delta(before, counters(without_red)) == {"unknown_upstream": 1, "pinned": 1}
+    if not kong_differs(host, "no-stats"):
+        assert delta(before, counters(host, without_red)) == {"unknown_upstream": 1, "pinned": 1}
     # The full gateway still honours it.
     c = Client(gateway.url)
     try:
@@ -338,20 +349,30 @@ def test_an_unreachable_upstream_leads_to_a_repin(host, workdir, upstreams, gate
         pinned = mint("doomed", int(time.time()) + MAX_AGE)
         r = c.get(cookie=f"{COOKIE}={pinned}")
         assert (r.status, r.upstream, r.set_cookies) == (200, "doomed", [])
-        # An upstream's own 503 is an answer, not unreachability: no re-pin.
+        # An upstream's own 503 is an answer, not unreachability: no re-pin (on Kong, without
+        # response.code_details, the filter cannot tell them apart and re-pins).
         r = c.get("/status/503", cookie=f"{COOKIE}={pinned}")
-        assert (r.status, r.upstream, r.set_cookies) == (503, "doomed", [])
-        before = counters(g)
+        if kong_differs(host, "no-code-details"):
+            assert (r.status, r.upstream) == (503, "doomed") and r.sticky_cookie(), r.set_cookies
+            assert r.sticky_cookie().split(".", 1)[0] in ("blue", "green")
+        else:
+            assert (r.status, r.upstream, r.set_cookies) == (503, "doomed", [])
+        before = counters(host, g)
         doomed.stop()
         r = c.get(cookie=f"{COOKIE}={pinned}")
         assert r.status == 503 and r.upstream is None, (r.status, r.upstream, r.body[:200])
+        if kong_differs(host, "error-page-skips-filters"):
+            assert r.set_cookies == [], "the error_page location's 503 passes no filter: the pin stays"
+            c.close()
+            return
         new = r.sticky_cookie()
         assert new and verifies(new), r.set_cookies
         moved_to = new.split(".", 1)[0]
         assert moved_to in ("blue", "green")
         r = c.get(cookie=f"{COOKIE}={new}")
         assert (r.status, r.upstream, r.set_cookies) == (200, moved_to, [])
-        assert delta(before, counters(g)) == {"pinned": 2, "repinned": 1}
+        if not kong_differs(host, "no-stats"):
+            assert delta(before, counters(host, g)) == {"pinned": 2, "repinned": 1}
         c.close()
     finally:
         doomed.stop()
