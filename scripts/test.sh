@@ -3,7 +3,7 @@
 # upstream's tests, the end-to-end suites against real gateways, and the benchmarks' smoke mode.
 # Installs what it needs first (scripts/setup.sh, idempotent).
 # Usage: scripts/test.sh            (everything)
-#        TOLLGATE_HOSTS=envoy scripts/test.sh   (default: envoy,nginx,nginx-musl)
+#        TOLLGATE_HOSTS=envoy scripts/test.sh   (default: envoy,nginx,nginx-musl; then kong, below)
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 # The disk, before and after: a clean run writes about NEED_GB (target/, nginx-compat/target/,
@@ -102,6 +102,31 @@ if [ $# -eq 0 ]; then
     timeout $((80 * 60 - SECONDS)) "$ROOT/scripts/images.sh" || rc=$?
     if [ "$rc" -eq 124 ]; then
       log "images: stopped at 80 min in all (cold caches on a slow machine); run scripts/images.sh"
+    elif [ "$rc" -ne 0 ]; then
+      exit "$rc"
+    fi
+  fi
+fi
+
+# Kong's ngx_wasm_module as a fourth host (scripts/build-kong-module.sh, from ../shared/vendor):
+# every test that runs once per host, on it, each passing or expecting one of Kong's differences
+# by name (KONG_DIFFERENCES in tests/e2e/harness.py, the table in nginx-compat/README.md). About
+# 6 min with the module in the machine's cache; cold, Wasmtime 26's build adds 10-15 min, so it
+# runs last and only while the run has time left inside CI's 90 minutes (TOLLGATE_KONG: auto, the
+# default, when fewer than 65 min have passed; always; never), stopped at 85 min in all.
+if [ $# -eq 0 ]; then
+  cd "$ROOT"
+  kong="${TOLLGATE_KONG:-auto}"
+  if [ "$kong" = never ] || { [ "$kong" = auto ] && [ "$SECONDS" -ge $((65 * 60)) ]; }; then
+    log "kong host: skipped (TOLLGATE_KONG=$kong, $((SECONDS / 60)) min so far); run scripts/build-kong-module.sh," \
+      "then TOLLGATE_HOSTS=kong TOLLGATE_HOST_TESTS_ONLY=1 pytest in tests/e2e"
+  else
+    log "kong host: Kong's ngx_wasm_module and the per-host e2e tests on it, $((SECONDS / 60)) min so far"
+    rc=0
+    timeout $((85 * 60 - SECONDS)) bash -c '"$1/scripts/build-kong-module.sh" && cd "$1/tests/e2e" &&
+      TOLLGATE_HOSTS=kong TOLLGATE_HOST_TESTS_ONLY=1 "$2/bin/python" -m pytest -q -p no:cacheprovider' _ "$ROOT" "$VENV" || rc=$?
+    if [ "$rc" -eq 124 ]; then
+      log "kong host: stopped at 85 min in all (a cold Wasmtime build on a slow machine); run it alone"
     elif [ "$rc" -ne 0 ]; then
       exit "$rc"
     fi
