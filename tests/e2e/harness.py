@@ -536,6 +536,8 @@ KONG_DIFFERENCES: dict[str, str] = {
                                 "proxy module forwards it anyway: forged copies reach the upstream",
     "no-large-config": "no equivalent of tollgate_proxy_wasm_file: a plugin configuration is one "
                        "nginx argument, at most 4 KB",
+    "local-response-body-lf": "a local response's body gets a LF appended, counted in its Content-Length "
+                              "(ngx_http_wasm_local_response.c stashes body + LF)",
 }
 
 
