@@ -538,6 +538,9 @@ KONG_DIFFERENCES: dict[str, str] = {
                        "nginx argument, at most 4 KB",
     "local-response-body-lf": "a local response's body gets a LF appended, counted in its Content-Length "
                               "(ngx_http_wasm_local_response.c stashes body + LF)",
+    "resume-from-root-context-crashes": "resume_http_request from on_tick segfaults the worker (signal 11): "
+                                        "set_effective_context is a no-op and the root context has no request "
+                                        "context to resume; the paused request's connection is closed unanswered",
 }
 
 
