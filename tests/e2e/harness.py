@@ -541,6 +541,9 @@ KONG_DIFFERENCES: dict[str, str] = {
     "resume-from-root-context-crashes": "resume_http_request from on_tick segfaults the worker (signal 11): "
                                         "set_effective_context is a no-op and the root context has no request "
                                         "context to resume; the paused request's connection is closed unanswered",
+    "hop-by-hop-request-fields": "the request map is nginx's fields as sent (names in the client's case), with "
+                                 "Connection, Keep-Alive, Proxy-Connection and the fields Connection nominates; "
+                                 "nginx's proxy module forwards the nominated ones and Proxy-Connection",
 }
 
 
