@@ -544,6 +544,8 @@ KONG_DIFFERENCES: dict[str, str] = {
     "hop-by-hop-request-fields": "the request map is nginx's fields as sent (names in the client's case), with "
                                  "Connection, Keep-Alive, Proxy-Connection and the fields Connection nominates; "
                                  "nginx's proxy module forwards the nominated ones and Proxy-Connection",
+    "header-writes-escaped": "header writes with CR, LF, NUL in a value or a non-token name answer Ok and are "
+                             "written percent-escaped (request, response, local response): no injection, no BadArgument",
 }
 
 
