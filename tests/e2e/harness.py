@@ -546,6 +546,9 @@ KONG_DIFFERENCES: dict[str, str] = {
                                  "nginx's proxy module forwards the nominated ones and Proxy-Connection",
     "header-writes-escaped": "header writes with CR, LF, NUL in a value or a non-token name answer Ok and are "
                              "written percent-escaped (request, response, local response): no injection, no BadArgument",
+    "framing-fields-written": "Transfer-Encoding, Keep-Alive, Proxy-Connection, Upgrade written into a response "
+                              "reach the client as written, beside nginx's Content-Length (a body not chunked); "
+                              "Connection is applied: close ends the keep-alive, upgrade makes the status 101",
 }
 
 
