@@ -15,6 +15,11 @@ the module's timers once crashed workers).
 - Header writes refuse a name that is not an RFC 9110 token and a value with CR, LF or NUL
   (`BadArgument`, 2), on the request map, the response map and local responses; nothing reaches
   the upstream or the client.
+
+On the kong host (Kong's ngx_wasm_module), the tests expect instead what Kong's module does,
+each a KONG_DIFFERENCES entry (harness.py): `local-response-body-lf`,
+`resume-from-root-context-crashes` (a worker crash, seen and survived), `hop-by-hop-request-fields`,
+`header-writes-escaped`, `framing-fields-written`.
 """
 from __future__ import annotations
 
