@@ -555,6 +555,19 @@ KONG_DIFFERENCES: dict[str, str] = {
                    "target as received: the filters judge the path nginx resolved",
     "no-large-config": "no equivalent of tollgate_proxy_wasm_file: a plugin configuration is one "
                        "nginx argument, at most 4 KB",
+    "local-response-body-lf": "a local response's body gets a LF appended, counted in its Content-Length "
+                              "(ngx_http_wasm_local_response.c stashes body + LF)",
+    "resume-from-root-context-crashes": "resume_http_request from on_tick segfaults the worker (signal 11): "
+                                        "set_effective_context is a no-op and the root context has no request "
+                                        "context to resume; the paused request's connection is closed unanswered",
+    "hop-by-hop-request-fields": "the request map is nginx's fields as sent (names in the client's case), with "
+                                 "Connection, Keep-Alive, Proxy-Connection and the fields Connection nominates; "
+                                 "nginx's proxy module forwards the nominated ones and Proxy-Connection",
+    "header-writes-escaped": "header writes with CR, LF, NUL in a value or a non-token name answer Ok and are "
+                             "written percent-escaped (request, response, local response): no injection, no BadArgument",
+    "framing-fields-written": "Transfer-Encoding, Keep-Alive, Proxy-Connection, Upgrade written into a response "
+                              "reach the client as written, beside nginx's Content-Length (a body not chunked); "
+                              "Connection is applied: close ends the keep-alive, upgrade makes the status 101",
 }
 
 

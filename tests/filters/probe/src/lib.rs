@@ -407,8 +407,10 @@ impl Probe {
                     }
                     return Action::Pause;
                 }
+                // Under `wasmx.*`: the only free namespace Kong's `proxy_set_property` accepts
+                // (elsewhere NotFound, which the SDK turns into a panic), as the filters' signals.
                 self.set_property(
-                    vec!["probe", "request_status"],
+                    vec!["wasmx", "probe", "request_status"],
                     Some(statuses(&s).as_bytes()),
                 );
                 Action::Continue
@@ -474,7 +476,7 @@ impl HttpContext for Probe {
         if !m.is_empty() {
             self.set_http_response_header("x-probe-metrics", Some(&m));
         }
-        if let Some(v) = self.get_property(vec!["probe", "request_status"]) {
+        if let Some(v) = self.get_property(vec!["wasmx", "probe", "request_status"]) {
             let v = String::from_utf8_lossy(&v).into_owned();
             self.set_http_response_header("x-probe-request-status", Some(&v));
         }
