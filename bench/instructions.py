@@ -101,6 +101,10 @@ from harness import DemoUpstream, GatewaySpec
 BENCH = runner.BENCH
 ROOT = runner.ROOT
 MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
+# Kong's ngx_wasm_module (scripts/build-kong-module.sh): a module of this file name is run with the
+# configuration rendered for it (harness.nginx_config(kong=True)); its own code (C, with Wasmtime
+# 26 linked in statically) is the layer "kong module", Wasmtime's functions in it "wasmtime".
+KONG_FILE = "ngx_wasmx_module.so"
 VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "likely", "likely-dotted", "full", "cost-3", "cost-litellm"]
 # Variants the sanity check does not order (same chain as another, another request, or a
 # comparison of their own).
@@ -110,7 +114,7 @@ UNORDERED = {"likely-dotted", "cost-3", "cost-litellm"}
 PRICE_VARIANTS = ["cost-3", "cost-litellm"]
 DOTTED_PATH = "/v1/./chat//completions"
 SMOKE_VARIANTS = ["proxy-only", "floor-1"]
-LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "nginx", "other"]
+LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "kong module", "nginx", "other"]
 READY_TIMEOUT_S = 1800  # the full chain's compilation under valgrind: ~3 min idle, more when the machine is busy
 REQUEST_TIMEOUT_S = 120
 CONTROL_TIMEOUT_S = 300
@@ -134,6 +138,7 @@ class Module:
     sha256: str = ""
     size: int = 0  # bytes
     wasm_dir: pathlib.Path | None = None  # the filters this build runs (--wasm); None: the snapshot
+    kong: bool = False  # Kong's ngx_wasm_module (KONG_FILE), not Tollgate's
 
 
 @dataclasses.dataclass
@@ -162,15 +167,18 @@ def sha256(path: pathlib.Path) -> str:
 
 
 def snapshot_modules(args: list[tuple[str, pathlib.Path]], workdir: pathlib.Path) -> list[Module]:
-    """Copies every module into workdir/modules/<label>/ngx_http_tollgate_wasm_module.so."""
+    """Copies every module into workdir/modules/<label>/ngx_http_tollgate_wasm_module.so (Kong's:
+    under its own name, KONG_FILE)."""
     out = []
     for label, src in args:
         if not src.exists():
-            raise SystemExit(f"module {src} is missing (the default one: run scripts/build-nginx-module.sh)")
-        dst = workdir / "modules" / label / MODULE_FILE
+            raise SystemExit(f"module {src} is missing (the default one: run scripts/build-nginx-module.sh;"
+                             " Kong's: scripts/build-kong-module.sh)")
+        kong = src.name == KONG_FILE
+        dst = workdir / "modules" / label / (KONG_FILE if kong else MODULE_FILE)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-        out.append(Module(label, src, dst, sha256(dst), dst.stat().st_size))
+        out.append(Module(label, src, dst, sha256(dst), dst.stat().st_size, kong=kong))
     return out
 
 
@@ -235,7 +243,7 @@ def stack_full_request(keys: jwt_auth.Keys, path: str = "/v1/chat/completions") 
 def render_config(spec: GatewaySpec, module: Module, prefix: pathlib.Path, listen: int, admin: int) -> pathlib.Path:
     """The harness's nginx.conf for `spec`, with `master_process off` (the worker is the process
     valgrind runs)."""
-    conf = harness.nginx_config(spec, prefix, listen, admin, prefix / "error.log", "warn", module.path)
+    conf = harness.nginx_config(spec, prefix, listen, admin, prefix / "error.log", "warn", module.path, kong=module.kong)
     if "master_process on;" not in conf:
         raise RuntimeError("harness.nginx_config no longer sets `master_process on;`: update render_config")
     path = prefix / "nginx.conf"
@@ -414,6 +422,10 @@ def classify(ob: str, fn: str) -> str:
         return "nginx"
     if "libc.so" in ob or "ld-linux" in ob:
         return GENERIC
+    if KONG_FILE in ob:  # its C code is ngx_*; Wasmtime's C API and crates; the rest (Rust std...) generic
+        if fn.startswith("ngx_"):
+            return "kong module"
+        return "wasmtime" if re.match(r"<?(wasmtime|cranelift|wasm_)", fn) else GENERIC
     if MODULE_FILE not in ob:
         return "other"
     m = re.match(r"core::ptr::drop_in_place<(.*)>$", fn)
