@@ -122,6 +122,11 @@ def main() -> None:
                 comparisons.append(runner.Comparison(v, v, label=f"{v}: {other} / envoy", numerator_host=other,
                                                      denominator_host="envoy", group=report.VS_ENVOY))
 
+    if "kong" in hosts and "nginx" in hosts:  # the same filters and nginx: Kong's module against ours
+        for v in variants:
+            if not v.startswith("native-"):
+                comparisons.append(runner.Comparison(v, v, label=f"{v}: kong / nginx", numerator_host="kong",
+                                                     denominator_host="nginx", group=report.VS_OURS))
     runner.run("gateway", variant_list, scenarios, comparisons=comparisons, load="k6",
                upstream_names=sticky_upstream.UPSTREAMS, prepare=prepare, report=report.markdown, **opts)
 

@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 VS_PROXY = "vs proxy-only"
 VS_NATIVE = "vs Envoy's native filters"
 VS_ENVOY = "nginx vs Envoy"
-GROUPS = [VS_PROXY, VS_NATIVE, VS_ENVOY]
+VS_OURS = "Kong's ngx_wasm_module vs Tollgate's nginx module"
+GROUPS = [VS_PROXY, VS_NATIVE, VS_ENVOY, VS_OURS]
 
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "tollgate-bench", "font.size": 8})
 
@@ -112,7 +113,7 @@ def markdown(results: dict, comparisons: list, files_dir: pathlib.Path) -> str:
         for host in dict.fromkeys(r["host"] for r in rows):
             hrows = [r for r in rows if r["host"] == host]
             nh, dh = hrows[0]["numerator_host"], hrows[0]["denominator_host"]
-            where = nh if nh == dh else f"{nh} / {dh}" if group == VS_ENVOY else f"ours on {nh} / native on {dh}"
+            where = nh if nh == dh else f"{nh} / {dh}" if group in (VS_ENVOY, VS_OURS) else f"ours on {nh} / native on {dh}"
             name = f"{slug(group)}-{slug(host)}.svg"
             chart(hrows, f"{group}: {where}", charts_dir / name)
             rel = f"{files_dir.name}/charts/{name}"

@@ -590,6 +590,15 @@ class KongHost(NginxHost):
     def __init__(self, workdir: pathlib.Path):
         super().__init__(workdir, module=KONG_MODULE)
 
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why the host cannot run here (bench/runner.py's host check), or None."""
+        if not pathlib.Path(NGINX_BINARY).exists():
+            return "nginx is not installed (scripts/build-kong-module.sh installs it)"
+        if not KONG_MODULE.exists():
+            return f"{KONG_MODULE} is missing: run scripts/build-kong-module.sh"
+        return None
+
 
 class KongGateway(NginxGateway):
     """Kong's module starts the filters (on_vm_start, on_configure) in each worker, after the
