@@ -34,22 +34,23 @@
 //! so a key is created exactly once; the update that follows is a normal CAS update. Creation
 //! costs four reads and four writes, once per key.
 //!
-//! **Bound that remains.** The lock is a lease of [`CREATION_LEASE_MS`] (so that a VM that
-//! disappeared while holding it cannot block creation forever). Over-admission on a fresh key
-//! needs one of two events:
-//! 1. a worker thread that took the lock is stalled (descheduled) for longer than the lease
-//!    between reading the key as missing and writing its initial state (two consecutive host
-//!    calls), while another worker takes the expired lock and creates the key; or
-//! 2. the zone record itself is created twice: every VM writes it in `on_configure` if missing,
-//!    and a late write can release a lock just taken or reset the key count, only during
-//!    start-up, before the zone has any key.
-//!
-//! In either case, the late initial write resets the key to its initial state (a full bucket, an
-//! empty window) once; each worker that saw the key missing writes at most once, so a key is reset
-//! at most `workers − 1` times, and each reset gives back at most one `capacity` of units (the
-//! bucket's deficit, the window's count). Hence over-admission ≤ `(workers − 1) × capacity` per
-//! key, and 0 unless a worker stalls for the lease inside those two host calls or the reset lands
-//! during start-up. Under ngx_wasm_module a write without CAS never overwrites an existing key, so the
+//! **Bound that remains.** The lock is a lease of [`CREATION_LEASE_MS`], taken with the zone
+//! record marked `pending` and released with the mark cleared. A lease that ran out still
+//! pending is never taken over: its holder either is stalled (descheduled) inside it or died
+//! writing its key, which Kong's ngx_wasm_module does to a guest whose write meets a full
+//! `eviction=none` zone (a host trap, not a status). Either way new keys are refused as for a
+//! full store ([`OnStoreFull`]) until the holder releases (a stalled one does; a dead one never
+//! does: the zone then refuses new keys until restart, fail-closed). While the lease runs, the
+//! other creators find it held: contention, `on_contention` decides (on Kong, `deny` is what
+//! keeps a trapped holder's lease from admitting new clients uncharged for up to
+//! [`CREATION_LEASE_MS`]). Over-admission on a fresh key needs one event: the zone record
+//! itself is created twice: every VM writes it in `on_configure` if missing, and a late write can
+//! release a lock just taken or reset the key count, only during start-up, before the zone has
+//! any key. The late initial write then resets the key to its initial state (a full bucket, an
+//! empty window) once; each worker that saw the key missing writes at most once, so a key is
+//! reset at most `workers − 1` times, and each reset gives back at most one `capacity` of units.
+//! Hence over-admission ≤ `(workers − 1) × capacity` per key, and 0 unless the reset lands during
+//! start-up. Under ngx_wasm_module a write without CAS never overwrites an existing key, so the
 //! bound there is 0.
 //!
 //! # Memory
