@@ -307,7 +307,7 @@ fn read<S: SharedStore + ?Sized>(
             return Ok((state, cas));
         }
         let initial = encode(target.limit, &target.limit.initial());
-        let to_overflow = match create(
+        let created = match create(
             store,
             settings,
             &target.key,
@@ -315,10 +315,32 @@ fn read<S: SharedStore + ?Sized>(
             target.counted,
             now_ms,
             stats,
-        )? {
-            Created::Ready => false,
-            Created::ZoneFull => true,
-            Created::StoreFull(status) => {
+        ) {
+            Ok(created) => Some(created),
+            Err(Unreadable::Contended) => None,
+            Err(e) => return Err(e),
+        };
+        let to_overflow = match created {
+            // The creation lease stayed held through every try: its holder may have created
+            // the key meanwhile; if not, a client key is charged in the overflow bucket (an
+            // existing key: an update, never a creation) rather than left to `on_contention`,
+            // which would admit it uncharged under `allow`. Under Kong's module a holder that
+            // met a full zone died there (a host trap) and holds the lease until it runs out.
+            None => {
+                let (value, cas) = get(&target.key)?;
+                if let Some(value) = value {
+                    let state =
+                        decode(target.limit, &value).unwrap_or_else(|| target.limit.initial());
+                    return Ok((state, cas));
+                }
+                if !target.counted {
+                    return Err(Unreadable::Contended);
+                }
+                true
+            }
+            Some(Created::Ready) => false,
+            Some(Created::ZoneFull) => true,
+            Some(Created::StoreFull(status)) => {
                 stats.store_full = stats.store_full.saturating_add(1);
                 if settings.store_full == OnStoreFull::Deny || !target.counted {
                     return Err(Unreadable::Failed(status));

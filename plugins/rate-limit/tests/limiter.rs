@@ -383,8 +383,9 @@ fn bad_bytes_in_shared_data_read_as_a_fresh_state() {
     }
 }
 
-/// While a worker holds the creation lock, others cannot create the key: they wait (retries)
-/// and then follow the contention policy. No lost update, under both semantics.
+/// While a worker holds the creation lock, others cannot create the key: they wait (retries),
+/// then go to the overflow bucket, which this store lacks (the filter creates it in
+/// `on_configure`), so they follow the contention policy. No lost update, under both semantics.
 #[test]
 fn the_creation_lock_excludes_other_creators() {
     for sem in BOTH {
@@ -409,7 +410,10 @@ fn the_creation_lock_excludes_other_creators() {
         let ours = check(&hooked, &st, &mut targets(&limits, "k"), T0, 1);
         let theirs = other.borrow_mut().take().unwrap();
         assert_eq!(theirs.verdict, Verdict::ContentionAllowed, "{sem:?}");
-        assert_eq!(theirs.stats.cas_retries, 4, "1 + cas_retries lock waits");
+        assert_eq!(
+            theirs.stats.cas_retries, 8,
+            "1 + cas_retries lock waits for the client key, as many for the overflow bucket"
+        );
         assert!(allowed(&ours.verdict));
         assert_eq!(ours.stats.keys_created, 1);
         assert_eq!(ours.stats.lock_lost, 0);
@@ -522,6 +526,44 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
                     }
                 );
             }
+        }
+    }
+}
+
+/// A creation lease held through every try (Kong's module: its holder died in a host trap on a
+/// full zone, and the lease runs for CREATION_LEASE_MS) charges a new client in the overflow
+/// bucket, whatever `on_contention` says: never admitted uncharged.
+#[test]
+fn a_held_creation_lease_charges_new_clients_in_the_overflow_bucket() {
+    for sem in BOTH {
+        for policy in [OnContention::Allow, OnContention::Deny] {
+            let s = store(sem);
+            let st = settings(3, policy, 100);
+            let limits = [Limit::fixed_window(2, Period::Day).unwrap()];
+            s.set(OVERFLOW[0], &encode(&limits[0], &limits[0].initial()), None).unwrap();
+            let (_, cas) = s.get(ZONE).unwrap();
+            let held = ZoneRecord {
+                keys: 0,
+                locked_until_ms: T0 + CREATION_LEASE_MS,
+                store_full: false,
+                pending: true,
+            };
+            s.set(ZONE, &held.encode(), cas).unwrap();
+            let verdicts: Vec<Verdict> = (0..5)
+                .map(|i| run(&s, &st, &limits, &format!("new-{i}"), T0 + 1, 1))
+                .collect();
+            assert_eq!(
+                verdicts.iter().filter(|v| allowed(v)).count(),
+                2,
+                "{sem:?} {policy:?}: the overflow bucket's 2: {verdicts:?}"
+            );
+            assert!(
+                verdicts
+                    .iter()
+                    .all(|v| allowed(v) || matches!(v, Verdict::Limited { .. })),
+                "{verdicts:?}"
+            );
+            assert_eq!(s.get("ratelimit/t/r/0/new-0").unwrap().0, None);
         }
     }
 }
