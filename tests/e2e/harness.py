@@ -536,6 +536,12 @@ KONG_DIFFERENCES: dict[str, str] = {
                                 "proxy module forwards it anyway: forged copies reach the upstream",
     "no-large-config": "no equivalent of tollgate_proxy_wasm_file: a plugin configuration is one "
                        "nginx argument, at most 4 KB",
+    "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
+                      "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
+                      "answers 500, the key-creation lease it held stays taken for its 2 s",
+    "dispatch-by-dns": "dispatch_http_call's target is a host[:port] resolved by DNS "
+                       "(ngx_wasm_socket_tcp.c), not an nginx upstream{} name: a call cluster is "
+                       "given as 127.0.0.1:PORT",
 }
 
 
