@@ -542,6 +542,10 @@ KONG_DIFFERENCES: dict[str, str] = {
     "dispatch-by-dns": "dispatch_http_call's target is a host[:port] resolved by DNS "
                        "(ngx_wasm_socket_tcp.c), not an nginx upstream{} name: a call cluster is "
                        "given as 127.0.0.1:PORT",
+    "dispatch-body-whole": "a dispatch response's body is buffered whole (one allocation of its "
+                           "Content-Length) and its length reaches on_http_call_response as 32 "
+                           "bits: an endless body fails the call yet reaches the filter as an "
+                           "empty 200",
 }
 
 

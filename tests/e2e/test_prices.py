@@ -182,6 +182,10 @@ def test_hostile_price_answers_change_nothing(host, upstream, gateways, price_se
         ("fetch failed: status", dict(body=b"", endless=True)),
         ("nested too deeply", dict(body=b'{"m": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")),
     ]
+    if kong_differs(host, "dispatch-body-whole"):
+        # 2^40 bytes announced: Kong's allocation fails ("parser error"), and the filter gets a
+        # 200 whose body length (2^40 in 32 bits) is 0: an empty document, refused.
+        answers[2] = ("the document ends early at byte 0", answers[2][1])
     for why, answer in answers:
         before, logged = price_server.fetches, g.log.read_text(errors="replace").count(why)
         price_server.serve(**answer)
