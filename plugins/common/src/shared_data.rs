@@ -720,10 +720,7 @@ mod tests {
         let mut bad = z.encode();
         bad[17] = 4;
         assert_eq!(ZoneRecord::decode(&bad), None, "unknown flags");
-        let pending = ZoneRecord {
-            pending: true,
-            ..z
-        };
+        let pending = ZoneRecord { pending: true, ..z };
         assert_eq!(pending.encode()[17], 3);
         assert_eq!(ZoneRecord::decode(&pending.encode()), Some(pending));
     }

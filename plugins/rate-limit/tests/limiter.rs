@@ -540,7 +540,8 @@ fn a_held_creation_lease_charges_new_clients_in_the_overflow_bucket() {
             let s = store(sem);
             let st = settings(3, policy, 100);
             let limits = [Limit::fixed_window(2, Period::Day).unwrap()];
-            s.set(OVERFLOW[0], &encode(&limits[0], &limits[0].initial()), None).unwrap();
+            s.set(OVERFLOW[0], &encode(&limits[0], &limits[0].initial()), None)
+                .unwrap();
             let (_, cas) = s.get(ZONE).unwrap();
             let held = ZoneRecord {
                 keys: 0,
