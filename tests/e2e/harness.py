@@ -568,6 +568,13 @@ KONG_DIFFERENCES: dict[str, str] = {
     "framing-fields-written": "Transfer-Encoding, Keep-Alive, Proxy-Connection, Upgrade written into a response "
                               "reach the client as written, beside nginx's Content-Length (a body not chunked); "
                               "Connection is applied: close ends the keep-alive, upgrade makes the status 101",
+    "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
+                      "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
+                      "answers 500, the key-creation lease it held stays taken for its 2 s",
+    "dispatch-body-whole": "a dispatch response's body is buffered whole (one allocation of its "
+                           "Content-Length) and its length reaches on_http_call_response as 32 "
+                           "bits: an endless body fails the call yet reaches the filter as an "
+                           "empty 200",
 }
 
 

@@ -20,7 +20,7 @@ from math import floor
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec
+from harness import FilterSpec, GatewaySpec, kong_differs
 
 WORKERS = 4
 TENANT = "x-tenant"
@@ -146,9 +146,10 @@ def test_model_from_the_request_when_the_response_lacks_it(gateway):
     assert got == expected_nano("chat", "odd-model", 1234, 567) == 341  # 152.345... + 188.998... rounded once
 
 
-def test_unknown_model_is_unpriced(gateway):
+def test_unknown_model_is_unpriced(host, gateway):
     assert booked(gateway, "chat", "no-such-model", p=5, c=5) == 0
-    assert gateway.stats("tollgate_cost").get("wasmcustom.tollgate_cost_requests_total.status.unpriced", 0) > 0
+    if not kong_differs(host, "no-stats"):  # there: served and charged nothing is what is seen
+        assert gateway.stats("tollgate_cost").get("wasmcustom.tollgate_cost_requests_total.status.unpriced", 0) > 0
 
 
 @pytest.mark.parametrize("kind", ["chat-sse", "anthropic-sse"])
@@ -196,7 +197,7 @@ def test_bad_bodies_pass_through_untouched_and_are_charged_the_estimate(gateway,
     assert spend(gateway, tenant)["total"] == estimate_nano(model, request_bytes, len(expect)) > 0
 
 
-def test_concurrent_spend_is_exact(gateway):
+def test_concurrent_spend_is_exact(host, gateway):
     """200 requests over 32 threads, every format, varied tokens, one tenant: no booking lost."""
     tenant = uuid.uuid4().hex
     rng = random.Random(4)
@@ -224,8 +225,9 @@ def test_concurrent_spend_is_exact(gateway):
     total = sum(expected_nano(kind, model, **t) for kind, model, t in jobs)
     s = spend(gateway, tenant)
     assert s == {"day": total, "month": total, "total": total}, (s, total)
-    stats = gateway.stats("tollgate_cost")
-    assert not any(v for k, v in stats.items() if "booking_failures" in k), stats
+    if not kong_differs(host, "no-stats"):  # there: the exact spend above shows no failed booking
+        stats = gateway.stats("tollgate_cost")
+        assert not any(v for k, v in stats.items() if "booking_failures" in k), stats
 
 
 def test_budgets_refuse_before_the_upstream(gateway):

@@ -430,8 +430,8 @@ const TAG_ZONE: u8 = 16;
 /// A zone record: how many keys the zone has created, its key-creation lease, and whether the
 /// store has refused a new key. One per zone (e.g. `ratelimit/<zone>/~zone`,
 /// `cost/<ledger>/~zone`). Bytes: tag 16, keys (u64 LE), lease end in Unix ms (u64 LE; 0 when
-/// free), flags (bit 0: the store refused a key): [`ZONE_BYTES`] in all. A record of another
-/// length (an older layout) does not decode.
+/// free), flags (bit 0: the store refused a key; bit 1: the lease holder has not released it
+/// yet): [`ZONE_BYTES`] in all. A record of another length (an older layout) does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ZoneRecord {
     /// Keys created so far (only the counted ones, see [`create_once`]).
@@ -442,6 +442,12 @@ pub struct ZoneRecord {
     /// Sticky: such a zone frees nothing until nginx restarts, so later creations are refused
     /// at once, by every worker alike, instead of each one trying (see [`create_once`]).
     pub store_full: bool,
+    /// Set with the lease, cleared when its holder releases it: a record whose lease ran out
+    /// with this still set was left by a holder that never came back from writing its key.
+    /// Kong's ngx_wasm_module traps the guest (`proxy_set_shared_data` answers a host trap,
+    /// not a status) when a zone declared `eviction=none` is full, so that holder died on a
+    /// full store: later creations take it as [`ZoneRecord::store_full`] (see [`create_once`]).
+    pub pending: bool,
 }
 
 impl ZoneRecord {
@@ -454,7 +460,7 @@ impl ZoneRecord {
         tag.copy_from_slice(&[TAG_ZONE]);
         keys.copy_from_slice(&self.keys.to_le_bytes());
         lease.copy_from_slice(&self.locked_until_ms.to_le_bytes());
-        flags.copy_from_slice(&[u8::from(self.store_full)]);
+        flags.copy_from_slice(&[u8::from(self.store_full) | (u8::from(self.pending) << 1)]);
         out
     }
 
@@ -468,15 +474,16 @@ impl ZoneRecord {
                 bytes.get(at..at.checked_add(8)?)?.try_into().ok()?,
             ))
         };
-        let store_full = match bytes.get(17)? {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
+        let flags = *bytes.get(17)?;
+        if flags > 3 {
+            return None;
+        }
+        let (store_full, pending) = (flags & 1 != 0, flags & 2 != 0);
         Some(ZoneRecord {
             keys: u64_at(1)?,
             locked_until_ms: u64_at(9)?,
             store_full,
+            pending,
         })
     }
 }
@@ -615,10 +622,17 @@ pub fn create_once<S: SharedStore + ?Sized>(
         let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
         let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
         let held = zone.locked_until_ms > now_ms && zone.locked_until_ms <= stale_after;
+        if zone.pending && zone.locked_until_ms <= now_ms {
+            // The holder took the lease and never released it: it died writing its key, which
+            // Kong's module does to a guest on a full zone (a host trap). Taking the lease over
+            // would only trap again after another lease of contention: the store is full.
+            return (Ok(Created::StoreFull(status::INTERNAL_FAILURE)), out);
+        }
         let locked = ZoneRecord {
             keys: zone.keys,
             locked_until_ms: lease_end,
             store_full: false,
+            pending: true,
         }
         .encode();
         let taken = !held && zone_cas.is_some() && {
@@ -658,6 +672,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
             keys,
             locked_until_ms: 0,
             store_full: matches!(result, Ok(Created::StoreFull(_))),
+            pending: false,
         }
         .encode();
         let still_ours = match store.get(zone_key) {
@@ -690,6 +705,7 @@ mod tests {
             keys: 7,
             locked_until_ms: 99,
             store_full: true,
+            pending: false,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
         assert_eq!(z.encode()[17], 1);
@@ -702,8 +718,70 @@ mod tests {
         bad[0] = 1;
         assert_eq!(ZoneRecord::decode(&bad), None);
         let mut bad = z.encode();
-        bad[17] = 2;
+        bad[17] = 4;
         assert_eq!(ZoneRecord::decode(&bad), None, "unknown flags");
+        let pending = ZoneRecord { pending: true, ..z };
+        assert_eq!(pending.encode()[17], 3);
+        assert_eq!(ZoneRecord::decode(&pending.encode()), Some(pending));
+    }
+
+    /// Kong's module answers a write to a full `eviction=none` zone with a host trap: the guest
+    /// stops inside `set` while it holds the creation lease. Simulated by a store whose write of
+    /// a new key panics (caught here as the host's trap ends the call).
+    #[test]
+    fn a_holder_that_died_writing_its_key_leaves_the_zone_refusing_new_keys() {
+        struct Trapping<'a>(&'a MemoryStore);
+        impl SharedStore for Trapping<'_> {
+            fn get(&self, key: &str) -> Result<Read, StoreError> {
+                self.0.get(key)
+            }
+            fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+                if key != "z" && self.0.get(key)?.0.is_none() {
+                    panic!("host trap: failed setting value to shm (could not write to slab)");
+                }
+                self.0.set(key, value, cas)
+            }
+        }
+        for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
+            let s = MemoryStore::new(semantics);
+            ensure_zone(&s, "z").unwrap();
+            let trapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                create_once(&Trapping(&s), &zone(10), "k", b"init", true, 1_000)
+            }));
+            assert!(trapped.is_err());
+            let left = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            assert_eq!(
+                left,
+                ZoneRecord {
+                    keys: 0,
+                    locked_until_ms: 1_000 + CREATION_LEASE_MS,
+                    store_full: false,
+                    pending: true,
+                }
+            );
+            // Within the lease: a live holder looks the same, so the lease is contended.
+            let (r, _) = create_once(&s, &zone(10), "k2", b"init", true, 1_500);
+            assert_eq!(r, Err(CreateError::Contended), "{semantics:?}");
+            // The lease ran out and was never released: the store is full, for every creator
+            // from now on, and nobody takes the lease again (which would trap again).
+            for now in [1_000 + CREATION_LEASE_MS, 60_000] {
+                let (r, c) = create_once(&s, &zone(10), "k2", b"init", true, now);
+                assert_eq!(
+                    r,
+                    Ok(Created::StoreFull(status::INTERNAL_FAILURE)),
+                    "{semantics:?}"
+                );
+                assert!(!c.created);
+            }
+            assert_eq!(s.get("k2").unwrap().0, None);
+            // A holder that was only slow releases the lease: pending cleared, creation resumes.
+            let s = MemoryStore::new(semantics);
+            ensure_zone(&s, "z").unwrap();
+            let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
+            assert_eq!((r, c.created), (Ok(Created::Ready), true));
+            let z = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            assert!(!z.pending && !z.store_full && z.locked_until_ms == 0);
+        }
     }
 
     #[test]
@@ -732,6 +810,7 @@ mod tests {
                     keys: 1,
                     locked_until_ms: 0,
                     store_full: false,
+                    pending: false,
                 },
                 "{semantics:?}"
             );
@@ -747,6 +826,7 @@ mod tests {
                 keys: 2,
                 locked_until_ms: 0,
                 store_full: false,
+                pending: false,
             }
             .encode(),
             None,
@@ -765,6 +845,7 @@ mod tests {
             keys: 0,
             locked_until_ms: 5_000,
             store_full: false,
+            pending: false,
         };
         s.set("z", &held.encode(), None).unwrap();
         let (r, c) = create_once(&s, &zone(9), "k2", b"i", true, 4_000);
@@ -775,6 +856,7 @@ mod tests {
             keys: 0,
             locked_until_ms: 4_000 + CREATION_LEASE_MS + CLOCK_TOLERANCE_MS + 1,
             store_full: false,
+            pending: false,
         };
         s.set("z", &stale.encode(), None).unwrap();
         assert_eq!(

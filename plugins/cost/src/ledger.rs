@@ -547,6 +547,7 @@ mod tests {
             keys: 3,
             locked_until_ms: 9,
             store_full: false,
+            pending: false,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
     }
@@ -626,6 +627,7 @@ mod tests {
                 keys: 0,
                 locked_until_ms: 1_000 + CREATION_LEASE_MS,
                 store_full: false,
+                pending: false,
             };
             store.set(&l.zone_key, &held.encode(), cas).unwrap();
             let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();

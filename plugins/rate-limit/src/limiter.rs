@@ -34,22 +34,23 @@
 //! so a key is created exactly once; the update that follows is a normal CAS update. Creation
 //! costs four reads and four writes, once per key.
 //!
-//! **Bound that remains.** The lock is a lease of [`CREATION_LEASE_MS`] (so that a VM that
-//! disappeared while holding it cannot block creation forever). Over-admission on a fresh key
-//! needs one of two events:
-//! 1. a worker thread that took the lock is stalled (descheduled) for longer than the lease
-//!    between reading the key as missing and writing its initial state (two consecutive host
-//!    calls), while another worker takes the expired lock and creates the key; or
-//! 2. the zone record itself is created twice: every VM writes it in `on_configure` if missing,
-//!    and a late write can release a lock just taken or reset the key count, only during
-//!    start-up, before the zone has any key.
-//!
-//! In either case, the late initial write resets the key to its initial state (a full bucket, an
-//! empty window) once; each worker that saw the key missing writes at most once, so a key is reset
-//! at most `workers − 1` times, and each reset gives back at most one `capacity` of units (the
-//! bucket's deficit, the window's count). Hence over-admission ≤ `(workers − 1) × capacity` per
-//! key, and 0 unless a worker stalls for the lease inside those two host calls or the reset lands
-//! during start-up. Under ngx_wasm_module a write without CAS never overwrites an existing key, so the
+//! **Bound that remains.** The lock is a lease of [`CREATION_LEASE_MS`], taken with the zone
+//! record marked `pending` and released with the mark cleared. A lease that ran out still
+//! pending is never taken over: its holder either is stalled (descheduled) inside it or died
+//! writing its key, which Kong's ngx_wasm_module does to a guest whose write meets a full
+//! `eviction=none` zone (a host trap, not a status). Either way new keys are refused as for a
+//! full store ([`OnStoreFull`]) until the holder releases (a stalled one does; a dead one never
+//! does: the zone then refuses new keys until restart, fail-closed). While the lease runs, the
+//! other creators find it held: contention, `on_contention` decides (on Kong, `deny` is what
+//! keeps a trapped holder's lease from admitting new clients uncharged for up to
+//! [`CREATION_LEASE_MS`]). Over-admission on a fresh key needs one event: the zone record
+//! itself is created twice: every VM writes it in `on_configure` if missing, and a late write can
+//! release a lock just taken or reset the key count, only during start-up, before the zone has
+//! any key. The late initial write then resets the key to its initial state (a full bucket, an
+//! empty window) once; each worker that saw the key missing writes at most once, so a key is
+//! reset at most `workers − 1` times, and each reset gives back at most one `capacity` of units.
+//! Hence over-admission ≤ `(workers − 1) × capacity` per key, and 0 unless the reset lands during
+//! start-up. Under ngx_wasm_module a write without CAS never overwrites an existing key, so the
 //! bound there is 0.
 //!
 //! # Memory
@@ -306,7 +307,7 @@ fn read<S: SharedStore + ?Sized>(
             return Ok((state, cas));
         }
         let initial = encode(target.limit, &target.limit.initial());
-        let to_overflow = match create(
+        let created = match create(
             store,
             settings,
             &target.key,
@@ -314,10 +315,32 @@ fn read<S: SharedStore + ?Sized>(
             target.counted,
             now_ms,
             stats,
-        )? {
-            Created::Ready => false,
-            Created::ZoneFull => true,
-            Created::StoreFull(status) => {
+        ) {
+            Ok(created) => Some(created),
+            Err(Unreadable::Contended) => None,
+            Err(e) => return Err(e),
+        };
+        let to_overflow = match created {
+            // The creation lease stayed held through every try: its holder may have created
+            // the key meanwhile; if not, a client key is charged in the overflow bucket (an
+            // existing key: an update, never a creation) rather than left to `on_contention`,
+            // which would admit it uncharged under `allow`. Under Kong's module a holder that
+            // met a full zone died there (a host trap) and holds the lease until it runs out.
+            None => {
+                let (value, cas) = get(&target.key)?;
+                if let Some(value) = value {
+                    let state =
+                        decode(target.limit, &value).unwrap_or_else(|| target.limit.initial());
+                    return Ok((state, cas));
+                }
+                if !target.counted {
+                    return Err(Unreadable::Contended);
+                }
+                true
+            }
+            Some(Created::Ready) => false,
+            Some(Created::ZoneFull) => true,
+            Some(Created::StoreFull(status)) => {
                 stats.store_full = stats.store_full.saturating_add(1);
                 if settings.store_full == OnStoreFull::Deny || !target.counted {
                     return Err(Unreadable::Failed(status));

@@ -125,6 +125,7 @@ mod tests {
             keys: 7,
             locked_until_ms: 9,
             store_full: false,
+            pending: false,
         };
         assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
         assert_eq!(z.encode()[0], 16);

@@ -260,6 +260,7 @@ fn a_fresh_key_admits_exactly_n_under_every_interleaving() {
                         keys: 1,
                         locked_until_ms: 0,
                         store_full: false,
+                        pending: false,
                     }
                 );
                 retries += t.retries;
