@@ -568,6 +568,9 @@ KONG_DIFFERENCES: dict[str, str] = {
     "framing-fields-written": "Transfer-Encoding, Keep-Alive, Proxy-Connection, Upgrade written into a response "
                               "reach the client as written, beside nginx's Content-Length (a body not chunked); "
                               "Connection is applied: close ends the keep-alive, upgrade makes the status 101",
+    "shm-keys-by-crc32": "shared data finds a key by its CRC-32 alone (ngx_wa_shm_kv.c's rbtree "
+                         "lookup compares no key bytes): two keys of one CRC-32 are one record, so a "
+                         "client choosing its rate-limit key can spend another client's limit",
     "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
                       "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
                       "answers 500, the key-creation lease it held stays taken for its 2 s",

@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 import uuid
+import zlib
 
 import pytest
 import requests
@@ -254,6 +255,56 @@ def test_keys_are_isolated(gateway):
     for key in (a, b, long_a, long_b):
         statuses = [get(gateway, "/iso", key).status_code for _ in range(5)]
         assert statuses == [200] * 3 + [429] * 2, (key[:8], statuses)
+
+
+CRC_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def crc32_twin(target: str, prefix: str, free: int = 6) -> str:
+    """A string `prefix` + `free` characters of CRC_ALPHABET whose CRC-32 (zlib's, nginx's
+    ngx_crc32_long) equals `target`'s, found by meet in the middle: for strings of one length the
+    CRC is affine in the bytes, so each free character adds a fixed XOR term. 64^6 = 2^36
+    candidates for a 32-bit value: about 16 answers, found in a second."""
+    n = len(prefix) + free
+    zero = zlib.crc32(prefix.encode() + b"\0" * free)
+    term = [{c: zlib.crc32(prefix.encode() + b"\0" * i + c.encode() + b"\0" * (free - i - 1)) ^ zero
+             for c in CRC_ALPHABET} for i in range(free)]
+    half = free // 2
+    right: dict[int, str] = {}
+    for tail in itertools.product(CRC_ALPHABET, repeat=free - half):
+        x = 0
+        for i, c in enumerate(tail):
+            x ^= term[half + i][c]
+        right.setdefault(x, "".join(tail))
+    want = zlib.crc32(target.encode()) ^ zero
+    for head in itertools.product(CRC_ALPHABET, repeat=half):
+        x = want
+        for i, c in enumerate(head):
+            x ^= term[i][c]
+        if x in right:
+            twin = prefix + "".join(head) + right[x]
+            assert len(twin) == n and zlib.crc32(twin.encode()) == zlib.crc32(target.encode())
+            return twin
+    raise AssertionError("no twin: widen the alphabet or `free`")
+
+
+def test_a_client_key_with_the_crc32_of_anothers_shares_its_bucket_only_under_kong(host, gateway):
+    """Kong's shared memory finds a key by its CRC-32 alone (shm-keys-by-crc32): a client that
+    picks its key so that the shared-data key's CRC-32 is a victim's spends the victim's limit.
+    The other hosts compare the keys themselves: the two stay apart."""
+    victim = new_key()
+    head = f"ratelimit/e2e/iso/0/{len(victim)}:"  # key.rs's shared-data key, up to the client key
+    # A value of the victim's length, so that the length prefix is the same.
+    attacker_value = crc32_twin(head + victim, head + "attacker" + "a" * (len(victim) - 14))[len(head):]
+    shared = lambda client: f"{head}{client}"
+    assert len(attacker_value) == len(victim) and attacker_value != victim
+    assert zlib.crc32(shared(attacker_value).encode()) == zlib.crc32(shared(victim).encode())
+    assert [get(gateway, "/iso", attacker_value).status_code for _ in range(3)] == [200] * 3
+    first = get(gateway, "/iso", victim).status_code
+    if kong_differs(host, "shm-keys-by-crc32"):
+        assert first == 429, "the victim's bucket is the attacker's"
+    else:
+        assert first == 200
 
 
 def test_fixed_windows_roll_over(gateway):
