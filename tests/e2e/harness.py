@@ -571,6 +571,9 @@ KONG_DIFFERENCES: dict[str, str] = {
     "shm-keys-by-crc32": "shared data finds a key by its CRC-32 alone (ngx_wa_shm_kv.c's rbtree "
                          "lookup compares no key bytes): two keys of one CRC-32 are one record, so a "
                          "client choosing its rate-limit key can spend another client's limit",
+    "body-lost-after-a-reading-filter": "when a filter that reads the request body is followed by another "
+                                        "filter in the chain, the upstream gets the request without its body, "
+                                        "and the unread body is parsed as the connection's next request",
     "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
                       "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
                       "answers 500, the key-creation lease it held stays taken for its 2 s",

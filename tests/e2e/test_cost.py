@@ -20,7 +20,7 @@ from math import floor
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from harness import FilterSpec, GatewaySpec, kong_differs, wait_until
 
 WORKERS = 4
 TENANT = "x-tenant"
@@ -258,3 +258,24 @@ def test_over_budget_status_429_and_bad_configs(host, upstream, gateways):
     bad = dict(CONFIG, prices={"m": {"input_cost_per_token": -1e-07, "output_cost_per_token": 0}})
     with pytest.raises(Exception):
         gateways(host, GatewaySpec(filters=[FilterSpec("cost", bad)], upstreams={"upstream": upstream.port}), timeout=15)
+
+
+def test_the_request_body_reaches_the_upstream_when_a_filter_follows_cost(host, upstream, gateways):
+    """The cost filter reads the request body; a filter after it in the chain (here one that does
+    nothing) must not change what the upstream gets. Under Kong's module the body is lost
+    (body-lost-after-a-reading-filter): the upstream gets the request without it, and nginx reads
+    the body left in the connection as the next request line. Cost last in the chain is not
+    affected (the likely stack)."""
+    spec = GatewaySpec(filters=[FilterSpec("cost", CONFIG), FilterSpec("wasm-floor", {})], upstreams={"upstream": upstream.port})
+    g = gateways(host, spec)
+    body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    answers = []
+    for _ in range(2):
+        r = requests.post(g.url + "/v1/chat/completions", data=body, timeout=10,
+                          headers={"content-type": "application/json", TENANT: f"t-{uuid.uuid4().hex[:8]}"})
+        answers.append((r.status_code, r.json().get("model")))
+    if kong_differs(host, "body-lost-after-a-reading-filter"):
+        assert answers == [(200, "demo-model")] * 2, answers  # the demo upstream's model when it gets no body
+        wait_until(lambda: "client sent invalid method" in g.log.read_text(errors="replace"), 5)
+    else:
+        assert answers == [(200, "gpt-4o-mini")] * 2, answers
