@@ -770,7 +770,7 @@ const OWN_COMMANDS: [ngx_command_t; 9] = [
 ];
 
 /// `a` then `b` then nginx's terminating empty command, as one table (`N` = A + B + 1).
-#[allow(clippy::indexing_slicing)] // Evaluated at compile time: an index out of range fails the build.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)] // Evaluated at compile time: an index out of range or an overflow fails the build.
 pub(crate) const fn command_table<const A: usize, const B: usize, const N: usize>(
     a: [ngx_command_t; A],
     b: [ngx_command_t; B],

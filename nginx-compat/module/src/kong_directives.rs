@@ -86,16 +86,19 @@ enum FlagType {
 /// The smallest metrics slab of Kong's module: `3 * pagesize` (`NGX_WA_SHM_MIN_SIZE`).
 const MIN_SLAB_BYTES: usize = 3 * 4096;
 
-/// ngx_wasm_module's `wasm{}` settings beyond the core ones (see the module documentation).
+/// ngx_wasm_module's `wasm{}` settings beyond the core ones (see the module documentation;
+/// names, defaults and units from Kong's docs/DIRECTIVES.md).
 #[derive(Default)]
 pub struct KongCore {
-    /// `socket_connect|send|read_timeout`: defaults of the calls of root contexts.
+    /// `socket_connect|send|read_timeout TIME;` (nginx's time syntax, kept as a duration;
+    /// default 60s each): defaults of the calls of root contexts.
     pub sockets: SocketTimeouts,
-    /// `resolver_timeout` (default 30s).
+    /// `resolver_timeout TIME;` (default 30s): the longest a call's host name may take to
+    /// resolve.
     pub resolver_timeout: Option<Duration>,
-    /// `proxy_wasm_log_dispatch_errors` of `wasm{}` (default on).
+    /// `proxy_wasm_log_dispatch_errors on|off;` of `wasm{}` (default on).
     pub log_dispatch_errors: Option<bool>,
-    /// `resolver_add IP HOST` of every level, in order (a later one for the same host wins).
+    /// `resolver_add IP HOST;` of every level, in order (a later one for the same host wins).
     pub hosts: Vec<(String, IpAddr)>,
     /// Tuning directives given (a second one "is duplicate").
     pub tuning: Vec<&'static str>,
