@@ -4,7 +4,7 @@
 //! `on_http_call_response` to the `Vm` that made the call.
 
 use tollgate_host::HttpCallResponse;
-use tollgate_services::http_client::HttpResponse;
+use tollgate_services::http_client::CallResult;
 
 use crate::request::from_handle;
 use crate::util::{level, log};
@@ -15,7 +15,7 @@ use crate::worker_host::CallTag;
 /// stream when the call came from an HTTP context); returns the requests a `Vm` resumed
 /// meanwhile. Called from the worker's poll timer.
 pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
-    let done: Vec<(CallTag, Option<HttpResponse>)> = w
+    let done: Vec<(CallTag, CallResult)> = w
         .host
         .runner
         .try_borrow_mut()
@@ -31,7 +31,18 @@ pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
             continue;
         }
         let Some(vm) = slot.vm.as_mut() else { continue };
-        let response = response.map(|r| HttpCallResponse {
+        if let (Err(failure), true) = (&response, tag.log_errors) {
+            // `proxy_wasm_log_dispatch_errors on` (ngx_wasm_module's default).
+            log(
+                level::ERR,
+                w.log,
+                &format!(
+                    "tollgate: dispatch_http_call to \"{}\" failed: {failure}",
+                    tag.upstream
+                ),
+            );
+        }
+        let response = response.ok().map(|r| HttpCallResponse {
             headers: r.headers,
             body: r.body,
             trailers: r.trailers,
@@ -44,7 +55,10 @@ pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
             // SAFETY: live-map entries are removed before their request is freed.
             Some(p) => match unsafe { from_handle(p) } {
                 Some(c) => {
+                    // Calls the callback makes take the request's location's directives.
+                    let entered = w.host.enter_request(c.r);
                     let r = vm.on_http_call_response_with_stream(token, response, &mut c.stream);
+                    drop(entered);
                     // The filter resumed its request (`proxy_continue_stream` with the stream
                     // loaded) or answered it with a local response: the request goes on from
                     // where it paused (a request that is not paused is left alone, and the flag

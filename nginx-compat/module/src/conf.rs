@@ -1,5 +1,97 @@
 //! The HTTP module's configuration: what the `proxy_wasm*` directives build (see
-//! `directives.rs`), per http{} block ([`MainConf`]) and per server or location ([`LocConf`]).
+//! `directives.rs`), per http{} block ([`MainConf`]) and per server or location ([`LocConf`]),
+//! and the defaults of `dispatch_http_call` that ngx_wasm_module's socket directives set
+//! ([`SocketTimeouts`], [`CallDefaults`]; `kong_directives.rs`).
+
+use std::time::Duration;
+
+use tollgate_services::http_client::StepTimeouts;
+
+/// ngx_wasm_module's default of every socket timeout (`socket_*_timeout`,
+/// `wasm_socket_*_timeout`: `60s`, docs/DIRECTIVES.md).
+pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// ngx_wasm_module's default of `resolver_timeout` (`30s`, docs/DIRECTIVES.md).
+pub const DEFAULT_RESOLVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The socket timeouts of one level: `socket_connect|send|read_timeout` in `wasm{}` (calls of
+/// root contexts: `on_vm_start`, `on_configure`, `on_tick`...) or
+/// `wasm_socket_connect|send|read_timeout` in http{}, server{}, location{} (calls of a request's
+/// filters). Unset ones are ngx_wasm_module's default, [`DEFAULT_SOCKET_TIMEOUT`]; as in its
+/// source (`ngx_http_wasm_merge_loc_conf`), the http levels do not inherit the `wasm{}` ones.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketTimeouts {
+    /// Connecting (nginx's time syntax; milliseconds).
+    pub connect: Option<Duration>,
+    /// Writing the request.
+    pub send: Option<Duration>,
+    /// Reading the response.
+    pub read: Option<Duration>,
+}
+
+impl SocketTimeouts {
+    /// nginx's merge: what this level did not set comes from `prev`.
+    pub fn merge(&mut self, prev: &SocketTimeouts) {
+        self.connect = self.connect.or(prev.connect);
+        self.send = self.send.or(prev.send);
+        self.read = self.read.or(prev.read);
+    }
+}
+
+/// What a `dispatch_http_call` gets from the configuration of the context that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallDefaults {
+    /// The level's socket timeouts.
+    pub sockets: SocketTimeouts,
+    /// `resolver_timeout` (`wasm{}`).
+    pub resolve: Duration,
+    /// `proxy_wasm_log_dispatch_errors`: log a failed call at `error`.
+    pub log_errors: bool,
+}
+
+impl Default for CallDefaults {
+    fn default() -> Self {
+        CallDefaults {
+            sockets: SocketTimeouts::default(),
+            resolve: DEFAULT_RESOLVER_TIMEOUT,
+            log_errors: true,
+        }
+    }
+}
+
+impl CallDefaults {
+    /// The overall deadline and the step limits of a call whose filter gave `timeout_ms`
+    /// (`proxy_dispatch_http_call`'s timeout). As in ngx_wasm_module
+    /// (`ngx_http_proxy_wasm_dispatch`, `ngx_wasm_socket_tcp_connect`), a non-zero timeout is
+    /// the filter's and the socket directives apply when it is 0: connect within the connect
+    /// timeout, then the request written and the response read within send + read timeouts
+    /// (this host's client has one limit for the exchange, not one per socket operation).
+    /// Resolving a name is bounded by `resolver_timeout` either way.
+    pub fn timeouts(&self, timeout_ms: u32) -> (Duration, StepTimeouts) {
+        let resolve = self.resolve;
+        if timeout_ms > 0 {
+            let t = Duration::from_millis(u64::from(timeout_ms));
+            let steps = StepTimeouts {
+                resolve: resolve.min(t),
+                connect: t,
+                exchange: t,
+            };
+            return (t, steps);
+        }
+        let or_default = |d: Option<Duration>| d.unwrap_or(DEFAULT_SOCKET_TIMEOUT);
+        let connect = or_default(self.sockets.connect);
+        let exchange = or_default(self.sockets.send).saturating_add(or_default(self.sockets.read));
+        let steps = StepTimeouts {
+            resolve,
+            connect,
+            exchange,
+        };
+        (
+            resolve.saturating_add(connect).saturating_add(exchange),
+            steps,
+        )
+    }
+}
 
 /// A `proxy_wasm` directive: one root context per worker. Two are the same filter (not run
 /// twice on a request, see `request.rs`) when their module, name and configuration are.
@@ -57,6 +149,13 @@ pub struct LocConf {
     pub headers_in_access: Option<bool>,
     /// `tollgate_metrics` here.
     pub metrics: bool,
+    /// `wasm_socket_connect|send|read_timeout`.
+    pub sockets: SocketTimeouts,
+    /// `proxy_wasm_log_dispatch_errors` (unset: the `wasm{}` one, else on).
+    pub log_dispatch_errors: Option<bool>,
+    /// ngx_wasm_module's tuning directives given at this level (a second one is refused as
+    /// nginx's slots refuse it: "is duplicate"); not inherited.
+    pub tuning: Vec<&'static str>,
 }
 
 impl LocConf {
@@ -71,6 +170,10 @@ impl LocConf {
         }
         if self.headers_in_access.is_none() {
             self.headers_in_access = prev.headers_in_access;
+        }
+        self.sockets.merge(&prev.sockets);
+        if self.log_dispatch_errors.is_none() {
+            self.log_dispatch_errors = prev.log_dispatch_errors;
         }
     }
 }
@@ -97,14 +200,24 @@ mod tests {
             isolation: Some(Isolation::Filter),
             headers_in_access: Some(true),
             metrics: true,
+            sockets: SocketTimeouts {
+                read: Some(Duration::from_millis(300)),
+                ..SocketTimeouts::default()
+            },
+            log_dispatch_errors: Some(false),
+            tuning: vec!["wasm_socket_buffer_size"],
         };
         let mut inner = LocConf::default();
         inner.merge(&outer);
         assert_eq!(inner.chain, Some(vec![0, 1]));
         assert_eq!(inner.isolation, Some(Isolation::Filter));
         assert_eq!(inner.headers_in_access, Some(true));
-        // `tollgate_metrics` is a location's own handler, never inherited.
+        assert_eq!(inner.sockets.read, Some(Duration::from_millis(300)));
+        assert_eq!(inner.log_dispatch_errors, Some(false));
+        // `tollgate_metrics` is a location's own handler, never inherited; nor is the record
+        // of the level's own tuning directives.
         assert!(!inner.metrics);
+        assert!(inner.tuning.is_empty());
     }
 
     #[test]
@@ -124,5 +237,28 @@ mod tests {
         assert_eq!(inner.chain, Some(vec![2]));
         assert_eq!(inner.isolation, Some(Isolation::Stream));
         assert_eq!(inner.headers_in_access, Some(false));
+    }
+
+    #[test]
+    fn a_filters_timeout_wins_and_zero_takes_the_socket_directives() {
+        let d = CallDefaults {
+            sockets: SocketTimeouts {
+                connect: Some(Duration::from_millis(100)),
+                send: Some(Duration::from_millis(200)),
+                read: None,
+            },
+            resolve: Duration::from_secs(5),
+            log_errors: true,
+        };
+        let (all, steps) = d.timeouts(2000);
+        assert_eq!(all, Duration::from_secs(2));
+        assert_eq!(steps.resolve, Duration::from_secs(2));
+        assert_eq!(steps.connect, Duration::from_secs(2));
+        let (all, steps) = d.timeouts(0);
+        assert_eq!(steps.resolve, Duration::from_secs(5));
+        assert_eq!(steps.connect, Duration::from_millis(100));
+        // send + read, the unset read being ngx_wasm_module's 60 s.
+        assert_eq!(steps.exchange, Duration::from_millis(60_200));
+        assert_eq!(all, Duration::from_millis(65_300));
     }
 }

@@ -14,7 +14,8 @@
 //!   `proxy_register_shared_queue` / `proxy_resolve_shared_queue` (a filter cannot register a
 //!   queue that was not declared, as in ngx_wasm_module). Its id is its position among the
 //!   `shm_queue` directives, from 1, the same in every worker.
-//! - Every other directive of ngx_wasm_module's `wasm{}` fails with a clear message.
+//! - `compiler`, `backtraces` (below); ngx_wasm_module's other `wasm{}` directives and blocks
+//!   are those of a second core module (`kong_directives.rs`).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
@@ -24,9 +25,8 @@ use std::rc::Rc;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_full_name, ngx_conf_parse, ngx_conf_t, ngx_core_module_t, ngx_cycle_t,
     ngx_module_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t,
-    NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12,
-    NGX_CONF_TAKE2, NGX_CONF_TAKE23, NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF,
-    NGX_MAIN_CONF,
+    NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2,
+    NGX_CONF_TAKE23, NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF, NGX_MAIN_CONF,
 };
 use ngx::ngx_string;
 
@@ -379,7 +379,7 @@ unsafe extern "C" fn shm_kv_directive(
         };
         let declared = |n: &str| conf.kv_zones.iter().any(|z| z.name == n);
         let (name_s, size_bytes) =
-            match zone_name_size("shm_kv", name, size, declared, 15 * 1024, "15k") {
+            match zone_name_size("shm_kv", name, size, declared, MIN_SHM_KV_BYTES, "12k") {
                 Ok(v) => v,
                 Err(e) => return conf_error(cf, &e),
             };
@@ -394,6 +394,12 @@ unsafe extern "C" fn shm_kv_directive(
         CONF_OK
     }
 }
+
+/// The smallest `shm_kv` zone: ngx_wasm_module's minimum for every shm zone, `3 * pagesize`
+/// (`NGX_WA_SHM_MIN_SIZE` in its source: 12 KiB with 4 KiB pages; its DIRECTIVES.md says
+/// `15k`, its code checks 12k). This host's layout needs only
+/// [`tollgate_services::kv::MIN_ZONE_BYTES`].
+pub const MIN_SHM_KV_BYTES: usize = 12 * 1024;
 
 /// `NAME SIZE` of a `directive` (`shm_kv`, `shm_queue`): a name that is not empty, has no
 /// `/` and is not `declared` yet, and a size in bytes (nginx's size syntax: `64k`, `1m`) of at
@@ -713,23 +719,6 @@ unsafe extern "C" fn backtraces_directive(
     }
 }
 
-/// The handler of every ngx_wasm_module directive this host does not support (in `wasm{}` and
-/// in `http{}`): `nginx -t` fails naming it, so none is silently ignored.
-pub(crate) unsafe extern "C" fn unsupported(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    _conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: `cf` is live during the handler.
-    unsafe {
-        let name = conf_args(cf).first().map(lossy).unwrap_or_default();
-        conf_error(
-            cf,
-            &format!("tollgate: directive \"{name}\" of ngx_wasm_module is not supported"),
-        )
-    }
-}
-
 /// A directive entry (`ngx_command_t`) in a const context.
 macro_rules! command {
     ($name:literal, $type:expr, $set:expr) => {
@@ -746,10 +735,9 @@ macro_rules! command {
 pub(crate) use command;
 
 const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
-const UNSUPPORTED: u32 = IN_WASM | NGX_CONF_ANY;
-const UNSUPPORTED_BLOCK: u32 = IN_WASM | NGX_CONF_BLOCK | NGX_CONF_ANY;
 
-static mut CORE_COMMANDS: [ngx_command_t; 34] = [
+/// The `wasm{}` directives of this file.
+const OWN_COMMANDS: [ngx_command_t; 9] = [
     command!(
         "wasm",
         NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
@@ -779,35 +767,29 @@ static mut CORE_COMMANDS: [ngx_command_t; 34] = [
     ),
     command!("compiler", IN_WASM | NGX_CONF_TAKE1, compiler_directive),
     command!("backtraces", IN_WASM | NGX_CONF_TAKE1, backtraces_directive),
-    command!("resolver", UNSUPPORTED, unsupported),
-    command!("resolver_timeout", UNSUPPORTED, unsupported),
-    command!("resolver_add", UNSUPPORTED, unsupported),
-    command!("socket_buffer_reuse", UNSUPPORTED, unsupported),
-    command!("socket_buffer_size", UNSUPPORTED, unsupported),
-    command!("socket_connect_timeout", UNSUPPORTED, unsupported),
-    command!("socket_large_buffers", UNSUPPORTED, unsupported),
-    command!("socket_read_timeout", UNSUPPORTED, unsupported),
-    command!("socket_send_timeout", UNSUPPORTED, unsupported),
-    command!("tls_no_verify_warn", UNSUPPORTED, unsupported),
-    command!("tls_trusted_certificate", UNSUPPORTED, unsupported),
-    command!("tls_verify_cert", UNSUPPORTED, unsupported),
-    command!("tls_verify_host", UNSUPPORTED, unsupported),
-    command!("tls_skip_verify", UNSUPPORTED, unsupported),
-    command!("tls_skip_host_check", UNSUPPORTED, unsupported),
-    command!("metrics_slab_size", UNSUPPORTED, unsupported),
-    command!("metrics_max_metric_name_length", UNSUPPORTED, unsupported),
-    command!("proxy_wasm_lua_resolver", UNSUPPORTED, unsupported),
-    command!("flag", UNSUPPORTED, unsupported),
-    command!("cache_config", UNSUPPORTED, unsupported),
-    command!("wasmtime", UNSUPPORTED_BLOCK, unsupported),
-    command!("wasmer", UNSUPPORTED_BLOCK, unsupported),
-    command!("v8", UNSUPPORTED_BLOCK, unsupported),
-    command!("metrics", UNSUPPORTED_BLOCK, unsupported),
-    ngx_command_t::empty(),
 ];
 
-// `NGX_CONF_1MORE` is referenced so the table above can switch arity without re-importing.
-const _: u32 = NGX_CONF_1MORE;
+/// `a` then `b` then nginx's terminating empty command, as one table (`N` = A + B + 1).
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)] // Evaluated at compile time: an index out of range or an overflow fails the build.
+pub(crate) const fn command_table<const A: usize, const B: usize, const N: usize>(
+    a: [ngx_command_t; A],
+    b: [ngx_command_t; B],
+) -> [ngx_command_t; N] {
+    let mut out = [ngx_command_t::empty(); N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < B {
+        out[A + j] = b[j];
+        j += 1;
+    }
+    out
+}
+
+static mut CORE_COMMANDS: [ngx_command_t; 10] = command_table(OWN_COMMANDS, []);
 
 static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
     name: ngx_string!("tollgate_wasm"),

@@ -8,20 +8,20 @@
 //! - `proxy_wasm_isolation none|stream|filter;` (inherited).
 //! - `proxy_wasm_request_headers_in_access on|off;` (inherited; default off: rewrite phase).
 //! - `tollgate_metrics;` (location): the Prometheus text endpoint (Tollgate's own directive).
-//! - Every other ngx_wasm_module http directive fails `nginx -t` with a clear message.
+//! - ngx_wasm_module's other http directives: `kong_directives.rs`.
 
 use std::ffi::{c_char, c_void};
 
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t, ngx_uint_t,
-    NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2,
+    NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2,
     NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
 };
 use ngx::ngx_string;
 
 use crate::base::main_conf_of_cf;
 use crate::conf::{FilterDef, Isolation, LocConf, MainConf};
-use crate::core::{command, core_conf, unsupported};
+use crate::core::{command, command_table, core_conf};
 use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
 
 pub(crate) unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
@@ -218,7 +218,8 @@ macro_rules! loc_command {
     };
 }
 
-pub(crate) static mut HTTP_COMMANDS: [ngx_command_t; 18] = [
+/// The directives of this file.
+const OWN_COMMANDS: [ngx_command_t; 5] = [
     loc_command!(
         "proxy_wasm",
         ANY_LEVEL | NGX_CONF_TAKE12,
@@ -244,57 +245,7 @@ pub(crate) static mut HTTP_COMMANDS: [ngx_command_t; 18] = [
         NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
         metrics_directive
     ),
-    loc_command!(
-        "proxy_wasm_lua_resolver",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!("resolver_add", ANY_LEVEL | NGX_CONF_ANY, unsupported),
-    loc_command!("wasm_call", ANY_LEVEL | NGX_CONF_ANY, unsupported),
-    loc_command!(
-        "wasm_socket_buffer_reuse",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_socket_buffer_size",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_socket_connect_timeout",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_socket_large_buffers",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_socket_read_timeout",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_socket_send_timeout",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_postpone_rewrite",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_postpone_access",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    loc_command!(
-        "wasm_response_body_buffers",
-        ANY_LEVEL | NGX_CONF_ANY,
-        unsupported
-    ),
-    ngx_command_t::empty(),
 ];
+
+pub(crate) static mut HTTP_COMMANDS: [ngx_command_t; 19] =
+    command_table(OWN_COMMANDS, crate::kong_directives::HTTP_COMMANDS);

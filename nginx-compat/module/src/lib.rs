@@ -3,9 +3,11 @@
 //! Kong's ngx_wasm_module (`wasm { module ...; shm_kv ...; }`, `proxy_wasm`,
 //! `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access`).
 //!
-//! The `.so` holds two nginx modules:
+//! The `.so` holds three nginx modules:
 //! - [`core::ngx_tollgate_wasm_core_module`] (`NGX_CORE_MODULE`): the top-level `wasm {}` block.
 //!   Modules are compiled there, in the master, at configuration time.
+//! - [`kong_directives::ngx_tollgate_wasm_kong_module`] (`NGX_CORE_MODULE`): ngx_wasm_module's
+//!   other `wasm{}` directives (sockets, resolver, `wasmtime{}`, `metrics{}`, `tls_*`...).
 //! - [`http_module::ngx_http_tollgate_wasm_module`] (`NGX_HTTP_MODULE`): `proxy_wasm` chains, the phase
 //!   handlers (rewrite or access, log), the header and body filters, and `tollgate_metrics`.
 //!
@@ -19,7 +21,8 @@
 
 // Where to look (imports go down this list, never up; `scripts/check-module-cycles.py`):
 // - the module tables nginx loads: `core.rs` (the `wasm {}` block), `http_module.rs`;
-// - configuration: `directives.rs` (the http directives), `lifecycle.rs` (postconfiguration,
+// - configuration: `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
+//   other directives: honoured, tuning or refused), `lifecycle.rs` (postconfiguration,
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
 //   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
 // - the request path: `phases.rs` (request side), `response_filters.rs` (response side),
@@ -42,6 +45,7 @@ pub mod core;
 pub mod directives;
 pub mod headers;
 pub mod http_module;
+pub mod kong_directives;
 pub mod lifecycle;
 pub mod metrics_endpoint;
 pub mod metrics_text;
@@ -57,20 +61,23 @@ pub mod worker_host;
 
 use crate::core::ngx_tollgate_wasm_core_module;
 use crate::http_module::ngx_http_tollgate_wasm_module;
+use crate::kong_directives::ngx_tollgate_wasm_kong_module;
 
 /// The modules of this shared object, in load order (read by nginx's `load_module`).
 /// (`ngx::ngx_modules!` of ngx 0.5.1 does not expand for two modules.)
 #[no_mangle]
-pub static mut ngx_modules: [*const ngx::ffi::ngx_module_t; 3] = [
+pub static mut ngx_modules: [*const ngx::ffi::ngx_module_t; 4] = [
     &raw const ngx_tollgate_wasm_core_module,
+    &raw const ngx_tollgate_wasm_kong_module,
     &raw const ngx_http_tollgate_wasm_module,
     std::ptr::null(),
 ];
 
 /// Their names, in the same order.
 #[no_mangle]
-pub static mut ngx_module_names: [*const std::ffi::c_char; 3] = [
+pub static mut ngx_module_names: [*const std::ffi::c_char; 4] = [
     c"ngx_tollgate_wasm_core_module".as_ptr(),
+    c"ngx_tollgate_wasm_kong_module".as_ptr(),
     c"ngx_http_tollgate_wasm_module".as_ptr(),
     std::ptr::null(),
 ];

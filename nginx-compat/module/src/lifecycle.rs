@@ -178,13 +178,20 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
                 return rc::ERROR;
             }
         };
+        let calls = crate::kong_directives::kong_conf(cycle).map_or_else(
+            crate::worker_host::CallConf::default,
+            |k| crate::worker_host::CallConf {
+                root: k.root_calls(),
+                hosts: k.hosts.clone(),
+            },
+        );
+        let host = crate::worker_host::WorkerHost::new((*cycle).log, Some(zones), metrics, queues)
+            .with_calls(calls);
         let mut w = Worker::new(
             modules,
             main.filters.clone(),
             (*cycle).log,
-            zones,
-            metrics,
-            queues,
+            host,
             crate::request::orphaned,
         );
         w.ticker = ticker;

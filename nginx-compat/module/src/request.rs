@@ -525,10 +525,14 @@ impl RequestCtx {
             },
         };
         let (res, module) = match target {
-            Ok((vm, id, module)) => (
-                vm.on_stream(cb, id, &mut self.stream, eos).map_err(|e| e.0),
-                module,
-            ),
+            Ok((vm, id, module)) => {
+                // Calls the filter makes take this request's location's directives.
+                let _entered = w.host.enter_request(self.r);
+                (
+                    vm.on_stream(cb, id, &mut self.stream, eos).map_err(|e| e.0),
+                    module,
+                )
+            }
             Err(e) => (Err(e), None),
         };
         match res {

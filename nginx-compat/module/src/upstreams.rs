@@ -66,3 +66,23 @@ pub fn resolve_upstream(name: &str) -> Option<String> {
     }
     None
 }
+
+/// `address` (`host:port`) with its host replaced by the address `resolver_add` gave it
+/// (ngx_wasm_module's directive, docs/DIRECTIVES.md; the last one for a host wins, names
+/// compared case-insensitively as DNS does); unchanged otherwise.
+pub fn static_host(address: &str, hosts: &[(String, std::net::IpAddr)]) -> String {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return address.to_owned();
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return address.to_owned();
+    };
+    match hosts
+        .iter()
+        .rev()
+        .find(|(name, _)| name.eq_ignore_ascii_case(host))
+    {
+        Some((_, ip)) => std::net::SocketAddr::new(*ip, port).to_string(),
+        None => address.to_owned(),
+    }
+}

@@ -167,12 +167,10 @@ impl Worker {
         modules: Vec<ModuleRt>,
         filters: Vec<FilterDef>,
         log_ptr: *mut ngx_log_t,
-        zones: tollgate_services::kv::ZoneSet,
-        metrics: Option<tollgate_services::metrics_zone::MetricsZone>,
-        queues: Vec<tollgate_services::queue::QueueZone>,
+        host: WorkerHost,
         orphaned: OrphanedHook,
     ) -> Worker {
-        let host = Rc::new(WorkerHost::new(log_ptr, Some(zones), metrics, queues));
+        let host = Rc::new(host);
         // SAFETY: a zeroed ngx_event_t is nginx's own initial state (ngx_pcalloc).
         let poll: Box<ngx_event_t> = Box::new(unsafe { std::mem::zeroed() });
         let mut w = Worker {

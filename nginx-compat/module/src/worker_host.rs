@@ -29,13 +29,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use ngx::ffi::ngx_log_t;
+use ngx::ffi::{ngx_http_request_t, ngx_log_t};
 use tollgate_host::{HttpCall, LogLevel, MetricKind, Status};
 use tollgate_services::http_client::{CallRunner, DispatchError, HttpRequest, RunnerConfig};
 use tollgate_services::kv::{KvError, ZoneSet};
 use tollgate_services::metrics_zone::{MetricsError, MetricsZone};
 use tollgate_services::queue::{QueueError, QueueZone};
 
+use crate::conf::CallDefaults;
 use crate::util::{level, log};
 
 /// nginx level for a proxy-wasm level.
@@ -74,9 +75,21 @@ pub struct Metric {
     pub kind: MetricKind,
 }
 
+/// Restores the previously running request when dropped (see [`WorkerHost::enter_request`]).
+pub struct CurrentRequest<'a> {
+    host: &'a WorkerHost,
+    previous: *mut ngx_http_request_t,
+}
+
+impl Drop for CurrentRequest<'_> {
+    fn drop(&mut self) {
+        self.host.current.set(self.previous);
+    }
+}
+
 /// What an HTTP call's completion is delivered to: the `Vm` slot (and generation) that made
 /// it, and its token there.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct CallTag {
     /// Index of the `Vm` slot in the worker (see `worker.rs`); `usize::MAX` for an instance
     /// owned by a request (isolation `stream`/`filter`).
@@ -85,6 +98,10 @@ pub struct CallTag {
     pub generation: u32,
     /// The call's token in that `Vm`.
     pub token: u32,
+    /// The `upstream` the filter gave (for the log line of a failed call).
+    pub upstream: String,
+    /// `proxy_wasm_log_dispatch_errors` where the call was made: log a failure at `error`.
+    pub log_errors: bool,
 }
 
 fn kv_status(e: KvError, set: bool) -> Status {
@@ -147,6 +164,17 @@ fn queue_id<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Option<u32>
         .and_then(|(i, _)| u32::try_from(i.checked_add(1)?).ok())
 }
 
+/// How this worker's `dispatch_http_call`s are made (ngx_wasm_module's socket, resolver and
+/// log directives; `kong_directives.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct CallConf {
+    /// The defaults of calls made by root contexts (the `wasm{}` directives).
+    pub root: CallDefaults,
+    /// `resolver_add IP HOST` of every level: host names a call's `host:port` maps to
+    /// addresses before any DNS.
+    pub hosts: Vec<(String, std::net::IpAddr)>,
+}
+
 /// Shared data of the configuration-time instances: value and CAS token by key.
 type LocalStore = HashMap<Vec<u8>, (Vec<u8>, u32)>;
 
@@ -163,6 +191,11 @@ pub struct WorkerHost {
     pub registered: RefCell<Vec<Registered>>,
     /// HTTP calls in flight.
     pub runner: RefCell<CallRunner<CallTag>>,
+    /// How calls are made.
+    calls: CallConf,
+    /// The request whose filter callback is running (null: a root context's), whose
+    /// location's directives a call made now takes (`enter_request`).
+    current: Cell<*mut ngx_http_request_t>,
     // Configuration-time stores (validation instances in the master have no zones).
     local: RefCell<LocalStore>,
     local_metrics: RefCell<Vec<Metric>>,
@@ -186,9 +219,43 @@ impl WorkerHost {
             queues,
             registered: RefCell::new(Vec::new()),
             runner: RefCell::new(CallRunner::new(RunnerConfig::default())),
+            calls: CallConf::default(),
+            current: Cell::new(std::ptr::null_mut()),
             local: RefCell::new(HashMap::new()),
             local_metrics: RefCell::new(Vec::new()),
             metrics_full_logged: Cell::new(false),
+        }
+    }
+
+    /// This host with `calls` as the configuration of its HTTP calls.
+    pub fn with_calls(self, calls: CallConf) -> WorkerHost {
+        WorkerHost { calls, ..self }
+    }
+
+    /// Marks `r` as the request whose callbacks run until the returned guard drops: calls
+    /// dispatched meanwhile take the directives of its location.
+    pub fn enter_request(&self, r: *mut ngx_http_request_t) -> CurrentRequest<'_> {
+        let previous = self.current.replace(r);
+        CurrentRequest {
+            host: self,
+            previous,
+        }
+    }
+
+    /// The defaults of a call dispatched now: the running request's location's, else the
+    /// root contexts'.
+    fn call_defaults(&self) -> CallDefaults {
+        let r = self.current.get();
+        if r.is_null() {
+            return self.calls.root;
+        }
+        // SAFETY: `current` is set only while a callback of that live request runs.
+        let lcf = unsafe { crate::base::loc_conf(r) };
+        // SAFETY: the worker's cycle is live.
+        let kong = unsafe { crate::kong_directives::kong_conf(nginx_sys::ngx_cycle) };
+        match (lcf, kong) {
+            (Some(lcf), Some(kong)) => kong.request_calls(lcf),
+            _ => self.calls.root,
         }
     }
 
@@ -362,12 +429,18 @@ impl WorkerHost {
         }
     }
 
-    fn dispatch(&self, tag: CallTag, call: HttpCall) -> Result<(), Status> {
+    fn dispatch(&self, mut tag: CallTag, call: HttpCall) -> Result<(), Status> {
         let addr = crate::upstreams::resolve_upstream(&call.upstream).ok_or(Status::BadArgument)?;
+        let addr = crate::upstreams::static_host(&addr, &self.calls.hosts);
+        let defaults = self.call_defaults();
+        let (timeout, steps) = defaults.timeouts(call.timeout_ms);
+        tag.log_errors = defaults.log_errors;
+        tag.upstream = call.upstream;
         let req = HttpRequest {
             headers: call.headers,
             body: call.body,
-            timeout: std::time::Duration::from_millis(u64::from(call.timeout_ms.max(1))),
+            timeout,
+            steps: Some(steps),
         };
         let mut runner = self
             .runner
@@ -440,6 +513,7 @@ impl tollgate_host::Host for VmHost {
             vm_slot: self.vm_slot,
             generation: self.generation,
             token: call.token,
+            ..CallTag::default()
         };
         self.worker.dispatch(tag, call)
     }

@@ -22,8 +22,8 @@
 //!   order with repeated names together, at most [`MAX_HEAD`] bytes of head; the trailers of a
 //!   chunked body become the response trailers; bodies above [`RunnerConfig::max_body_bytes`]
 //!   fail the call;
-//! - any error (DNS, refused, reset, timeout, malformed response) completes the call with
-//!   `None`, which the host reports to the filter as a failed call (no headers, empty body),
+//! - any error (DNS, refused, reset, timeout, malformed response) completes the call with a
+//!   [`CallFailure`] (the embedder logs it), a failed call to the filter (no headers, empty body),
 //!   as Envoy does.
 //!
 //! Shape of a call (Envoy's `Context::httpCall` rules): `:method`, `:path` and `:authority` are
@@ -59,7 +59,62 @@ pub struct HttpRequest {
     pub body: Vec<u8>,
     /// Overall deadline of the call, from dispatch to the last byte of the response.
     pub timeout: Duration,
+    /// Limits of the call's steps within that deadline (`None`: only the deadline).
+    pub steps: Option<StepTimeouts>,
 }
+
+/// Limits of each step of a call, within its overall deadline: the embedder's defaults
+/// (nginx-compat maps ngx_wasm_module's `resolver_timeout` and `socket_*_timeout` directives,
+/// docs/DIRECTIVES.md, onto them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepTimeouts {
+    /// Resolving the host name of `host:port` (getaddrinfo).
+    pub resolve: Duration,
+    /// Establishing the TCP connection (all resolved addresses, in order).
+    pub connect: Duration,
+    /// Writing the request and reading the whole response, once connected.
+    pub exchange: Duration,
+}
+
+/// Why a call completed without a response (the filter sees a failed call either way; the
+/// embedder logs this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The host name did not resolve.
+    Resolve,
+    /// Resolving the host name took longer than [`StepTimeouts::resolve`].
+    ResolveTimeout,
+    /// No resolved address accepted the connection.
+    Connect,
+    /// Connecting took longer than [`StepTimeouts::connect`].
+    ConnectTimeout,
+    /// The call's deadline (or [`StepTimeouts::exchange`]) passed before the response was read.
+    Timeout,
+    /// The connection broke or the response was malformed.
+    Protocol,
+    /// The response head, trailers or body exceeded their limits.
+    TooLarge,
+    /// The worker could not run the call (no runtime, thread gone).
+    Unavailable,
+}
+
+impl std::fmt::Display for CallFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CallFailure::Resolve => "host name not resolved",
+            CallFailure::ResolveTimeout => "resolver timed out",
+            CallFailure::Connect => "connection refused or unreachable",
+            CallFailure::ConnectTimeout => "connect timed out",
+            CallFailure::Timeout => "timed out",
+            CallFailure::Protocol => "connection broken or malformed response",
+            CallFailure::TooLarge => "response too large",
+            CallFailure::Unavailable => "no call thread",
+        })
+    }
+}
+
+/// A completed call: its response, or why there is none.
+pub type CallResult = Result<HttpResponse, CallFailure>;
 
 /// A completed call's response.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,12 +189,13 @@ struct Job<T> {
 struct Prepared {
     request: Request<Full<Bytes>>,
     deadline: Instant,
+    steps: Option<StepTimeouts>,
 }
 
 struct Threads<T> {
     jobs: Sender<Job<T>>,
-    done: Receiver<(T, Option<HttpResponse>)>,
-    done_tx: Sender<(T, Option<HttpResponse>)>,
+    done: Receiver<(T, CallResult)>,
+    done_tx: Sender<(T, CallResult)>,
     job_rx: Arc<Mutex<Receiver<Job<T>>>>,
     idle: Arc<AtomicUsize>,
     spawned: usize,
@@ -152,7 +208,7 @@ pub struct CallRunner<T: Send + 'static> {
     config: RunnerConfig,
     threads: Option<Threads<T>>,
     pending: usize,
-    early: VecDeque<(T, Option<HttpResponse>)>,
+    early: VecDeque<(T, CallResult)>,
 }
 
 impl<T: Send + 'static> std::fmt::Debug for CallRunner<T> {
@@ -222,6 +278,7 @@ fn prepare(request: &HttpRequest, now: Instant) -> Result<Prepared, DispatchErro
     Ok(Prepared {
         request: call,
         deadline: now.checked_add(request.timeout).unwrap_or(now),
+        steps: request.steps,
     })
 }
 
@@ -298,14 +355,15 @@ impl<T: Send + 'static> CallRunner<T> {
         };
         if let Err(std::sync::mpsc::SendError(job)) = threads.jobs.send(job) {
             // Every thread is gone (cannot happen while we hold `job_rx`): fail the call.
-            self.early.push_back((job.tag, None));
+            self.early
+                .push_back((job.tag, Err(CallFailure::Unavailable)));
         }
         self.pending = self.pending.saturating_add(1);
         Ok(())
     }
 
-    /// The calls completed since the last poll (`None`: failed or timed out). Never blocks.
-    pub fn poll(&mut self) -> Vec<(T, Option<HttpResponse>)> {
+    /// The calls completed since the last poll (`Err`: failed or timed out). Never blocks.
+    pub fn poll(&mut self) -> Vec<(T, CallResult)> {
         let mut out: Vec<_> = self.early.drain(..).collect();
         if let Some(threads) = self.threads.as_ref() {
             while let Ok(done) = threads.done.try_recv() {
@@ -319,7 +377,7 @@ impl<T: Send + 'static> CallRunner<T> {
 
 fn worker_loop<T>(
     jobs: &Mutex<Receiver<Job<T>>>,
-    done: &Sender<(T, Option<HttpResponse>)>,
+    done: &Sender<(T, CallResult)>,
     idle: &AtomicUsize,
     max_body: usize,
 ) {
@@ -343,7 +401,9 @@ fn worker_loop<T>(
         // Without a runtime (the process is out of file descriptors), every call fails.
         let response = runtime
             .as_ref()
-            .and_then(|rt| perform(rt, &job.address, job.request, max_body));
+            .map_or(Err(CallFailure::Unavailable), |rt| {
+                perform(rt, &job.address, job.request, max_body)
+            });
         if done.send((job.tag, response)).is_err() {
             return;
         }
@@ -360,19 +420,16 @@ fn remaining(deadline: Instant) -> Option<Duration> {
 /// the most hyper buffers while it reads a head (at least 8 KiB).
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// One call, from DNS to the last byte, within its deadline.
-fn perform(
-    runtime: &Runtime,
-    address: &str,
-    request: Prepared,
-    max_body: usize,
-) -> Option<HttpResponse> {
-    let left = remaining(request.deadline)?;
+/// One call, from DNS to the last byte, within its deadline (and its steps' limits).
+fn perform(runtime: &Runtime, address: &str, request: Prepared, max_body: usize) -> CallResult {
+    let left = remaining(request.deadline).ok_or(CallFailure::Timeout)?;
     runtime.block_on(async move {
-        tokio::time::timeout(left, exchange(address, request.request, max_body))
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(
+            left,
+            exchange(address, request.request, request.steps, max_body),
+        )
+        .await
+        .unwrap_or(Err(CallFailure::Timeout))
     })
 }
 
@@ -385,29 +442,79 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// `fut` within `limit` (none: as long as the call's deadline allows); `late` past it.
+async fn within<F: std::future::Future<Output = CallResult>>(
+    limit: Option<Duration>,
+    late: CallFailure,
+    fut: F,
+) -> CallResult {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, fut).await.unwrap_or(Err(late)),
+        None => fut.await,
+    }
+}
+
+/// A connected stream to `address` (`host:port`): resolved, then each address tried in order.
+async fn connect(
+    address: &str,
+    steps: Option<StepTimeouts>,
+) -> Result<tokio::net::TcpStream, CallFailure> {
+    let resolve = async {
+        let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host(address)
+            .await
+            .map_err(|_| CallFailure::Resolve)?
+            .collect();
+        Ok(found)
+    };
+    let addrs = match steps {
+        Some(s) => tokio::time::timeout(s.resolve, resolve)
+            .await
+            .unwrap_or(Err(CallFailure::ResolveTimeout))?,
+        None => resolve.await?,
+    };
+    let dial = async {
+        for a in &addrs {
+            if let Ok(stream) = tokio::net::TcpStream::connect(a).await {
+                return Ok(stream);
+            }
+        }
+        Err(CallFailure::Connect)
+    };
+    match steps {
+        Some(s) => tokio::time::timeout(s.connect, dial)
+            .await
+            .unwrap_or(Err(CallFailure::ConnectTimeout)),
+        None => dial.await,
+    }
+}
+
 async fn exchange(
     address: &str,
     request: Request<Full<Bytes>>,
+    steps: Option<StepTimeouts>,
     max_body: usize,
-) -> Option<HttpResponse> {
-    let stream = tokio::net::TcpStream::connect(address).await.ok()?;
+) -> CallResult {
+    let stream = connect(address, steps).await?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(MAX_HEAD)
-        .handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    let _driver = AbortOnDrop(tokio::spawn(async move {
-        let _ = connection.await;
-    }));
-    let response = sender.send_request(request).await.ok()?;
-    read_response(response, max_body).await
+    within(steps.map(|s| s.exchange), CallFailure::Timeout, async {
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| CallFailure::Protocol)?;
+        let _driver = AbortOnDrop(tokio::spawn(async move {
+            let _ = connection.await;
+        }));
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|_| CallFailure::Protocol)?;
+        read_response(response, max_body).await
+    })
+    .await
 }
 
-async fn read_response(
-    response: hyper::Response<Incoming>,
-    max_body: usize,
-) -> Option<HttpResponse> {
+async fn read_response(response: hyper::Response<Incoming>, max_body: usize) -> CallResult {
     let (parts, mut body) = response.into_parts();
     let declared = parts
         .headers
@@ -415,11 +522,11 @@ async fn read_response(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| u64::try_from(max_body).is_ok_and(|max| n > max)) {
-        return None;
+        return Err(CallFailure::TooLarge);
     }
     // hyper's read buffer limit is approximate; the head's size is checked here exactly.
     if block_bytes(&parts.headers) > MAX_HEAD {
-        return None;
+        return Err(CallFailure::TooLarge);
     }
     let status = parts.status.as_u16();
     let mut out = HttpResponse {
@@ -432,24 +539,24 @@ async fn read_response(
         .push((b":status".to_vec(), status.to_string().into_bytes()));
     out.headers.extend(pairs(&parts.headers));
     while let Some(frame) = body.frame().await {
-        match frame.ok()?.into_data() {
+        match frame.map_err(|_| CallFailure::Protocol)?.into_data() {
             Ok(data) => {
                 if out.body.len().saturating_add(data.len()) > max_body {
-                    return None;
+                    return Err(CallFailure::TooLarge);
                 }
                 out.body.extend_from_slice(&data);
             }
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     if block_bytes(&trailers) > MAX_HEAD {
-                        return None;
+                        return Err(CallFailure::TooLarge);
                     }
                     out.trailers.extend(pairs(&trailers));
                 }
             }
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// Any malformed part of a call is [`DispatchError::InvalidHeader`].
@@ -500,6 +607,7 @@ mod tests {
             headers,
             body: body.to_vec(),
             timeout: Duration::from_millis(timeout_ms),
+            steps: None,
         }
     }
 
@@ -536,10 +644,7 @@ mod tests {
         (addr, rx)
     }
 
-    fn wait_all<T: Send + 'static>(
-        runner: &mut CallRunner<T>,
-        n: usize,
-    ) -> Vec<(T, Option<HttpResponse>)> {
+    fn wait_all<T: Send + 'static>(runner: &mut CallRunner<T>, n: usize) -> Vec<(T, CallResult)> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut out = Vec::new();
         while out.len() < n {
@@ -567,7 +672,7 @@ mod tests {
         runner.dispatch(7u32, &addr, &req).unwrap();
         assert_eq!(runner.pending(), 1);
         let done = wait_all(&mut runner, 1);
-        let (tag, Some(resp)) = &done[0] else {
+        let (tag, Ok(resp)) = &done[0] else {
             panic!("{done:?}")
         };
         assert_eq!(*tag, 7);
@@ -604,7 +709,7 @@ mod tests {
             )
             .unwrap();
         let done = wait_all(&mut runner, 1);
-        let Some(resp) = &done[0].1 else { panic!() };
+        let Ok(resp) = &done[0].1 else { panic!() };
         assert_eq!(resp.status, 201);
         assert_eq!(resp.body, b"hello world");
         assert_eq!(
@@ -669,13 +774,57 @@ mod tests {
             )
             .unwrap();
         let done = wait_all(&mut runner, 3);
-        assert!(done.iter().all(|(_, r)| r.is_none()), "{done:?}");
+        assert!(done.iter().all(|(_, r)| r.is_err()), "{done:?}");
         // The timeout held: well under the server's 1.5 s silence.
         assert!(
             start.elapsed() < Duration::from_millis(1200),
             "{:?}",
             start.elapsed()
         );
+        hold.join().unwrap();
+    }
+
+    #[test]
+    fn step_timeouts_bound_each_step_and_name_the_failure() {
+        // Accepts and never answers: the exchange step's limit ends the call, long before
+        // the overall deadline.
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_addr = silent.local_addr().unwrap().to_string();
+        let hold = std::thread::spawn(move || {
+            let conn = silent.accept();
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(conn);
+        });
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed_addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let steps = StepTimeouts {
+            resolve: Duration::from_secs(2),
+            connect: Duration::from_secs(2),
+            exchange: Duration::from_millis(300),
+        };
+        let with_steps = |r: HttpRequest| HttpRequest {
+            steps: Some(steps),
+            ..r
+        };
+        let mut runner = CallRunner::new(RunnerConfig::default());
+        let start = Instant::now();
+        let slow = with_steps(request("GET", "/", &[], b"", 10_000));
+        runner.dispatch("silent", &silent_addr, &slow).unwrap();
+        let refused = with_steps(request("GET", "/", &[], b"", 10_000));
+        runner.dispatch("refused", &closed_addr, &refused).unwrap();
+        let dns = with_steps(request("GET", "/", &[], b"", 10_000));
+        runner
+            .dispatch("dns", "no-such-host.invalid:80", &dns)
+            .unwrap();
+        let mut done = wait_all(&mut runner, 3);
+        done.sort_by_key(|(t, _)| *t);
+        assert_eq!(done[0], ("dns", Err(CallFailure::Resolve)));
+        assert_eq!(done[1], ("refused", Err(CallFailure::Connect)));
+        assert_eq!(done[2], ("silent", Err(CallFailure::Timeout)));
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_millis(1400), "{took:?}");
         hold.join().unwrap();
     }
 
@@ -694,7 +843,7 @@ mod tests {
             .dispatch(2, &addr2, &request("GET", "/", &[], b"", 2000))
             .unwrap();
         let done = wait_all(&mut runner, 2);
-        assert!(done.iter().all(|(_, r)| r.is_none()), "{done:?}");
+        assert!(done.iter().all(|(_, r)| r.is_err()), "{done:?}");
     }
 
     /// Serves `head` then drips `body` one byte every `gap` (a hostile or broken upstream).
@@ -757,7 +906,7 @@ mod tests {
         let done = wait_all(&mut runner, 3);
         let answered: Vec<_> = done
             .iter()
-            .filter(|(_, r)| r.is_some())
+            .filter(|(_, r)| r.is_ok())
             .map(|d| d.0)
             .collect();
         assert!(answered.is_empty(), "answered: {answered:?}");

@@ -383,3 +383,16 @@ fn zone_set_routes_like_ngx_wasm_module() {
     assert_eq!(set.zone("*").unwrap().get(b"/x").unwrap().0, b"3");
     assert_eq!(set.get(b"plain").unwrap().0, b"4");
 }
+
+#[test]
+fn a_zone_of_ngx_wasm_modules_minimum_size_holds_entries() {
+    // `shm_kv NAME 12k;` is the smallest zone Kong's module accepts (3 pages); nginx-compat
+    // accepts it too. Its layout has room for a couple of hundred small entries.
+    let z = zone(12 * 1024, Eviction::None);
+    let layout = KvLayout::for_len(12 * 1024).unwrap();
+    assert!(layout.blocks >= 150, "{layout:?}");
+    for i in 0..150u32 {
+        z.set(format!("k{i}").as_bytes(), b"value", 0).unwrap();
+    }
+    assert_eq!(z.get(b"k149").unwrap().0, b"value");
+}

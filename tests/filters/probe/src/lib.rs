@@ -14,8 +14,10 @@
 //!   the root context resumes the request from `on_tick` / `on_queue_ready`), `local` (418 with a
 //!   body, no content-type), `echo` (200 whose body lists the request header names the filter
 //!   sees), `write_headers` (the writes of `writes` below).
-//! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`.
+//! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
+//!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
+//! - `call_timeout_ms`: the call's timeout (default 5000; 0 asks for the host's default).
 //! - `writes`: `[{"map": "request"|"response"|"local", "op": "add"|"replace", "name": "..",
 //!   "value": ".."}]`, done with the raw ABI; the statuses go out as the response header
 //!   `x-probe-status` (comma-separated, in order) of a local response or of the response.
@@ -47,6 +49,7 @@ struct Config {
     response_headers: String,
     call_response: String,
     call_upstream: String,
+    call_timeout_ms: Option<u64>,
     writes: Vec<Write>,
     configure: String,
     tick: String,
@@ -323,7 +326,7 @@ impl Probe {
                     ],
                     None,
                     vec![],
-                    Duration::from_secs(5),
+                    Duration::from_millis(self.config.call_timeout_ms.unwrap_or(5000)),
                 ) {
                     Ok(_) => Action::Pause,
                     Err(e) => {
@@ -443,6 +446,12 @@ impl Context for Probe {
         match self.config.call_response.as_str() {
             "loop" => spin(),
             "local" => self.send_http_response(403, vec![], Some(b"denied by call")),
+            "report" => {
+                let status = self
+                    .get_http_call_response_header(":status")
+                    .unwrap_or_else(|| "failed".to_owned());
+                self.send_http_response(200, vec![], Some(status.as_bytes()));
+            }
             _ => self.resume_http_request(),
         }
     }
