@@ -740,9 +740,9 @@ mod tests {
         assert!(done[1].1.as_ref().unwrap().body.is_empty());
     }
 
-    #[test]
-    fn timeout_and_refused_yield_none() {
-        // Accepts and never answers.
+    /// A server that accepts and stays silent for 1.5 s (its address, and the thread to join),
+    /// and an address nothing listens on any more.
+    fn silent_and_closed() -> (String, std::thread::JoinHandle<()>, String) {
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let silent_addr = silent.local_addr().unwrap().to_string();
         let hold = std::thread::spawn(move || {
@@ -750,10 +750,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1500));
             drop(conn);
         });
-        // Nothing listens there any more.
         let closed = TcpListener::bind("127.0.0.1:0").unwrap();
         let closed_addr = closed.local_addr().unwrap().to_string();
         drop(closed);
+        (silent_addr, hold, closed_addr)
+    }
+
+    #[test]
+    fn timeout_and_refused_yield_none() {
+        let (silent_addr, hold, closed_addr) = silent_and_closed();
         let mut runner = CallRunner::new(RunnerConfig::default());
         let start = Instant::now();
         runner
@@ -788,16 +793,7 @@ mod tests {
     fn step_timeouts_bound_each_step_and_name_the_failure() {
         // Accepts and never answers: the exchange step's limit ends the call, long before
         // the overall deadline.
-        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-        let silent_addr = silent.local_addr().unwrap().to_string();
-        let hold = std::thread::spawn(move || {
-            let conn = silent.accept();
-            std::thread::sleep(Duration::from_millis(1500));
-            drop(conn);
-        });
-        let closed = TcpListener::bind("127.0.0.1:0").unwrap();
-        let closed_addr = closed.local_addr().unwrap().to_string();
-        drop(closed);
+        let (silent_addr, hold, closed_addr) = silent_and_closed();
         let steps = StepTimeouts {
             resolve: Duration::from_secs(2),
             connect: Duration::from_secs(2),
