@@ -734,6 +734,23 @@ macro_rules! command {
 }
 pub(crate) use command;
 
+/// The http{}, server{} and location{} levels: a directive allowed at each of them.
+pub(crate) const ANY_LEVEL: u32 =
+    ngx::ffi::NGX_HTTP_MAIN_CONF | ngx::ffi::NGX_HTTP_SRV_CONF | ngx::ffi::NGX_HTTP_LOC_CONF;
+/// A directive entry's `conf` for the location configuration (merged from http{} and server{}).
+pub(crate) const LOC_OFFSET: ngx_uint_t = nginx_sys::NGX_HTTP_LOC_CONF_OFFSET as ngx_uint_t;
+
+/// A directive entry (`ngx_command_t`) on the location configuration, in a const context.
+macro_rules! loc_command {
+    ($name:literal, $type:expr, $set:expr) => {
+        ngx_command_t {
+            conf: $crate::core::LOC_OFFSET,
+            ..$crate::core::command!($name, $type, $set)
+        }
+    };
+}
+pub(crate) use loc_command;
+
 const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
 
 /// The `wasm{}` directives of this file.

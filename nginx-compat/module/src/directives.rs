@@ -15,13 +15,13 @@ use std::ffi::{c_char, c_void};
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t, ngx_uint_t,
     NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2,
-    NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
+    NGX_HTTP_LOC_CONF,
 };
 use ngx::ngx_string;
 
 use crate::base::main_conf_of_cf;
 use crate::conf::{FilterDef, Isolation, LocConf, MainConf};
-use crate::core::{command, command_table, core_conf};
+use crate::core::{command_table, core_conf, loc_command, ANY_LEVEL};
 use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
 
 pub(crate) unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
@@ -204,18 +204,6 @@ unsafe extern "C" fn metrics_directive(
         (*clcf).handler = Some(crate::metrics_endpoint::handler);
         CONF_OK
     }
-}
-
-const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
-const LOC_OFFSET: ngx_uint_t = nginx_sys::NGX_HTTP_LOC_CONF_OFFSET as ngx_uint_t;
-
-macro_rules! loc_command {
-    ($name:literal, $type:expr, $set:expr) => {
-        ngx_command_t {
-            conf: LOC_OFFSET,
-            ..command!($name, $type, $set)
-        }
-    };
 }
 
 /// The directives of this file.

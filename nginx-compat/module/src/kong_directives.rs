@@ -37,7 +37,7 @@ use ngx::ffi::{
 use ngx::ngx_string;
 
 use crate::conf::{CallDefaults, LocConf, SocketTimeouts};
-use crate::core::{command, command_table, TOLLGATE_WASM_CONF};
+use crate::core::{command, command_table, loc_command, ANY_LEVEL, TOLLGATE_WASM_CONF};
 use crate::util::{conf_args, conf_error, lossy, CONF_OK};
 
 /// `cmd_type` inside `wasm { wasmtime {} }`.
@@ -733,19 +733,6 @@ const CORE_COMMANDS: [ngx_command_t; 24] = [
         max_metric_name_length
     ),
 ];
-
-const ANY_LEVEL: u32 =
-    ngx::ffi::NGX_HTTP_MAIN_CONF | ngx::ffi::NGX_HTTP_SRV_CONF | ngx::ffi::NGX_HTTP_LOC_CONF;
-const LOC_OFFSET: ngx_uint_t = nginx_sys::NGX_HTTP_LOC_CONF_OFFSET as ngx_uint_t;
-
-macro_rules! loc_command {
-    ($name:literal, $type:expr, $set:expr) => {
-        ngx_command_t {
-            conf: LOC_OFFSET,
-            ..command!($name, $type, $set)
-        }
-    };
-}
 
 /// The http{}, server{}, location{} commands of this file (appended to the http module's).
 pub const HTTP_COMMANDS: [ngx_command_t; 13] = [
