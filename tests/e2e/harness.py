@@ -147,6 +147,10 @@ class GatewaySpec:
     # `$http_NAME` reads the first visible copy, so a header a filter removed stays behind. Envoy:
     # RuntimeError (its filters' removals are real).
     request_header_allowlist: list[str] | None = None
+    # gRPC services the filters call (`dispatch_grpc_call`), cluster name -> port on 127.0.0.1:
+    # Envoy clusters speaking HTTP/2 (prior knowledge), nginx `upstream {}` blocks of the same
+    # name (the host's gRPC client speaks HTTP/2 itself). Not routes: no request is proxied there.
+    grpc_services: dict[str, int] | None = None
 
 
 class Gateway:
@@ -219,6 +223,22 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
         }
         for name, ports in spec.upstreams.items()
     ]
+    for name, port in (spec.grpc_services or {}).items():
+        clusters.append({
+            "name": name,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "typed_extension_protocol_options": {
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "explicit_http_config": {"http2_protocol_options": {}},
+                }
+            },
+            "load_assignment": {
+                "cluster_name": name,
+                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+            },
+        })
     bootstrap = {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
@@ -370,6 +390,8 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     for name, ports in spec.upstreams.items():
         servers = "".join(f"        server 127.0.0.1:{p};\n" for p in (ports if isinstance(ports, list) else [ports]))
         upstreams.append(f"    upstream {name} {{\n{servers}        keepalive 16;\n    }}")
+    for name, port in (spec.grpc_services or {}).items():
+        upstreams.append(f"    upstream {name} {{\n        server 127.0.0.1:{port};\n    }}")
     default = next(iter(spec.upstreams))
     if spec.route_header:
         var = "$http_" + spec.route_header.lower().replace("-", "_")
