@@ -179,6 +179,26 @@ class _Child:
         self._file.close()
 
 
+def _read_resp(f):
+    line = f.readline()
+    if not line.endswith(b"\r\n"):
+        raise RuntimeError(f"truncated Redis reply: {line!r}")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(f"Redis error: {rest.decode(errors='replace')}")
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_resp(f) for _ in range(n)]
+    raise RuntimeError(f"unexpected Redis reply: {line!r}")
+
+
 def _tail(path: pathlib.Path, lines: int = 40) -> str:
     if not path.exists():
         return "(no log)"
@@ -291,14 +311,14 @@ class RatelimitEngine:
         except OSError:
             return False
 
-    def redis_command(self, *args: str, timeout: float = 2.0) -> bytes:
-        """One command in RESP; the raw reply (enough for GET/KEYS/FLUSHALL in tests)."""
+    def redis_command(self, *args: str, timeout: float = 2.0):
+        """One Redis command (RESP2) on a new connection: the reply as bytes, int, None or a
+        list of those; RuntimeError for an error reply (enough for GET, KEYS, TTL in tests)."""
         payload = f"*{len(args)}\r\n".encode() + b"".join(
             f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args)
         with socket.create_connection(("127.0.0.1", self.redis_port), timeout=timeout) as s:
             s.sendall(payload)
-            time.sleep(0.05)
-            return s.recv(65536)
+            return _read_resp(s.makefile("rb"))
 
     def kill_redis(self, sig: int = signal.SIGKILL) -> None:
         """Kills redis-server (default SIGKILL: no shutdown, connections reset)."""
