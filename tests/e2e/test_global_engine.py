@@ -160,6 +160,21 @@ def test_hits_addend_charges_n_and_reports_remaining_and_reset(engine, client):
     assert r.statuses[0].limit_remaining == 6
 
 
+def test_every_descriptor_of_a_request_is_charged_even_when_one_is_over(engine, client):
+    """One request with several descriptors (a budget's day and month, a rule's several limits):
+    each gets its own status, the overall code is OVER_LIMIT if any is, and every descriptor is
+    charged all the same (fixed_cache_impl.go DoLimit pipelines an INCRBY per descriptor before
+    any is judged). A request refused by one limit still spends the others."""
+    v = fresh()
+    client.charge({"day": v}, 1, Unit.DAY, hits=1)
+    r = client.should_rate_limit([descriptor({"day": v}, 1, Unit.DAY, 1), descriptor({"month": v}, 10, Unit.MONTH, 1)])
+    assert r.overall_code == Code.OVER_LIMIT
+    assert [s.code for s in r.statuses] == [Code.OVER_LIMIT, Code.OK]
+    assert r.statuses[1].limit_remaining == 9
+    assert counter(engine, f"{DOMAIN}_month_{v}_*")[1] == 1
+    assert counter(engine, f"{DOMAIN}_day_{v}_*")[1] == 2
+
+
 def test_exactly_n_of_many_concurrent_requests_are_admitted(engine):
     """With LOCAL_CACHE_SIZE_IN_BYTES=0 and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false every
     call is one INCRBY in Redis (atomic): of 10N concurrent 1-hit calls from 64 threads over 8
