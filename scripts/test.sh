@@ -64,6 +64,7 @@ log "demo upstream tests"
 
 "$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
 "$ROOT/scripts/k6.sh" >/dev/null   # the gateway report's smoke mode (k6 v1.8.1 from the Go module proxy; minutes when cold)
+"$ROOT/scripts/ratelimit.sh" >/dev/null   # the global limits' engine: Redis (Debian) and envoyproxy/ratelimit (pinned, go install)
 "$ROOT/scripts/apt.sh" prometheus   # test_metrics.py: a real Prometheus and promtool
 "$ROOT/scripts/apt.sh" wabt   # test_nginx_module.py: wat2wasm for the trap and pause test modules
 # Every suite runs against each host: Envoy, Debian's nginx with the module, nginx on musl.
