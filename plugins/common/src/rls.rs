@@ -621,6 +621,59 @@ pub mod host {
     #[link(wasm_import_module = "env")]
     extern "C" {
         fn proxy_continue_stream(stream_type: u32) -> u32;
+        fn proxy_grpc_call(
+            upstream: *const u8,
+            upstream_len: usize,
+            service: *const u8,
+            service_len: usize,
+            method: *const u8,
+            method_len: usize,
+            metadata: *const u8,
+            metadata_len: usize,
+            message: *const u8,
+            message_len: usize,
+            timeout_ms: u32,
+            token: *mut u32,
+        ) -> u32;
+    }
+
+    /// The ABI's `Unimplemented` status.
+    const UNIMPLEMENTED: u32 = 12;
+
+    /// Whether the host implements `proxy_grpc_call`, asked once from `on_configure` so that a
+    /// host without gRPC calls (answering `Unimplemented`, as nginx hosts without them do)
+    /// refuses the configuration instead of trapping the SDK's `dispatch_grpc_call` on every
+    /// request. The probe names the upstream `~`, which is neither a serialized `GrpcService`
+    /// nor a cluster, so Envoy answers `ParseFailure` before creating anything
+    /// (`Context::grpcCall`, source/extensions/common/wasm/context.cc); any answer other than
+    /// `Unimplemented` counts as support (a host that dispatches it anyway reports to the root
+    /// context, where the SDK ignores an unknown token). `Err(12)` when unsupported.
+    pub fn grpc_calls_supported() -> Result<(), u32> {
+        let upstream = b"~";
+        let mut token = 0u32;
+        // SAFETY: every pointer is to a live local or a static for the duration of the call;
+        // the host writes 4 bytes to `token`.
+        let status = unsafe {
+            proxy_grpc_call(
+                upstream.as_ptr(),
+                upstream.len(),
+                super::SERVICE.as_ptr(),
+                super::SERVICE.len(),
+                super::METHOD.as_ptr(),
+                super::METHOD.len(),
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+                0,
+                1,
+                &mut token,
+            )
+        };
+        if status == UNIMPLEMENTED {
+            Err(status)
+        } else {
+            Ok(())
+        }
     }
 
     /// `proxy_continue_stream(HttpRequest)`: resumes a request paused for a call; the host's

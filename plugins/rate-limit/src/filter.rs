@@ -89,6 +89,16 @@ impl RootContext for RateLimitRoot {
                 return false;
             }
         };
+        if config.rules.iter().any(|r| r.global.is_some()) {
+            if let Err(status) = rls::host::grpc_calls_supported() {
+                log::error!(
+                    "rate-limit: global mode needs gRPC calls, which this host does not \
+                     implement (proxy_grpc_call answered status {status}); refusing the \
+                     configuration"
+                );
+                return false;
+            }
+        }
         // The rules' zone records and shared buckets exist before this worker serves a request
         // (see limiter.rs), so that a store that fills up later still has them.
         for rule in &config.rules {
