@@ -585,10 +585,19 @@ impl Context for RateLimitHttp {
         let Some(pending) = self.pending.take_if(|p| p.token == token_id) else {
             return;
         };
+        // A call is only made with a configuration and a rule: both exist here. Should they
+        // not, the paused request is refused rather than left hanging.
         let Some(shared) = self.shared.clone() else {
+            send_json_error(500, &[], "internal_error", "rate-limit is not configured");
             return;
         };
         let Some(rule) = shared.config.rules.get(pending.index) else {
+            send_json_error(
+                500,
+                &[],
+                "internal_error",
+                "rate-limit lost the request's rule",
+            );
             return;
         };
         let body = (status_code == 0 && response_size > 0)
