@@ -12,6 +12,7 @@ pub mod log_every;
 pub mod metrics;
 pub mod path;
 pub mod remote;
+pub mod rls;
 pub mod route;
 pub mod shared_data;
 pub mod signals;

@@ -23,9 +23,14 @@
 //!   "cas_retries": 8,
 //!   "on_contention": "allow",
 //!   "max_keys": 100000,
-//!   "store_full": {"action": "deny", "status": 503}
+//!   "store_full": {"action": "deny", "status": 503},
+//!   "global": {"service": "ratelimit", "domain": "tollgate", "timeout_ms": 50, "on_error": "local"}
 //! }
 //! ```
+//!
+//! `global` (here or per rule; a rule's `"global": false` keeps it local) sends the rule's fixed
+//! windows to Envoy's rate limit service (`tollgate_common::rls`, `crate::global`); token-bucket
+//! rules stay local.
 //!
 //! See the crate README for the meaning of each field.
 
@@ -35,10 +40,11 @@ use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
 use tollgate_common::identity::IdentitySource;
 use tollgate_common::path::PathPolicy;
+use tollgate_common::rls::{GlobalConfig, GlobalSpec};
 use tollgate_common::route::RouteMatch;
 use tollgate_common::shared_data::StoreFull;
 
-use crate::algorithm::{Limit, Period, MAX_UNITS};
+use crate::algorithm::{Algorithm, Limit, Period, MAX_UNITS};
 use crate::headers::policy_item;
 use crate::key::{
     key_prefix, rule_zone_key, shared_key, KeyPart, RequestView, DEFAULT_IPV6_PREFIX,
@@ -85,6 +91,8 @@ struct RawConfig {
     store_full: StoreFull<StoreFullAction>,
     #[serde(default)]
     paths: PathPolicy,
+    #[serde(default)]
+    global: Option<GlobalSpec>,
 }
 
 /// What a request gets when the state of one of its limits cannot be read or stored (a store
@@ -153,6 +161,9 @@ struct RawRule {
     max_weight: Option<u64>,
     #[serde(default)]
     max_keys: Option<u64>,
+    /// A `global` block, or `false` to keep the rule local under a filter-level block.
+    #[serde(default)]
+    global: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -236,6 +247,8 @@ pub struct RuleLimit {
     pub overflow_key: String,
     /// The bucket of requests without a key (`missing_key: shared`).
     pub missing_key: String,
+    /// Global mode: the value of the descriptor's `rule` entry (see `crate::global`).
+    pub descriptor_rule: String,
 }
 
 /// A rule: the first whose match fits a request limits it.
@@ -263,6 +276,9 @@ pub struct Rule {
     /// Largest number of client keys of the rule (each limit's key counts); beyond it new
     /// clients share the limit's overflow bucket.
     pub max_keys: u64,
+    /// Global mode: the rate limit service that decides for this rule (its limits are all fixed
+    /// windows); `None`: local.
+    pub global: Option<GlobalConfig>,
 }
 
 impl Rule {
@@ -370,6 +386,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     check_max_keys(raw.max_keys, "max_keys")?;
     let store_full = raw.store_full.checked()?;
+    let global = raw.global.map(|g| g.check("global")).transpose()?;
     let mut names = HashSet::new();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for (i, r) in raw.rules.into_iter().enumerate() {
@@ -387,6 +404,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             r,
             &field,
             &raw.paths,
+            global.as_ref(),
         )?);
     }
     let needs_path = rules
@@ -419,13 +437,44 @@ fn check_max_keys(n: u64, field: &str) -> Result<u64, ConfigError> {
     Ok(n)
 }
 
+/// A rule's global block: its own (`rules[i].global`), `false` for none, else the filter's.
+fn rule_global(
+    own: Option<serde_json::Value>,
+    filter: Option<&GlobalConfig>,
+    field: &str,
+) -> Result<Option<GlobalConfig>, ConfigError> {
+    let field = format!("{field}.global");
+    match own {
+        None => Ok(filter.cloned()),
+        Some(serde_json::Value::Bool(false)) => Ok(None),
+        Some(value @ serde_json::Value::Object(_)) => {
+            let spec: GlobalSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+                let path = e.path().to_string();
+                let at = if path.is_empty() || path == "." {
+                    field.clone()
+                } else {
+                    format!("{field}.{path}")
+                };
+                ConfigError::new(at, e.into_inner().to_string())
+            })?;
+            spec.check(&field).map(Some)
+        }
+        Some(_) => Err(ConfigError::new(
+            field,
+            "must be a global block ({\"service\": ..., \"domain\": ...}) or false (local under a filter-level block)",
+        )),
+    }
+}
+
 fn compile_rule(
     zone: &str,
     default_max_keys: u64,
     r: RawRule,
     field: &str,
     paths: &PathPolicy,
+    filter_global: Option<&GlobalConfig>,
 ) -> Result<Rule, ConfigError> {
+    let global = rule_global(r.global, filter_global, field)?;
     let max_keys = check_max_keys(
         r.max_keys.unwrap_or(default_max_keys),
         &format!("{field}.max_keys"),
@@ -490,8 +539,15 @@ fn compile_rule(
                 format!("two limits of the rule are named {name:?}"),
             ));
         }
+        if global.is_some() && limit.algorithm() == Algorithm::TokenBucket {
+            return Err(ConfigError::new(
+                format!("{f}.algorithm"),
+                "a global rule's limits must be fixed_window: the rate limit service counts fixed windows; token-bucket rules stay local (`\"global\": false` on this rule keeps it local)",
+            ));
+        }
         let prefix = key_prefix(zone, &r.name, j);
         limits.push(RuleLimit {
+            descriptor_rule: crate::global::descriptor_rule(zone, &r.name, j),
             overflow_key: shared_key(&prefix, OVERFLOW_BUCKET),
             missing_key: shared_key(&prefix, MISSING_BUCKET),
             key_prefix: prefix,
@@ -536,6 +592,7 @@ fn compile_rule(
         weight_header,
         max_weight,
         policy_header,
+        global,
     })
 }
 

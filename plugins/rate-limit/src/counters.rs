@@ -28,6 +28,30 @@ tollgate_common::counters! {
 }
 
 tollgate_common::counters! {
+    /// A global rule's counters (defined for global rules only): calls that gave no verdict, by
+    /// reason, and what their requests got, by `on_error` policy.
+    pub struct GlobalCounters(rule) {
+        /// The host refused to dispatch the call.
+        error_dispatch: "tollgate_rate_limit_global_errors_total" [reason = "dispatch"],
+        /// A gRPC status other than OK (Envoy: a timeout, an unreachable service).
+        error_grpc_status: "tollgate_rate_limit_global_errors_total" [reason = "grpc_status"],
+        /// A reply that is malformed, truncated, oversize or has an unknown code.
+        error_reply: "tollgate_rate_limit_global_errors_total" [reason = "reply"],
+        /// Requests that made no call because the circuit breaker was open.
+        error_breaker_open: "tollgate_rate_limit_global_errors_total" [reason = "breaker_open"],
+        /// `on_error: allow` admitted the request uncharged.
+        error_allowed: "tollgate_rate_limit_requests_total" [decision = "global_error_allowed"],
+        /// `on_error: deny` refused it (503).
+        error_denied: "tollgate_rate_limit_requests_total" [decision = "global_error_denied"],
+        fallback_local: "tollgate_rate_limit_global_fallbacks_total" [policy = "local"],
+        fallback_allow: "tollgate_rate_limit_global_fallbacks_total" [policy = "allow"],
+        fallback_deny: "tollgate_rate_limit_global_fallbacks_total" [policy = "deny"],
+        /// Times this worker's breaker opened (or reopened after a failed probe).
+        breaker_opened: "tollgate_rate_limit_global_breaker_opened_total",
+    }
+}
+
+tollgate_common::counters! {
     /// Counters of the filter as a whole (defined when a rule or key reads the path).
     pub struct PathCounters {
         /// Requests refused with 400 because their path cannot be normalised.
@@ -45,5 +69,6 @@ mod tests {
         let readme = include_str!("../README.md");
         assert_eq!(RuleCounters::undocumented(readme), Vec::<String>::new());
         assert_eq!(PathCounters::undocumented(readme), Vec::<String>::new());
+        assert_eq!(GlobalCounters::undocumented(readme), Vec::<String>::new());
     }
 }

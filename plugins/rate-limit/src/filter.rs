@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
@@ -17,11 +18,12 @@ use tollgate_common::host::{
 use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::path::normalize;
+use tollgate_common::rls::{self, Admit, Breaker, CallFailure, GlobalConfig, OnError};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
 use crate::config::{Config, MissingKey, Rule, StoreFullAction};
-use crate::counters::{PathCounters, RuleCounters};
+use crate::counters::{GlobalCounters, PathCounters, RuleCounters};
 use crate::headers::{
     push_service_limit, retry_after_seconds, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
 };
@@ -31,6 +33,8 @@ use crate::state::encode;
 
 /// How often a worker logs that a rule's state could not be stored (ms).
 const STORE_LOG_INTERVAL_MS: u64 = 10_000;
+/// How often a worker logs that a global rule's service gave no verdict (ms).
+const GLOBAL_LOG_INTERVAL_MS: u64 = 10_000;
 
 proxy_wasm::main! {{
     tollgate_common::host::init_log(log::LevelFilter::Info);
@@ -48,8 +52,18 @@ impl RuleCounters {
     }
 }
 
+/// A global rule's per-worker state.
+struct GlobalState {
+    counters: GlobalCounters,
+    breaker: Breaker,
+    /// When this worker last logged a failed call.
+    log: LogEvery,
+}
+
 /// What the root context shares with its HTTP contexts.
 struct Shared {
+    /// Per rule (as `counters`): `Some` for a global rule.
+    global: Vec<Option<GlobalState>>,
     config: Config,
     counters: Vec<RuleCounters>,
     /// When this worker last logged a store failure, per rule (as `counters`).
@@ -75,6 +89,16 @@ impl RootContext for RateLimitRoot {
                 return false;
             }
         };
+        if config.rules.iter().any(|r| r.global.is_some()) {
+            if let Err(status) = rls::host::grpc_calls_supported() {
+                log::error!(
+                    "rate-limit: global mode needs gRPC calls, which this host does not \
+                     implement (proxy_grpc_call answered status {status}); refusing the \
+                     configuration"
+                );
+                return false;
+            }
+        }
         // The rules' zone records and shared buckets exist before this worker serves a request
         // (see limiter.rs), so that a store that fills up later still has them.
         for rule in &config.rules {
@@ -104,7 +128,19 @@ impl RootContext for RateLimitRoot {
             .map(|_| LogEvery::new(STORE_LOG_INTERVAL_MS))
             .collect();
         let paths = config.needs_path.then(PathCounters::define);
+        let global = config
+            .rules
+            .iter()
+            .map(|r| {
+                r.global.as_ref().map(|g| GlobalState {
+                    counters: GlobalCounters::define(&r.name),
+                    breaker: g.breaker(),
+                    log: LogEvery::new(GLOBAL_LOG_INTERVAL_MS),
+                })
+            })
+            .collect();
         self.shared = Some(Rc::new(Shared {
+            global,
             config,
             counters,
             store_logs,
@@ -121,6 +157,7 @@ impl RootContext for RateLimitRoot {
         Some(Box::new(RateLimitHttp {
             shared: self.shared.clone(),
             response_headers: None,
+            pending: None,
         }))
     }
 }
@@ -129,6 +166,18 @@ struct RateLimitHttp {
     shared: Option<Rc<Shared>>,
     /// For allowed requests with `headers_on_allowed`: the rule and the RateLimit value.
     response_headers: Option<(usize, String)>,
+    /// A global rule's call in flight, the request paused.
+    pending: Option<Pending>,
+}
+
+/// A `ShouldRateLimit` call in flight for this request.
+struct Pending {
+    token: u32,
+    /// The rule's index.
+    index: usize,
+    /// The client key (`None`: missing, shared bucket), for the local fallback.
+    client: Option<String>,
+    weight: u64,
 }
 
 /// The request as the key and the rule match read it; pseudo-headers fetched once, on demand,
@@ -240,6 +289,26 @@ impl RateLimitHttp {
                 MissingKey::Shared => {}
             }
         }
+        match &rule.global {
+            Some(g) => self.global(shared, index, rule, g, client, weight),
+            None => self.local(shared, index, rule, client, weight),
+        }
+    }
+
+    /// Checks and charges the request in shared data (local mode, and global mode's
+    /// `on_error: local`).
+    fn local(
+        &mut self,
+        shared: &Shared,
+        index: usize,
+        rule: &Rule,
+        client: Option<String>,
+        weight: u64,
+    ) -> Action {
+        let config = &shared.config;
+        let Some(counters) = shared.counters.get(index) else {
+            return Action::Continue;
+        };
         let mut targets: Vec<Target<'_>> = rule
             .limits
             .iter()
@@ -268,7 +337,156 @@ impl RateLimitHttp {
             weight,
         );
         counters.add_stats(&report.stats);
-        match report.verdict {
+        self.decide(shared, index, rule, report.verdict)
+    }
+
+    /// Asks the rule's rate limit service (global mode): pauses the request until the reply
+    /// (`on_grpc_call_response`), or applies `on_error` at once when the breaker is open or the
+    /// host refuses the call.
+    fn global(
+        &mut self,
+        shared: &Shared,
+        index: usize,
+        rule: &Rule,
+        g: &GlobalConfig,
+        client: Option<String>,
+        weight: u64,
+    ) -> Action {
+        let Some(state) = shared.global.get(index).and_then(Option::as_ref) else {
+            return self.local(shared, index, rule, client, weight);
+        };
+        if state.breaker.admit(now_unix_millis()) == Admit::Skip {
+            return self.fallback(
+                shared,
+                index,
+                rule,
+                client,
+                weight,
+                CallFailure::BreakerOpen,
+            );
+        }
+        let message = rls::encode_request(&crate::global::request(
+            rule,
+            &g.domain,
+            client.as_deref(),
+            weight,
+        ));
+        let call = self.dispatch_grpc_call(
+            &g.service,
+            rls::SERVICE,
+            rls::METHOD,
+            Vec::new(),
+            Some(&message),
+            Duration::from_millis(u64::from(g.timeout_ms)),
+        );
+        match call {
+            Ok(token) => {
+                self.pending = Some(Pending {
+                    token,
+                    index,
+                    client,
+                    weight,
+                });
+                Action::Pause
+            }
+            Err(status) => {
+                let failure = CallFailure::Dispatch(status as u32);
+                self.failed(shared, index, rule, client, weight, failure)
+            }
+        }
+    }
+
+    /// A call failed: the breaker counts it, then `on_error` answers the request.
+    fn failed(
+        &mut self,
+        shared: &Shared,
+        index: usize,
+        rule: &Rule,
+        client: Option<String>,
+        weight: u64,
+        failure: CallFailure,
+    ) -> Action {
+        if let Some(state) = shared.global.get(index).and_then(Option::as_ref) {
+            if state.breaker.failure(now_unix_millis()) {
+                count(state.counters.breaker_opened);
+                log::warn!(
+                    "rate-limit: rule {}: the rate limit service failed repeatedly; this worker \
+                     skips it for {} ms, then probes it",
+                    rule.name,
+                    rule.global.as_ref().map_or(0, |g| g.breaker_open_ms)
+                );
+            }
+        }
+        self.fallback(shared, index, rule, client, weight, failure)
+    }
+
+    /// The request of a call that gave no verdict gets the rule's `on_error`: counted, logged
+    /// at most once per interval per worker.
+    fn fallback(
+        &mut self,
+        shared: &Shared,
+        index: usize,
+        rule: &Rule,
+        client: Option<String>,
+        weight: u64,
+        failure: CallFailure,
+    ) -> Action {
+        let policy = rule.global.as_ref().map_or(OnError::Local, |g| g.on_error);
+        if let Some(state) = shared.global.get(index).and_then(Option::as_ref) {
+            let c = &state.counters;
+            count(match failure {
+                CallFailure::Dispatch(_) => c.error_dispatch,
+                CallFailure::Grpc(_) => c.error_grpc_status,
+                CallFailure::Reply(_) => c.error_reply,
+                CallFailure::BreakerOpen => c.error_breaker_open,
+            });
+            count(match policy {
+                OnError::Local => c.fallback_local,
+                OnError::Allow => c.fallback_allow,
+                OnError::Deny => c.fallback_deny,
+            });
+            if let Some(unlogged) = state.log.due(now_unix_millis()) {
+                log::warn!(
+                    "rate-limit: rule {}: no verdict from the rate limit service {} ({failure}); \
+                     requests get on_error: {policy:?}, {unlogged} more since the last line",
+                    rule.name,
+                    rule.global.as_ref().map_or("", |g| g.service.as_str()),
+                );
+            }
+        }
+        let counters = shared
+            .global
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|s| &s.counters);
+        match policy {
+            OnError::Local => self.local(shared, index, rule, client, weight),
+            OnError::Allow => {
+                let counter = counters.and_then(|c| c.error_allowed);
+                decided(counter, "global_error_allowed", &rule.name);
+                Action::Continue
+            }
+            OnError::Deny => {
+                let counter = counters.and_then(|c| c.error_denied);
+                decided(counter, "global_error_denied", &rule.name);
+                self.refuse(
+                    503,
+                    &[(RETRY_AFTER, "1")],
+                    "rate_limit_unavailable",
+                    "the rate limit service is unavailable; retry later",
+                )
+            }
+        }
+    }
+
+    /// Answers the request from a verdict (either mode): continue (with RateLimit headers on
+    /// the response when configured) or refuse.
+    fn decide(&mut self, shared: &Shared, index: usize, rule: &Rule, verdict: Verdict) -> Action {
+        let config = &shared.config;
+        let Some(counters) = shared.counters.get(index) else {
+            return Action::Continue;
+        };
+        match verdict {
             Verdict::Allowed(decisions) => {
                 decided(counters.allowed, "allowed", &rule.name);
                 if config.headers_on_allowed {
@@ -360,7 +578,59 @@ impl RateLimitHttp {
     }
 }
 
-impl Context for RateLimitHttp {}
+impl Context for RateLimitHttp {
+    /// The reply (or failure) of the global rule's call: decide, then resume the request unless
+    /// it was answered here.
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        let Some(pending) = self.pending.take_if(|p| p.token == token_id) else {
+            return;
+        };
+        // A call is only made with a configuration and a rule: both exist here. Should they
+        // not, the paused request is refused rather than left hanging.
+        let Some(shared) = self.shared.clone() else {
+            send_json_error(500, &[], "internal_error", "rate-limit is not configured");
+            return;
+        };
+        let Some(rule) = shared.config.rules.get(pending.index) else {
+            send_json_error(
+                500,
+                &[],
+                "internal_error",
+                "rate-limit lost the request's rule",
+            );
+            return;
+        };
+        let body = (status_code == 0 && response_size > 0)
+            .then(rls::host::reply_body)
+            .flatten();
+        let reply = rls::reply_verdict(
+            status_code,
+            response_size,
+            body.as_deref(),
+            rule.limits.len(),
+        );
+        let Pending {
+            index,
+            client,
+            weight,
+            ..
+        } = pending;
+        let action = match reply {
+            Ok(verdict) => {
+                if let Some(state) = shared.global.get(index).and_then(Option::as_ref) {
+                    state.breaker.success();
+                }
+                self.decide(&shared, index, rule, crate::global::verdict(&verdict))
+            }
+            Err(failure) => self.failed(&shared, index, rule, client, weight, failure),
+        };
+        if action == Action::Continue {
+            if let Err(status) = rls::host::resume_request() {
+                log::error!("rate-limit: cannot resume the request (host status {status})");
+            }
+        }
+    }
+}
 
 impl HttpContext for RateLimitHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {

@@ -7,6 +7,7 @@
 //! - [`key`]: the client key of a request and the shared-data keys.
 //! - [`limiter`]: the CAS loop, key creation under the zone lock, several limits per rule.
 //! - [`counters`]: the filter's counters, declared once.
+//! - [`global`]: global mode's `ShouldRateLimit` request and verdict (Envoy's rate limit service).
 //! - [`headers`]: RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and
 //!   Retry-After.
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
@@ -14,6 +15,7 @@
 pub mod algorithm;
 pub mod config;
 pub mod counters;
+pub mod global;
 pub mod headers;
 pub mod key;
 pub mod limiter;
