@@ -1,0 +1,363 @@
+"""Global limits across gateway instances (issue 19): one limit shared by three gateways, two
+Envoy and one nginx (Tollgate's module), through Envoy's rate limit service protocol served by the
+real engine (envoyproxy/ratelimit on Redis, tests/e2e/ratelimit_engine.py), all on loopback.
+
+The gateways run rate-limit in global mode (plugins/rate-limit/README.md, "Global mode"), 2
+workers each: the same .wasm in both hosts, `dispatch_grpc_call` to the `ratelimit` cluster
+(Envoy: an HTTP/2 cluster; nginx: an `upstream {}` block, the host's own gRPC client).
+
+Host-independent (no `host` fixture): the mix of hosts is the point, so it runs once, with Envoy
+and Debian's nginx. Failure drills kill and freeze the engine's parts; each test that does starts
+its own engine, so that no drill leaks into another test.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import os
+import json
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+
+from harness import HOSTS, FilterSpec, GatewaySpec
+from ratelimit_engine import DOMAIN, RatelimitEngine
+
+KEY = "x-api-key"
+WORKERS = 2
+
+
+def global_rule(name: str, limit: int, per: str = "minute") -> dict:
+    return {"name": name, "match": {"prefix": f"/{name}"}, "key": [{"unverified_header": KEY}],
+            "limits": [{"algorithm": "fixed_window", "requests": limit, "per": per}]}
+
+
+def rate_limit_config(rules: list[dict], timeout_ms: int, on_error: str, breaker: dict | None = None) -> dict:
+    block = {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": timeout_ms, "on_error": on_error}
+    if breaker is not None:
+        block["breaker"] = breaker
+    return {"zone": "global-e2e", "global": block, "rules": rules, "headers_on_allowed": True}
+
+
+class Fleet:
+    """Gateways of several hosts with one configuration; `urls` in start order."""
+
+    def __init__(self, workdir, upstream_port: int, engine: RatelimitEngine, config: dict,
+                 hosts: tuple[str, ...] | None = None):
+        self.gateways = []
+        hosts = hosts or fleet_hosts()
+        spec = GatewaySpec(filters=[FilterSpec("rate-limit", config)], upstreams={"upstream": upstream_port},
+                           workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port})
+        try:
+            for name in hosts:
+                self.gateways.append(HOSTS[name](workdir).start(spec))
+        except BaseException:
+            self.stop()
+            raise
+        self.urls = [g.url for g in self.gateways]
+
+    def stop(self) -> None:
+        for g in self.gateways:
+            g.stop()
+
+    def logs(self) -> str:
+        return "\n".join(g.log.read_text(errors="replace") for g in self.gateways if g.log.exists())
+
+
+def fleet_hosts() -> tuple[str, ...]:
+    """Two Envoys and one nginx; TOLLGATE_GLOBAL_FLEET=envoy,envoy (say) for another mix."""
+    return tuple(os.environ.get("TOLLGATE_GLOBAL_FLEET", "envoy,envoy,nginx").split(","))
+
+
+@pytest.fixture
+def engine(request):
+    failed_before = request.session.testsfailed
+    e = RatelimitEngine().start()
+    yield e
+    e.stop(failed=request.session.testsfailed > failed_before)
+
+
+def wait_for_window(seconds_left: float, per: int = 60) -> None:
+    """Sleeps into the next fixed window (aligned on the Unix epoch, as the engine's are) when the
+    current one has fewer than `seconds_left` seconds left, so that a burst stays in one window."""
+    into = time.time() % per
+    if per - into < seconds_left:
+        time.sleep(per - into + 0.2)
+
+
+def get(url: str, path: str, key: str, timeout: float = 10) -> requests.Response:
+    return requests.get(url + path, headers={KEY: key}, timeout=timeout)
+
+
+def test_one_limit_exact_across_two_envoys_and_one_nginx(workdir, upstream, engine):
+    """A limit of N per minute, hit through all three gateways by 64 concurrent connections with
+    10 x N requests: exactly N admitted, every other request refused with 429 (the service's
+    OVER_LIMIT), none failed. The deadline is generous and failures are denied, so that a slow
+    call on this loaded machine shows as a 503, never as an admission."""
+    n = 50
+    config = rate_limit_config([global_rule("exact", n)], timeout_ms=3000, on_error="deny")
+    fleet = Fleet(workdir, upstream.port, engine, config)
+    try:
+        key = uuid.uuid4().hex
+        wait_for_window(30)
+        targets = itertools.cycle(fleet.urls)
+        lock = threading.Lock()
+        plan = [next(targets) for _ in range(10 * n)]
+
+        def one(url: str) -> tuple[str, int]:
+            with requests.Session() as s:
+                r = s.get(url + "/exact", headers={KEY: key}, timeout=15)
+            return url, r.status_code
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+            results = list(pool.map(one, plan))
+        by_status: dict[int, int] = {}
+        per_gateway: dict[str, int] = {}
+        with lock:
+            for url, status in results:
+                by_status[status] = by_status.get(status, 0) + 1
+                if status == 200:
+                    per_gateway[url] = per_gateway.get(url, 0) + 1
+        admitted = by_status.get(200, 0)
+        print(f"\nglobal limit {n}/min through {len(fleet.urls)} gateways, {len(plan)} requests at 64 connections: "
+              f"statuses {by_status}, admitted per gateway {per_gateway}, over-admission {admitted - n}")
+        assert admitted == n, f"admitted {admitted} for a limit of {n}: {by_status}"
+        assert by_status.get(429, 0) == len(plan) - n, by_status
+        # Every gateway took part in the count (the limit is not one gateway's).
+        assert len(per_gateway) >= 2, per_gateway
+        # The tenant is refused on every gateway afterwards.
+        for url in fleet.urls:
+            assert get(url, "/exact", key).status_code == 429
+    finally:
+        fleet.stop()
+
+
+def test_refusal_carries_the_services_window(workdir, upstream, engine):
+    """OVER_LIMIT gives local mode's 429: Retry-After and the RateLimit fields from the service's
+    duration_until_reset; an allowed request's RateLimit remaining counts down across hosts."""
+    hosts = fleet_hosts()
+    config = rate_limit_config([global_rule("window", len(hosts))], timeout_ms=3000, on_error="deny")
+    fleet = Fleet(workdir, upstream.port, engine, config, hosts)
+    try:
+        key = uuid.uuid4().hex
+        wait_for_window(10)
+        remaining = []
+        for url in fleet.urls:
+            r = get(url, "/window", key)
+            assert r.status_code == 200, r.text
+            remaining.append(r.headers.get("ratelimit", ""))
+        expected = [f'"window";r={len(hosts) - 1 - i};' for i in range(len(hosts))]
+        assert [h.startswith(e) for e, h in zip(expected, remaining)] == [True] * len(hosts), remaining
+        for url in fleet.urls:
+            r = get(url, "/window", key)
+            assert r.status_code == 429, r.text
+            retry = int(r.headers["retry-after"])
+            left = 60 - time.time() % 60
+            assert 0 < retry <= 60 and abs(retry - left) <= 2, (retry, left)
+    finally:
+        fleet.stop()
+
+
+# -- failure drills ----------------------------------------------------------------------------
+
+DRILL_TIMEOUT_MS = 200
+# A request's answer may take the call's deadline plus this (the proxies' own work on a loaded
+# 2-core machine); "no request hangs longer than the timeout".
+SLACK_S = 0.5
+BREAKER = {"failures": 3, "open_ms": 1000}
+DRILL_LIMIT = 4
+
+
+def drill_rules() -> list[dict]:
+    """One global rule per failure policy, each with its own `global` block."""
+    rules = []
+    for policy in ("local", "allow", "deny"):
+        rule = global_rule(f"drill-{policy}", DRILL_LIMIT)
+        rule["global"] = {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": DRILL_TIMEOUT_MS,
+                          "on_error": policy, "breaker": BREAKER}
+        rules.append(rule)
+    return rules
+
+
+def burst(fleet: Fleet, policy: str, key: str, per_gateway: int) -> tuple[dict[int, int], float]:
+    """`per_gateway` sequential requests to the policy's rule on each gateway (concurrently across
+    gateways): the statuses counted and the slowest answer (seconds)."""
+    def run(url: str) -> list[tuple[int, float]]:
+        out = []
+        with requests.Session() as s:
+            for _ in range(per_gateway):
+                t0 = time.monotonic()
+                r = s.get(url + f"/drill-{policy}", headers={KEY: key}, timeout=10)
+                out.append((r.status_code, time.monotonic() - t0))
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(fleet.urls)) as pool:
+        results = [x for part in pool.map(run, fleet.urls) for x in part]
+    statuses: dict[int, int] = {}
+    for status, _ in results:
+        statuses[status] = statuses.get(status, 0) + 1
+    return statuses, max(t for _, t in results)
+
+
+def expect_policy(fleet: Fleet, label: str) -> None:
+    """While the service gives no verdict: `deny` refuses every request with 503, `allow` admits
+    every one, `local` holds each gateway to the limit (at most N times it for N gateways); no
+    answer takes longer than the deadline plus slack."""
+    n = len(fleet.urls)
+    per_gateway = 2 * DRILL_LIMIT
+    seen = {}
+    for policy in ("deny", "allow", "local"):
+        statuses, slowest = burst(fleet, policy, uuid.uuid4().hex, per_gateway)
+        seen[policy] = (statuses, round(slowest, 3))
+        assert slowest <= DRILL_TIMEOUT_MS / 1000 + SLACK_S, f"{label}: {policy}: slowest answer {slowest:.3f} s"
+        if policy == "deny":
+            assert statuses == {503: n * per_gateway}, f"{label}: {statuses}"
+        elif policy == "allow":
+            assert statuses == {200: n * per_gateway}, f"{label}: {statuses}"
+        else:
+            assert set(statuses) <= {200, 429} and DRILL_LIMIT <= statuses.get(200, 0) <= n * DRILL_LIMIT, f"{label}: {statuses}"
+    print(f"\n{label}: {seen}")
+
+
+def recovery_seconds(fleet: Fleet, started: float, timeout: float = 20) -> float:
+    """Seconds from `started` until every gateway's `deny` rule gets a verdict again (a request
+    answered 200 instead of 503)."""
+    pending = set(fleet.urls)
+    while pending and time.monotonic() - started < timeout:
+        for url in list(pending):
+            if get(url, "/drill-deny", uuid.uuid4().hex).status_code == 200:
+                pending.discard(url)
+        time.sleep(0.05)
+    assert not pending, f"no verdict after {timeout} s from {sorted(pending)}"
+    return time.monotonic() - started
+
+
+def test_failure_drills_follow_each_policy_and_recover(workdir, upstream, engine):
+    """Redis killed, Redis frozen (SIGSTOP), the service killed: each request gets its rule's
+    policy within the call's deadline; once the engine is back every gateway asks it again within
+    the breaker's open time plus a call (recovery measured and printed)."""
+    config = rate_limit_config(drill_rules(), timeout_ms=DRILL_TIMEOUT_MS, on_error="deny")
+    fleet = Fleet(workdir, upstream.port, engine, config)
+    try:
+        wait_for_window(20)
+        statuses, _ = burst(fleet, "deny", uuid.uuid4().hex, DRILL_LIMIT)
+        assert statuses.get(200, 0) == DRILL_LIMIT and statuses.get(429, 0) == (len(fleet.urls) - 1) * DRILL_LIMIT, statuses
+
+        engine.kill_redis()
+        expect_policy(fleet, "Redis killed")
+        engine.restart_redis()
+        t0 = time.monotonic()
+        print(f"recovery after Redis restarted: {recovery_seconds(fleet, t0):.2f} s")
+
+        engine.freeze_redis()
+        try:
+            expect_policy(fleet, "Redis frozen")
+        finally:
+            engine.thaw_redis()
+        t0 = time.monotonic()
+        print(f"recovery after Redis thawed: {recovery_seconds(fleet, t0):.2f} s")
+
+        engine.kill_service()
+        expect_policy(fleet, "service killed")
+        t0 = time.monotonic()
+        engine.start_service()
+        took = recovery_seconds(fleet, t0)
+        print(f"recovery after the service restarted: {took:.2f} s")
+        assert took <= 10, took
+        for g in fleet.gateways:
+            assert g.alive()
+    finally:
+        fleet.stop()
+
+
+# -- bad replies -------------------------------------------------------------------------------
+
+class FakeService:
+    """A gRPC server on 127.0.0.1 answering ShouldRateLimit with whatever `reply` holds: raw
+    bytes sent as the message, or a grpc.StatusCode to abort with."""
+
+    def __init__(self):
+        import grpc
+
+        self.grpc = grpc
+        self.reply: bytes | object = b""
+        self.calls = 0
+
+        def handle(request: bytes, context):
+            self.calls += 1
+            reply = self.reply
+            if isinstance(reply, grpc.StatusCode):
+                context.abort(reply, "fake service refuses")
+            return reply
+
+        handler = grpc.method_handlers_generic_handler(
+            "envoy.service.ratelimit.v3.RateLimitService",
+            {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(handle)},
+        )
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.grpc_port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(grace=None)
+
+
+def ok_reply(remaining: int = 3) -> bytes:
+    from ratelimit_engine import Code, RateLimitResponse, Unit
+
+    r = RateLimitResponse(overall_code=Code.OK)
+    s = r.statuses.add(code=Code.OK, limit_remaining=remaining)
+    s.current_limit.requests_per_unit = 5
+    s.current_limit.unit = Unit.MINUTE
+    s.duration_until_reset.seconds = 30
+    return r.SerializeToString()
+
+
+def test_bad_replies_follow_the_policy_and_never_trap(workdir, upstream):
+    """Malformed, truncated, oversize replies, an unknown code, a reply without statuses, a
+    non-OK gRPC status: each request is refused with `deny`'s 503 and a log line on every
+    gateway; no gateway traps (a good reply afterwards is admitted)."""
+    import grpc
+
+    fake = FakeService()
+    good = ok_reply()
+    unknown_code = bytes([0x08, 0x07]) + good[2:]  # overall_code = 7 (no such Code)
+    cases = {
+        "garbage": b"\xff\xff\xff\xff\x0f",
+        "truncated": good[: len(good) // 2],
+        "oversize": good + bytes([0x2a]) + b"\x80\xa0\x01" + b"x" * 20480,  # raw_body (5), 20 KiB
+        "unknown_code": unknown_code,
+        "no_statuses": bytes([0x08, 0x01]),
+        "grpc_status": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+    rule = global_rule("bad", 100)
+    config = rate_limit_config([rule], timeout_ms=1000, on_error="deny", breaker={"failures": 1000, "open_ms": 1000})
+
+    class _Engine:
+        grpc_port = fake.grpc_port
+
+    fleet = Fleet(workdir, upstream.port, _Engine(), config)
+    try:
+        fake.reply = good
+        for url in fleet.urls:
+            assert get(url, "/bad", "k").status_code == 200
+        for name, reply in cases.items():
+            fake.reply = reply
+            for url in fleet.urls:
+                r = get(url, "/bad", "k")
+                assert r.status_code == 503, f"{name} through {url}: {r.status_code} {r.text}"
+            fake.reply = good
+            for url in fleet.urls:
+                assert get(url, "/bad", "k").status_code == 200, f"after {name}: a good reply refused by {url}"
+        for g in fleet.gateways:
+            assert g.alive()
+        logs = fleet.logs()
+        assert "rate_limit" in logs or "rate-limit" in logs
+        assert "panicked" not in logs and "wasm trap" not in logs.lower()
+    finally:
+        fleet.stop()
+        fake.stop()
