@@ -315,6 +315,41 @@ impl fmt::Display for CallFailure {
     }
 }
 
+impl CallFailure {
+    /// A short label for metrics: `dispatch`, `grpc_status`, `reply` or `breaker_open`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallFailure::Dispatch(_) => "dispatch",
+            CallFailure::Grpc(_) => "grpc_status",
+            CallFailure::Reply(_) => "reply",
+            CallFailure::BreakerOpen => "breaker_open",
+        }
+    }
+}
+
+/// The verdict of a finished call from what the host reported: `grpc_status` and `size` as
+/// `on_grpc_call_response(token, status, size)` gives them (proxy-wasm Rust SDK 0.2.5: a reply
+/// arrives as status 0 with the message size from `proxy_on_grpc_receive`; a failure as the
+/// gRPC status from `proxy_on_grpc_close` with size 0), and `body`, the
+/// `GrpcReceiveBuffer` read with at most `MAX_REPLY_BYTES + 1` bytes (`None`: nothing to read).
+///
+/// Errors: a non-zero status ([`CallFailure::Grpc`]), an announced or read size above
+/// [`MAX_REPLY_BYTES`], and every [`decode_response`] error ([`CallFailure::Reply`]).
+pub fn reply_verdict(
+    grpc_status: u32,
+    size: usize,
+    body: Option<&[u8]>,
+    descriptors: usize,
+) -> Result<Verdict, CallFailure> {
+    if grpc_status != 0 {
+        return Err(CallFailure::Grpc(grpc_status));
+    }
+    if size > MAX_REPLY_BYTES {
+        return Err(CallFailure::Reply(ReplyError::Oversize(size)));
+    }
+    decode_response(body.unwrap_or_default(), descriptors).map_err(CallFailure::Reply)
+}
+
 /// What a request gets when the service gives no verdict ([`CallFailure`]).
 #[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -571,6 +606,47 @@ impl Breaker {
     }
 }
 
+/// The host side of a call, on the raw ABI where the SDK would trap (wasm32 only).
+///
+/// The call itself stays on the SDK (`Context::dispatch_grpc_call`), whose wrapper registers
+/// the token with its dispatcher so that `on_grpc_call_response` reaches the calling context;
+/// that wrapper returns `Err` for `ParseFailure` (Envoy: no such cluster) and
+/// `InternalFailure` and traps on any other non-Ok status (a host without gRPC calls answers
+/// `Unimplemented`).
+#[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)] // The ABI import itself; the call's SAFETY is stated.
+pub mod host {
+    use proxy_wasm::types::BufferType;
+
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        fn proxy_continue_stream(stream_type: u32) -> u32;
+    }
+
+    /// `proxy_continue_stream(HttpRequest)`: resumes a request paused for a call; the host's
+    /// status when it cannot (the SDK's `resume_http_request` would trap).
+    pub fn resume_request() -> Result<(), u32> {
+        // SAFETY: a plain integer (proxy-wasm ABI 0.2.1 `proxy_stream_type_t`: 0 = request).
+        match unsafe { proxy_continue_stream(0) } {
+            0 => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// The reply message of the call being reported, at most `MAX_REPLY_BYTES + 1` bytes (so
+    /// that [`super::reply_verdict`] sees an oversize one); `None` when there is none or the
+    /// host cannot give it.
+    pub fn reply_body() -> Option<Vec<u8>> {
+        crate::raw::buffer(
+            BufferType::GrpcReceiveBuffer,
+            0,
+            super::MAX_REPLY_BYTES.saturating_add(1),
+        )
+        .ok()
+        .flatten()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,6 +864,37 @@ mod tests {
             Err(ReplyError::Oversize(big.len()))
         );
         assert!(decode_response(&big[..MAX_REPLY_BYTES], 2).is_err());
+    }
+
+    #[test]
+    fn call_outcomes() {
+        let ok = vector("response_ok");
+        assert!(reply_verdict(0, ok.len(), Some(&ok), 2).is_ok());
+        // Envoy's timeout and unreachable service arrive as gRPC statuses with no body.
+        assert_eq!(reply_verdict(14, 0, None, 2), Err(CallFailure::Grpc(14)));
+        assert_eq!(reply_verdict(4, 0, None, 2), Err(CallFailure::Grpc(4)));
+        // An OK call with no message: an empty RateLimitResponse, code UNKNOWN.
+        assert_eq!(
+            reply_verdict(0, 0, None, 2),
+            Err(CallFailure::Reply(ReplyError::UnknownCode(0)))
+        );
+        // An announced size beyond the bound is refused without reading.
+        assert_eq!(
+            reply_verdict(0, MAX_REPLY_BYTES + 1, None, 2),
+            Err(CallFailure::Reply(ReplyError::Oversize(
+                MAX_REPLY_BYTES + 1
+            )))
+        );
+        // A host that delivers more than it announced: the read itself is bounded.
+        let big = vec![0u8; MAX_REPLY_BYTES + 1];
+        assert_eq!(
+            reply_verdict(0, 10, Some(&big), 2),
+            Err(CallFailure::Reply(ReplyError::Oversize(
+                MAX_REPLY_BYTES + 1
+            )))
+        );
+        assert_eq!(CallFailure::Grpc(14).reason(), "grpc_status");
+        assert_eq!(CallFailure::BreakerOpen.reason(), "breaker_open");
     }
 
     #[test]
