@@ -428,7 +428,7 @@ impl Config {
         let default_budget = raw.budgets.default.map(budget).unwrap_or_default();
         let global = match &raw.global {
             Some(g) => {
-                let g = CostGlobal::parse(g)?;
+                let g = CostGlobal::parse(g.get())?;
                 let mut all: Vec<(String, &Budget)> =
                     vec![("budgets.default".to_string(), &default_budget)];
                 all.extend(

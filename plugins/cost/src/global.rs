@@ -57,7 +57,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::value::RawValue;
 use tollgate_common::config::ConfigError;
 use tollgate_common::rls::{
     Entry, GlobalConfig, LimitOverride, RateLimitDescriptor, RateLimitRequest, Unit, Verdict,
@@ -97,11 +96,10 @@ pub struct CostGlobal {
 }
 
 impl CostGlobal {
-    /// Parses the `global` block (errors name `global.<member>`).
-    pub fn parse(raw: &RawValue) -> Result<CostGlobal, ConfigError> {
-        let mut map: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(raw.get())
-                .map_err(|e| ConfigError::new("global", format!("must be an object: {e}")))?;
+    /// Parses the `global` block, its JSON text (errors name `global.<member>`).
+    pub fn parse(json: &str) -> Result<CostGlobal, ConfigError> {
+        let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json)
+            .map_err(|e| ConfigError::new("global", format!("must be an object: {e}")))?;
         let unit_nano_usd = match map.remove("unit_nano_usd") {
             None => DEFAULT_UNIT_NANO_USD,
             Some(v) => v
@@ -483,11 +481,7 @@ pub fn decode_queue(bytes: &[u8]) -> Option<Vec<Booking>> {
         let len = usize::from(len);
         let tenant = std::str::from_utf8(tail.get(..len)?).ok()?.to_string();
         let fields = tail.get(len..)?;
-        let (day, month, units) = (
-            u32_at(fields, 0)?,
-            u32_at(fields, 4)?,
-            u32_at(fields, 8)?,
-        );
+        let (day, month, units) = (u32_at(fields, 0)?, u32_at(fields, 4)?, u32_at(fields, 8)?);
         out.push(Booking {
             key: BookingKey { tenant, day, month },
             units,
@@ -650,7 +644,11 @@ pub fn year_boundary_in_month(month: u32) -> Option<u64> {
     const YEAR: u64 = 365 * 86_400;
     let (y, m) = (u64::from(month / 100), u64::from(month % 100));
     let start = month_start(y, m)?;
-    let (ny, nm) = if m == 12 { (y.checked_add(1)?, 1) } else { (y, m.checked_add(1)?) };
+    let (ny, nm) = if m == 12 {
+        (y.checked_add(1)?, 1)
+    } else {
+        (y, m.checked_add(1)?)
+    };
     let end = month_start(ny, nm)?;
     let next = start.div_ceil(YEAR).checked_mul(YEAR)?;
     (next > start && next < end).then_some(next)
@@ -685,7 +683,12 @@ pub fn describe(periods: &[Period], verdict: &Verdict) -> String {
     periods
         .iter()
         .zip(&verdict.statuses)
-        .map(|(p, s)| format!("{p:?}: over {} remaining {}", s.over_limit, s.limit_remaining))
+        .map(|(p, s)| {
+            format!(
+                "{p:?}: over {} remaining {}",
+                s.over_limit, s.limit_remaining
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
