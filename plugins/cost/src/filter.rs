@@ -27,6 +27,13 @@
 //!    reason and charged per `unpriced_charge` (`unpriced`).
 //! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
 //!
+//! With `global` (`crate::global`), step 1 for a tenant with a budget is one `ShouldRateLimit`
+//! check (the request paused until the reply, `on_error` when there is none), and each booking
+//! is also queued in the worker's outbox, which the root context sends on its 100 ms ticks (one
+//! call in flight per worker; a failed batch goes to the shared replay queue, replayed from
+//! ticks). Bookings are sent by the root context because a call made by a request's context is
+//! cancelled when that context goes away, which is when a booking happens.
+//!
 //! With `remote_prices`, the root context refreshes the price table on ticks through
 //! `tollgate_common::remote_fetch` (one fetch per `cache_duration_seconds` for the whole
 //! gateway); a fetched table replaces the one in use only once it parsed whole and priced at
