@@ -28,7 +28,9 @@
 //!   "spend_headers": false,
 //!   "cas_retries": 32,
 //!   "max_tenants": 100000,
-//!   "store_full": {"action": "refuse", "status": 503}
+//!   "store_full": {"action": "refuse", "status": 503},
+//!   "global": {"service": "ratelimit", "domain": "tollgate", "timeout_ms": 50,
+//!              "on_error": "local", "unit_nano_usd": 100000}
 //! }
 //! ```
 //!
@@ -44,6 +46,7 @@ use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHEN
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::shared_data::StoreFull;
 
+use crate::global::CostGlobal;
 use crate::ledger::{Budget, Ledger};
 use crate::price::ModelPrice;
 use crate::price_table::{single_price, Entry, Loaded, PriceTable};
@@ -121,6 +124,8 @@ struct RawConfig {
     max_tenants: u64,
     #[serde(default)]
     store_full: StoreFull<StoreFullAction>,
+    #[serde(default)]
+    global: Option<Box<RawValue>>,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -298,6 +303,8 @@ pub struct Config {
     pub ledger: Ledger,
     /// What a tenant with a budget gets when its record cannot be created.
     pub store_full: StoreFull<StoreFullAction>,
+    /// Budgets counted by the rate limit service across gateways (`global`), if set.
+    pub global: Option<CostGlobal>,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -418,13 +425,30 @@ impl Config {
             return Err(ConfigError::new("max_tenants", "must be at least 1"));
         }
         let store_full = raw.store_full.checked()?;
+        let default_budget = raw.budgets.default.map(budget).unwrap_or_default();
+        let global = match &raw.global {
+            Some(g) => {
+                let g = CostGlobal::parse(g.get())?;
+                let mut all: Vec<(String, &Budget)> =
+                    vec![("budgets.default".to_string(), &default_budget)];
+                all.extend(
+                    tenant_budgets
+                        .iter()
+                        .map(|(name, b)| (format!("budgets.tenants.{name}"), b)),
+                );
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                g.check_budgets(all.into_iter())?;
+                Some(g)
+            }
+            None => None,
+        };
         Ok(Config {
             prices_loaded: loaded.summary("the configuration"),
             prices: Rc::new(loaded.table),
             remote_prices,
             tenant,
             default_tenant,
-            default_budget: raw.budgets.default.map(budget).unwrap_or_default(),
+            default_budget,
             tenant_budgets,
             over_budget_status: raw.over_budget_status,
             unknown_model: UnknownModel {
@@ -445,6 +469,7 @@ impl Config {
             spend_headers: raw.spend_headers,
             ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
             store_full,
+            global,
         })
     }
 

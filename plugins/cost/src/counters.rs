@@ -19,6 +19,22 @@ tollgate_common::counters! {
         overflowed: "tollgate_cost_overflow_total",
         locks_lost: "tollgate_cost_creation_locks_lost_total",
         store_full: "tollgate_cost_store_full_total",
+        global_unavailable: "tollgate_cost_requests_total" [status = "global_unavailable"],
+        global_admitted: "tollgate_cost_global_checks_total" [result = "admitted"],
+        global_refused: "tollgate_cost_global_checks_total" [result = "refused"],
+        global_error_dispatch: "tollgate_cost_global_errors_total" [reason = "dispatch"],
+        global_error_grpc_status: "tollgate_cost_global_errors_total" [reason = "grpc_status"],
+        global_error_reply: "tollgate_cost_global_errors_total" [reason = "reply"],
+        global_error_breaker_open: "tollgate_cost_global_errors_total" [reason = "breaker_open"],
+        global_fallback_local: "tollgate_cost_global_fallback_total" [on_error = "local"],
+        global_fallback_allow: "tollgate_cost_global_fallback_total" [on_error = "allow"],
+        global_fallback_deny: "tollgate_cost_global_fallback_total" [on_error = "deny"],
+        global_breaker_opened: "tollgate_cost_global_breaker_opened_total",
+        global_booked: "tollgate_cost_global_bookings_total" [result = "booked"],
+        global_queued: "tollgate_cost_global_bookings_total" [result = "queued"],
+        global_dropped: "tollgate_cost_global_bookings_total" [result = "dropped"],
+        global_stale: "tollgate_cost_global_bookings_total" [result = "stale"],
+        global_replays: "tollgate_cost_global_replays_total",
     }
     per_value {
         /// Responses that could not be priced exactly, by why.

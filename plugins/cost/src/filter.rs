@@ -27,6 +27,13 @@
 //!    reason and charged per `unpriced_charge` (`unpriced`).
 //! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
 //!
+//! With `global` (`crate::global`), step 1 for a tenant with a budget is one `ShouldRateLimit`
+//! check (the request paused until the reply, `on_error` when there is none), and each booking
+//! is also queued in the worker's outbox, which the root context sends on its 100 ms ticks (one
+//! call in flight per worker; a failed batch goes to the shared replay queue, replayed from
+//! ticks). Bookings are sent by the root context because a call made by a request's context is
+//! cancelled when that context goes away, which is when a booking happens.
+//!
 //! With `remote_prices`, the root context refreshes the price table on ticks through
 //! `tollgate_common::remote_fetch` (one fetch per `cache_duration_seconds` for the whole
 //! gateway); a fetched table replaces the one in use only once it parsed whole and priced at
@@ -34,6 +41,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, MapType};
@@ -46,15 +54,20 @@ use tollgate_common::identity::HostIdentityView;
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
-use tollgate_common::shared_data::{HostSharedData, StoreError};
+use tollgate_common::rls::{self, Admit, Breaker, CallFailure, OnError};
+use tollgate_common::shared_data::{ensure_key, HostSharedData, StoreError};
 use tollgate_common::signals;
 
 use crate::body_end::BodyEnd;
 use crate::config::{Config, StoreFullAction, UnpricedCharge, PRICES_NAMESPACE};
 use crate::counters::Counters;
 use crate::decode::{Coding, DecodeError, Decoder};
+use crate::global::{
+    batch_request, check_request, decide, encode_queue, Booking, CostGlobal, Decision, Limits,
+    Outbox, Period, QueueError, ReplayQueue, BATCH_MAX, OUTBOX_MAX, REPLAY_MAX,
+};
 use crate::json_scan::{JsonScan, ScanError};
-use crate::ledger::{BookStats, Lookup, OpenError, Spend, Standing};
+use crate::ledger::{BookStats, Budget, Exceeded, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::price::cost_nano;
 use crate::price_table::{IncrementalParse, Loaded, PriceTable, Step};
@@ -68,6 +81,11 @@ const LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
 pub const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
+
+/// Tick period with `global` (ms): how long a booking waits in the worker's outbox at most.
+const GLOBAL_TICK_MILLIS: u32 = 100;
+/// A booking call not reported after its timeout plus this (ms) is taken as failed.
+const BOOKING_GRACE_MS: u64 = 1_000;
 
 proxy_wasm::main! {{
     tollgate_common::host::init_log(log::LevelFilter::Info);
@@ -90,6 +108,21 @@ struct Logs {
     store: LogEvery,
     /// An unpriceable response.
     unpriced: LogEvery,
+    /// A failed call to the rate limit service (check or booking).
+    global: LogEvery,
+    /// A booking dropped (outbox or replay queue full or unavailable).
+    dropped: LogEvery,
+}
+
+/// Global mode's per-worker state.
+struct GlobalState {
+    config: CostGlobal,
+    /// Shared by the checks (HTTP contexts) and the bookings (root context).
+    breaker: Breaker,
+    /// Bookings of this worker not yet sent (the root context sends them on ticks).
+    outbox: RefCell<Outbox>,
+    /// Bookings whose call failed, shared by every worker.
+    queue: ReplayQueue,
 }
 
 struct Shared {
@@ -98,6 +131,7 @@ struct Shared {
     logs: Logs,
     /// The table in use: `prices`, then each good remote table.
     prices: RefCell<Rc<PriceTable>>,
+    global: Option<GlobalState>,
 }
 
 impl Shared {
@@ -114,6 +148,81 @@ impl Shared {
             );
         }
     }
+
+    /// A call to the rate limit service failed: counted, and the breaker told (logged when it
+    /// opens); the failure itself is logged at most once per interval and worker.
+    fn global_failed(&self, g: &GlobalState, failure: &CallFailure, what: &str) {
+        let c = &self.counters;
+        count(match failure {
+            CallFailure::Dispatch(_) => c.global_error_dispatch,
+            CallFailure::Grpc(_) => c.global_error_grpc_status,
+            CallFailure::Reply(_) => c.global_error_reply,
+            CallFailure::BreakerOpen => c.global_error_breaker_open,
+        });
+        let now = now_unix_millis();
+        if *failure != CallFailure::BreakerOpen && g.breaker.failure(now) {
+            count(c.global_breaker_opened);
+            log::warn!(
+                "cost: the rate limit service {} failed repeatedly; this worker skips it for {} \
+                 ms, then probes it",
+                g.config.rls.service,
+                g.config.rls.breaker_open_ms
+            );
+        }
+        if let Some(unlogged) = self.logs.global.due(now) {
+            log::warn!(
+                "cost: no answer from the rate limit service {} ({failure}): {what}; \
+                 {unlogged} more since the last line",
+                g.config.rls.service
+            );
+        }
+    }
+
+    /// Bookings that could not be sent go to the replay queue; those it cannot take are dropped
+    /// (counted, logged).
+    fn requeue(&self, g: &GlobalState, bookings: &[Booking]) {
+        if bookings.is_empty() {
+            return;
+        }
+        let n = u64::try_from(bookings.len()).unwrap_or(u64::MAX);
+        match g.queue.push(&HostSharedData, bookings) {
+            Ok(q) => {
+                count_n(self.counters.global_queued, u64::from(q.kept));
+                if q.dropped > 0 || q.corrupt {
+                    count_n(self.counters.global_dropped, u64::from(q.dropped));
+                    self.dropped(&format!(
+                        "{} bookings dropped: the replay queue is full ({REPLAY_MAX}){}",
+                        q.dropped,
+                        if q.corrupt {
+                            "; an unreadable queue was replaced"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+            Err(e) => {
+                count_n(self.counters.global_dropped, n);
+                let why = match e {
+                    QueueError::Failed(s) => format!("shared data status {s}"),
+                    QueueError::Contended => "CAS attempts exhausted".to_string(),
+                };
+                self.dropped(&format!(
+                    "{n} bookings dropped: the replay queue cannot be written ({why})"
+                ));
+            }
+        }
+    }
+
+    /// Logs dropped bookings (at most once per interval and worker).
+    fn dropped(&self, what: &str) {
+        if let Some(unlogged) = self.logs.dropped.due(now_unix_millis()) {
+            log::warn!(
+                "cost: global budgets: {what}; the service under-counts that spend \
+                 ({unlogged} more since the last line)"
+            );
+        }
+    }
 }
 
 #[derive(Default)]
@@ -122,6 +231,18 @@ struct CostRoot {
     remote: Option<RemoteDocument>,
     /// A remote table being read, a slice per callback.
     pending: Option<Pending>,
+    /// The booking call in flight (at most one per worker).
+    booking: Option<InFlight>,
+}
+
+/// A batch of bookings sent to the rate limit service.
+struct InFlight {
+    token: u32,
+    sent: Vec<Booking>,
+    descriptors: usize,
+    /// When it was sent (Unix ms): a call not reported by its timeout plus BOOKING_GRACE_MS is
+    /// taken as failed.
+    since: u64,
 }
 
 /// A remote price table being read over several callbacks (`price_table::IncrementalParse`):
@@ -199,7 +320,122 @@ fn install(shared: &Option<Rc<Shared>>, loaded: Loaded, source: &str, millis: f6
     }
 }
 
+impl CostRoot {
+    /// Sends the next batch of bookings, unless one is in flight: this worker's outbox first,
+    /// else the shared replay queue.
+    fn flush(&mut self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let Some(g) = shared.global.as_ref() else {
+            return;
+        };
+        let now_ms = now_unix_millis();
+        if let Some(f) = &self.booking {
+            let deadline = f
+                .since
+                .saturating_add(u64::from(g.config.rls.timeout_ms))
+                .saturating_add(BOOKING_GRACE_MS);
+            if now_ms < deadline {
+                return;
+            }
+            // Never reported: taken as failed, replayed (it may also have been counted: see the
+            // README).
+            if let Some(f) = self.booking.take() {
+                shared.global_failed(
+                    g,
+                    &CallFailure::Grpc(4),
+                    "a booking call was never reported",
+                );
+                shared.requeue(g, &f.sent);
+            }
+        }
+        if g.breaker.admit(now_ms) == Admit::Skip {
+            return;
+        }
+        let mut batch = g.outbox.borrow_mut().take(BATCH_MAX);
+        if batch.is_empty() {
+            batch = match g.queue.take(&HostSharedData, BATCH_MAX) {
+                Ok(b) => b,
+                Err(_) => return,
+            };
+            if batch.is_empty() {
+                return;
+            }
+            count(shared.counters.global_replays);
+        }
+        let config = &shared.config;
+        let ledger = config.ledger.name();
+        let now = Periods::at(now_ms / 1_000);
+        let built = batch_request(&g.config.rls.domain, ledger, batch, &now, |t| {
+            Limits::of(&g.config, &config.budget(t))
+        });
+        count_n(shared.counters.global_stale, u64::from(built.stale));
+        let Some(request) = built.request else {
+            return;
+        };
+        let descriptors = request.descriptors.len();
+        let message = rls::encode_request(&request);
+        let call = self.dispatch_grpc_call(
+            &g.config.rls.service,
+            rls::SERVICE,
+            rls::METHOD,
+            Vec::new(),
+            Some(&message),
+            Duration::from_millis(u64::from(g.config.rls.timeout_ms)),
+        );
+        match call {
+            Ok(token) => {
+                self.booking = Some(InFlight {
+                    token,
+                    sent: built.sent,
+                    descriptors,
+                    since: now_ms,
+                });
+            }
+            Err(status) => {
+                shared.global_failed(
+                    g,
+                    &CallFailure::Dispatch(status as u32),
+                    "bookings queued for replay",
+                );
+                shared.requeue(g, &built.sent);
+            }
+        }
+    }
+}
+
 impl Context for CostRoot {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        let Some(f) = self.booking.take_if(|f| f.token == token_id) else {
+            return;
+        };
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let Some(g) = shared.global.as_ref() else {
+            return;
+        };
+        let body = (status_code == 0 && response_size > 0)
+            .then(rls::host::reply_body)
+            .flatten();
+        match rls::reply_verdict(status_code, response_size, body.as_deref(), f.descriptors) {
+            Ok(_) => {
+                g.breaker.success();
+                count_n(
+                    shared.counters.global_booked,
+                    u64::try_from(f.sent.len()).unwrap_or(u64::MAX),
+                );
+                // The next batch at once: bookings wait at most one round trip per batch.
+                self.flush();
+            }
+            Err(failure) => {
+                shared.global_failed(g, &failure, "bookings queued for replay");
+                shared.requeue(g, &f.sent);
+            }
+        }
+    }
+
     fn on_http_call_response(
         &mut self,
         token_id: u32,
@@ -255,6 +491,28 @@ impl RootContext for CostRoot {
             .remote_prices
             .clone()
             .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "cost: prices"));
+        let global = config.global.clone().map(|g| GlobalState {
+            breaker: g.rls.breaker(),
+            outbox: RefCell::new(Outbox::new(OUTBOX_MAX)),
+            queue: ReplayQueue::new(config.ledger.name(), REPLAY_MAX),
+            config: g,
+        });
+        if let Some(g) = &global {
+            // Created before any update, so that every update is a CAS (Envoy applies a write
+            // to a missing key whatever its CAS token).
+            if let Err(e) = ensure_key(&HostSharedData, &g.queue.key, &encode_queue(&[])) {
+                log::error!(
+                    "cost: cannot create the replay queue {} in shared data ({e:?}); failed \
+                     bookings are dropped until it can be",
+                    g.queue.key
+                );
+            }
+        }
+        let tick = match (&global, &self.remote) {
+            (Some(_), _) => Some(GLOBAL_TICK_MILLIS),
+            (None, Some(_)) => Some(TICK_MILLIS),
+            (None, None) => None,
+        };
         self.shared = Some(Rc::new(Shared {
             prices: RefCell::new(Rc::clone(&config.prices)),
             config,
@@ -262,11 +520,16 @@ impl RootContext for CostRoot {
             logs: Logs {
                 store: LogEvery::new(LOG_INTERVAL_MS),
                 unpriced: LogEvery::new(LOG_INTERVAL_MS),
+                global: LogEvery::new(LOG_INTERVAL_MS),
+                dropped: LogEvery::new(LOG_INTERVAL_MS),
             },
+            global,
         }));
-        if self.remote.is_some() {
-            if let Err(e) = host::set_tick_period_ms(TICK_MILLIS) {
-                log::error!("cost: cannot set the tick period for remote_prices: host status {e}");
+        if let Some(ms) = tick {
+            if let Err(e) = host::set_tick_period_ms(ms) {
+                log::error!(
+                    "cost: cannot set the tick period for remote_prices or global: host status {e}"
+                );
                 return false;
             }
         }
@@ -274,6 +537,7 @@ impl RootContext for CostRoot {
     }
 
     fn on_tick(&mut self) {
+        self.flush();
         let Some(remote) = self.remote.as_mut() else {
             return;
         };
@@ -315,6 +579,7 @@ impl RootContext for CostRoot {
             body_end: BodyEnd::default(),
             response_bytes: 0,
             done: false,
+            check: None,
         }))
     }
 }
@@ -363,6 +628,19 @@ struct CostHttp {
     response_bytes: u64,
     /// Signals set and spend booked (or the request refused).
     done: bool,
+    /// The global check in flight, the request paused.
+    check: Option<Check>,
+}
+
+/// A global check in flight.
+struct Check {
+    token: u32,
+    /// The descriptors' periods, in order.
+    periods: Vec<Period>,
+    /// The tenant's budget (for `on_error: local`).
+    budget: Budget,
+    /// The request headers ended the stream.
+    end_of_stream: bool,
 }
 
 fn header_value(map: MapType, name: &str) -> Option<Vec<u8>> {
@@ -502,6 +780,22 @@ impl CostHttp {
                 }
             }
         }
+        if let Some(g) = shared.global.as_ref().filter(|_| self.budgeted) {
+            let budget = config.budget(&self.tenant);
+            let limits = Limits::of(&g.config, &budget);
+            let now = Periods::at(now_unix_millis() / 1_000);
+            if let Some(b) = Booking::new(&g.config, &self.tenant, &limits, &now, nano) {
+                // Sent by the root context (this stream may end before a reply).
+                if !g.outbox.borrow_mut().push(b) {
+                    count(shared.counters.global_dropped);
+                    shared.dropped(&format!(
+                        "tenant {}: {nano} nano-USD dropped: this worker's outbox is full \
+                         ({OUTBOX_MAX} bookings)",
+                        self.tenant
+                    ));
+                }
+            }
+        }
         signals::set(signals::COST_NANO_USD, &nano.to_string());
         signals::set(signals::COST_STATUS, status);
     }
@@ -552,6 +846,150 @@ impl CostHttp {
             add_response_header("x-tollgate-spend-month-nano-usd", &s.month.to_string());
             add_response_header("x-tollgate-spend-total-nano-usd", &s.total.to_string());
         }
+    }
+
+    /// Refuses the request of a tenant whose budget is spent (either mode).
+    fn over_budget(&mut self, shared: &Shared, exceeded: Exceeded) -> Action {
+        let reset = exceeded.reset_secs.to_string();
+        let message = format!(
+            "the {} budget of tenant {} is spent; it resets in {reset} s",
+            exceeded.period, self.tenant
+        );
+        self.refuse(
+            shared.counters.budget_exceeded,
+            "budget_exceeded",
+            (
+                shared.config.over_budget_status,
+                &[(BUDGET_RESET_HEADER, &reset), ("retry-after", &reset)],
+                "budget_exceeded",
+                &message,
+            ),
+        )
+    }
+
+    /// An admitted request: asks for an identity response and holds a POST body to read it.
+    fn admitted(&mut self, shared: &Shared, end_of_stream: bool) {
+        let config = &shared.config;
+        if config.identity_encoding {
+            // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
+            set_request_header("accept-encoding", Some("identity"));
+        }
+        if !end_of_stream
+            && config.max_request_body_bytes > 0
+            && request_header_bytes(":method").as_deref() == Some(b"POST")
+        {
+            self.hold_request = true;
+            self.completions_path = request_header_bytes(":path")
+                .as_deref()
+                .is_some_and(stream_usage_on_request);
+            if config.add_stream_usage && self.completions_path {
+                // The body may be rewritten: the host frames it anew (chunked in Envoy, from
+                // the new length in nginx).
+                set_request_header("content-length", None);
+            }
+        }
+    }
+
+    /// Global mode: asks the rate limit service whether the tenant's budgets are spent, the
+    /// request paused until the reply (`on_grpc_call_response`); `on_error` at once when the
+    /// breaker is open or the host refuses the call.
+    fn check_global(
+        &mut self,
+        shared: &Shared,
+        g: &GlobalState,
+        budget: Budget,
+        now: &Periods,
+        end_of_stream: bool,
+    ) -> Action {
+        let limits = Limits::of(&g.config, &budget);
+        let Some(request) = check_request(
+            &g.config.rls.domain,
+            shared.config.ledger.name(),
+            &self.tenant,
+            &limits,
+            now,
+        ) else {
+            self.admitted(shared, end_of_stream);
+            return Action::Continue;
+        };
+        if g.breaker.admit(now_unix_millis()) == Admit::Skip {
+            return self.global_fallback(
+                shared,
+                g,
+                budget,
+                end_of_stream,
+                CallFailure::BreakerOpen,
+            );
+        }
+        let message = rls::encode_request(&request);
+        let call = self.dispatch_grpc_call(
+            &g.config.rls.service,
+            rls::SERVICE,
+            rls::METHOD,
+            Vec::new(),
+            Some(&message),
+            Duration::from_millis(u64::from(g.config.rls.timeout_ms)),
+        );
+        match call {
+            Ok(token) => {
+                self.check = Some(Check {
+                    token,
+                    periods: limits.periods(),
+                    budget,
+                    end_of_stream,
+                });
+                Action::Pause
+            }
+            Err(status) => self.global_fallback(
+                shared,
+                g,
+                budget,
+                end_of_stream,
+                CallFailure::Dispatch(status as u32),
+            ),
+        }
+    }
+
+    /// The check gave no verdict: counted, logged once per interval, then `on_error`: `local`
+    /// (the local ledger's spend read at the request headers decides), `allow`, or `deny` (503,
+    /// `retry-after: 1`, `{"error":"budget_unavailable"}`).
+    fn global_fallback(
+        &mut self,
+        shared: &Shared,
+        g: &GlobalState,
+        budget: Budget,
+        end_of_stream: bool,
+        failure: CallFailure,
+    ) -> Action {
+        let policy = g.config.rls.on_error;
+        shared.global_failed(g, &failure, &format!("requests get on_error {policy:?}"));
+        let c = &shared.counters;
+        match policy {
+            OnError::Local => {
+                count(c.global_fallback_local);
+                let now = Periods::at(now_unix_millis() / 1_000);
+                let spend = self.spend.unwrap_or_default();
+                if let Some(exceeded) = budget.check(&spend, &now) {
+                    return self.over_budget(shared, exceeded);
+                }
+            }
+            OnError::Allow => count(c.global_fallback_allow),
+            OnError::Deny => {
+                count(c.global_fallback_deny);
+                return self.refuse(
+                    c.global_unavailable,
+                    "global_unavailable",
+                    (
+                        503,
+                        &[("retry-after", "1")],
+                        "budget_unavailable",
+                        "the budget service is unavailable; retry later",
+                    ),
+                );
+            }
+        }
+        self.admitted(shared, end_of_stream);
+        Action::Continue
     }
 
     /// Refuses the request before the upstream (the stream ends here).
@@ -610,7 +1048,56 @@ impl CostHttp {
     }
 }
 
-impl Context for CostHttp {}
+impl Context for CostHttp {
+    /// The reply (or failure) of the global check: refuse, or resume the request.
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        let Some(check) = self.check.take_if(|c| c.token == token_id) else {
+            return;
+        };
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let Some(g) = shared.global.as_ref() else {
+            return;
+        };
+        let body = (status_code == 0 && response_size > 0)
+            .then(rls::host::reply_body)
+            .flatten();
+        let reply = rls::reply_verdict(
+            status_code,
+            response_size,
+            body.as_deref(),
+            check.periods.len(),
+        );
+        let action = match reply {
+            Ok(verdict) => {
+                g.breaker.success();
+                let now = Periods::at(now_unix_millis() / 1_000);
+                match decide(&check.periods, &verdict, &now, 0) {
+                    Decision::Admit => {
+                        count(shared.counters.global_admitted);
+                        self.admitted(&shared, check.end_of_stream);
+                        Action::Continue
+                    }
+                    Decision::Refuse(exceeded) => {
+                        count(shared.counters.global_refused);
+                        self.over_budget(&shared, exceeded)
+                    }
+                }
+            }
+            Err(failure) => {
+                self.global_fallback(&shared, g, check.budget, check.end_of_stream, failure)
+            }
+        };
+        if matches!(action, Action::Continue) {
+            if let Err(status) = rls::host::resume_request() {
+                log::warn!(
+                    "cost: cannot resume the request after the global check: host status {status}"
+                );
+            }
+        }
+    }
+}
 
 impl HttpContext for CostHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -649,41 +1136,13 @@ impl HttpContext for CostHttp {
             }
         };
         self.spend = Some(spend);
+        if let Some(g) = shared.global.as_ref().filter(|_| self.budgeted) {
+            return self.check_global(&shared, g, budget, &now, end_of_stream);
+        }
         if let Some(exceeded) = budget.check(&spend, &now) {
-            let reset = exceeded.reset_secs.to_string();
-            let message = format!(
-                "the {} budget of tenant {} is spent; it resets in {reset} s",
-                exceeded.period, self.tenant
-            );
-            return self.refuse(
-                shared.counters.budget_exceeded,
-                "budget_exceeded",
-                (
-                    config.over_budget_status,
-                    &[(BUDGET_RESET_HEADER, &reset), ("retry-after", &reset)],
-                    "budget_exceeded",
-                    &message,
-                ),
-            );
+            return self.over_budget(&shared, exceeded);
         }
-        if config.identity_encoding {
-            // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
-            set_request_header("accept-encoding", Some("identity"));
-        }
-        if !end_of_stream
-            && config.max_request_body_bytes > 0
-            && request_header_bytes(":method").as_deref() == Some(b"POST")
-        {
-            self.hold_request = true;
-            self.completions_path = request_header_bytes(":path")
-                .as_deref()
-                .is_some_and(stream_usage_on_request);
-            if config.add_stream_usage && self.completions_path {
-                // The body may be rewritten: the host frames it anew (chunked in Envoy, from
-                // the new length in nginx).
-                set_request_header("content-length", None);
-            }
-        }
+        self.admitted(&shared, end_of_stream);
         Action::Continue
     }
 

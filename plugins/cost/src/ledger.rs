@@ -161,6 +161,8 @@ impl Spend {
 /// Where a ledger lives and how hard it tries.
 #[derive(Debug, Clone)]
 pub struct Ledger {
+    /// The ledger's name.
+    pub name: String,
     /// `cost/<ledger>/t/`.
     pub tenant_prefix: String,
     /// `cost/<ledger>/~zone`.
@@ -231,12 +233,18 @@ impl Ledger {
     /// A ledger named `name` (keys under `cost/<name>/`).
     pub fn new(name: &str, cas_retries: u32, max_tenants: u64) -> Ledger {
         Ledger {
+            name: name.to_string(),
             tenant_prefix: format!("cost/{name}/t/"),
             zone_key: format!("cost/{name}/~zone"),
             overflow_key: format!("cost/{name}/~overflow"),
             cas_retries,
             max_tenants,
         }
+    }
+
+    /// The ledger's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The shared-data key of `tenant`.

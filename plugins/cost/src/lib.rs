@@ -16,12 +16,14 @@
 //! - [`unpriced`]: why an LLM response could not be priced, and the estimate it is charged.
 //! - [`period`]: UTC days and months.
 //! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
+//! - [`global`]: budgets counted by Envoy's rate limit service across gateways (opt-in).
 //! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
 
 pub mod body_end;
 pub mod config;
 pub mod counters;
 pub mod decode;
+pub mod global;
 pub mod json_scan;
 pub mod ledger;
 pub mod period;

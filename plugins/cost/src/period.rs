@@ -37,9 +37,10 @@ fn civil(days: u64) -> (u64, u64, u64) {
     (y, m, d)
 }
 
-/// Days since 1970-01-01 of (year ≥ 1970, month 1-12, day 1-31): the inverse of [`civil`].
+/// Days since 1970-01-01 of (year 1970-9999, month 1-12, day 1-31): the inverse of [`civil`]
+/// (outside those ranges the result is meaningless; it never overflows for them).
 #[allow(clippy::arithmetic_side_effects)]
-fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+pub fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y / 400;
     let yoe = y - era * 400;
