@@ -23,7 +23,7 @@ import uuid
 import pytest
 import requests
 
-from harness import HOSTS, FilterSpec, GatewaySpec
+from harness import HOSTS, FilterSpec, GatewaySpec, wait_until
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
 KEY = "x-api-key"
@@ -361,3 +361,93 @@ def test_bad_replies_follow_the_policy_and_never_trap(workdir, upstream):
     finally:
         fleet.stop()
         fake.stop()
+
+
+# -- a global budget ---------------------------------------------------------------------------
+
+TENANT = "x-tenant"
+# gpt-4o-mini at LiteLLM's prices: 2000 prompt tokens (1.5e-7 USD each) and 500 completion tokens
+# (6e-7 USD each) cost 6e-4 USD: 6 booking units of 1e-4 USD exactly, so that every request's
+# booking is known without rounding.
+PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07, "mode": "chat"}}
+REQUEST_UNITS = 6
+UNIT_NANO = 100_000
+BUDGET_UNITS = 100
+
+
+def llm_call(url: str, tenant: str, stream: bool) -> int:
+    body = {"model": "gpt-4o-mini"}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    headers = {"content-type": "application/json", TENANT: tenant,
+               "x-mock-prompt-tokens": "2000", "x-mock-completion-tokens": "500"}
+    r = requests.post(url + "/v1/chat/completions", data=json.dumps(body), headers=headers, timeout=20)
+    _ = r.content  # the whole (streamed) answer: its usage is booked as it ends
+    return r.status_code
+
+
+def redis_counters(engine: RatelimitEngine, tenant: str) -> dict[str, int]:
+    """The service's counters of the tenant (Redis keys `<domain>_cost_<len>:<ledger>/<period>/<id>
+    _tenant_<tenant>_<window start>`, src/limiter/cache_key.go): {"day": units, "month": units}."""
+    out = {}
+    for key in engine.redis_command("KEYS", f"*_tenant_{tenant}_*"):
+        name = key.decode()
+        period = "day" if "/day/" in name else "month" if "/month/" in name else name
+        out[period] = int(engine.redis_command("GET", name))
+    return out
+
+
+def test_one_budget_across_two_envoys_and_one_nginx(workdir, upstream, engine):
+    """A tenant's day and month budget held by the service for three gateways, crossed by
+    concurrent streaming and non-streaming requests: every admitted request booked exactly once
+    (the service's counters equal the sum of the priced usages), the overspend within the stated
+    bound (requests in flight when the budget was crossed, plus bookings not yet sent), and the
+    tenant refused on every gateway afterwards."""
+    tenant = "team-" + uuid.uuid4().hex[:8]
+    budget_nano = BUDGET_UNITS * UNIT_NANO
+    config = {
+        "ledger": "global-e2e",
+        "prices": PRICES,
+        "tenant": {"unverified_header": TENANT},
+        "budgets": {"tenants": {tenant: {"day_nano_usd": budget_nano, "month_nano_usd": budget_nano}}},
+        "global": {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": 3000, "on_error": "deny",
+                   "unit_nano_usd": UNIT_NANO},
+    }
+    hosts = fleet_hosts()
+    spec = GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port},
+                       workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port},
+                       kv_zones={"global-e2e": "1m eviction=none"})
+    gateways = []
+    try:
+        for name in hosts:
+            gateways.append(HOSTS[name](workdir).start(spec))
+        urls = [g.url for g in gateways]
+        concurrency = 8
+        plan = [(urls[i % len(urls)], i % 2 == 0) for i in range(120)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+            statuses = list(pool.map(lambda p: llm_call(p[0], tenant, p[1]), plan))
+        admitted = statuses.count(200)
+        refused = statuses.count(402)
+        assert admitted + refused == len(plan), statuses
+        # The bookings leave from each worker's outbox on the next tick (100 ms).
+        wait_until(lambda: redis_counters(engine, tenant).get("day", 0) >= admitted * REQUEST_UNITS, timeout=10)
+        time.sleep(0.5)
+        counters = redis_counters(engine, tenant)
+        spent = admitted * REQUEST_UNITS
+        print(f"\nglobal budget {BUDGET_UNITS} units through {len(urls)} gateways, {len(plan)} requests at "
+              f"{concurrency} connections: admitted {admitted} ({spent} units), refused {refused}, "
+              f"service counters {counters}, overspend {spent - BUDGET_UNITS} units")
+        assert counters == {"day": spent, "month": spent}, counters
+        # Admitted while under the budget: at least until it was reached.
+        assert spent >= BUDGET_UNITS
+        # The bound: what was admitted before the service had counted the spend that crossed it,
+        # at most every connection's request in flight plus as many completed and not yet booked.
+        assert spent - BUDGET_UNITS <= 2 * concurrency * REQUEST_UNITS, (spent, BUDGET_UNITS)
+        for url in urls:
+            assert llm_call(url, tenant, False) == 402
+            assert llm_call(url, tenant, True) == 402
+        for g in gateways:
+            assert g.alive()
+    finally:
+        for g in gateways:
+            g.stop()
