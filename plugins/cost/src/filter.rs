@@ -32,7 +32,8 @@
 //! has queued for the tenant and not sent is taken off the service's `limit_remaining`), and
 //! each booking is also queued in the worker's outbox, which the root context sends: at once on
 //! the reply of the booking call in flight (one per worker), else on a 1 ms tick that the
-//! request queueing the booking asks for (back to 100 ms after it); a failed batch goes to the
+//! request queueing the booking asks for (back to 100 ms after it; nginx keeps the 100 ms tick,
+//! see BOOKING_TICK_MILLIS); a failed batch goes to the
 //! shared replay queue, replayed from ticks. Bookings are sent by the root context because the
 //! Rust SDK delivers a call's reply only to the context that made it, and a request's context is
 //! gone soon after its booking (see `Shared::wake_root`).
