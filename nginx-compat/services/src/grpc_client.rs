@@ -188,9 +188,7 @@ impl Default for GrpcConfig {
     }
 }
 
-/// Called by the background thread after it queued a completion (e.g. writes an eventfd the
-/// worker's event loop watches). Must not block.
-pub type Waker = Arc<dyn Fn() + Send + Sync>;
+pub use crate::http_client::Waker;
 
 /// A call's id in its runner (for [`GrpcRunner::cancel`]).
 pub type CallId = u64;

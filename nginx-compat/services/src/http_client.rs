@@ -2,7 +2,7 @@
 //! to background threads of the worker process (started on the first dispatch, so never in the
 //! nginx master before `fork`; restarted if the process finds itself forked) that perform it
 //! with a deadline, and queues the completions; the worker collects them with
-//! [`CallRunner::poll`] (non-blocking) when the [`crate::grpc_client::Waker`] it installed with
+//! [`CallRunner::poll`] (non-blocking) when the [`Waker`] it installed with
 //! [`CallRunner::set_waker`] tells it one is there.
 //!
 //! # HTTP/1.1 on hyper
@@ -46,6 +46,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
+
+/// Called by a call runner's background thread after it queued a completion (e.g. writes an
+/// eventfd the worker's event loop watches). Must not block.
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
 
 /// Header list: (name, value) pairs in order, duplicates allowed.
 pub type Headers = Vec<(Vec<u8>, Vec<u8>)>;
@@ -210,7 +214,7 @@ pub struct CallRunner<T: Send + 'static> {
     threads: Option<Threads<T>>,
     pending: usize,
     early: VecDeque<(T, CallResult)>,
-    waker: Option<crate::grpc_client::Waker>,
+    waker: Option<Waker>,
 }
 
 impl<T: Send + 'static> std::fmt::Debug for CallRunner<T> {
@@ -299,7 +303,7 @@ impl<T: Send + 'static> CallRunner<T> {
     /// Installs the function a background thread calls after each completion it queued (e.g.
     /// writes an eventfd the worker's event loop watches; must not block). Threads started
     /// before keep the waker they started with.
-    pub fn set_waker(&mut self, waker: crate::grpc_client::Waker) {
+    pub fn set_waker(&mut self, waker: Waker) {
         self.waker = Some(waker);
     }
 
@@ -394,7 +398,7 @@ fn worker_loop<T>(
     done: &Sender<(T, CallResult)>,
     idle: &AtomicUsize,
     max_body: usize,
-    waker: Option<&crate::grpc_client::Waker>,
+    waker: Option<&Waker>,
 ) {
     // One runtime per thread, for its whole life: calls on this thread run one at a time, so
     // a current-thread runtime (DNS on one blocking thread) is all they need.
