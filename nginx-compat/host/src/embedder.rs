@@ -160,8 +160,7 @@ pub trait Host {
         let _ = call;
         Err(Status::InternalFailure)
     }
-    /// `proxy_grpc_cancel` / `proxy_grpc_close` of a pending unary call, or the end of the
-    /// context that made it (Envoy's `~Context` cancels its requests): drop the call, which
+    /// `proxy_grpc_cancel` / `proxy_grpc_close` of a pending unary call: drop the call, which
     /// must then never complete.
     fn cancel_grpc_call(&self, token: u32) {
         let _ = token;

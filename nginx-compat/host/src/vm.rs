@@ -425,16 +425,18 @@ impl Vm {
     }
 
     /// The HTTP context that dispatched the unary gRPC call `token`, when it was not a root
-    /// context (the embedding may then pass that request's stream to
+    /// context and still exists (the embedding may then pass that request's stream to
     /// [`Vm::on_grpc_call_done_with_stream`]). (Added.)
     pub fn grpc_call_context(&self, token: u32) -> Option<HttpId> {
         let data = self.store.data();
-        let ctx = *data.grpc_calls.get(&token)?;
-        (!data.is_root(ctx)).then_some(HttpId(ctx))
+        let (_, ctx) = *data.grpc_calls.get(&token)?;
+        (!data.is_root(ctx) && data.contexts.contains_key(&ctx)).then_some(HttpId(ctx))
     }
 
-    /// Delivers the end of the unary gRPC call `token` to the context that dispatched it, with
-    /// an empty stream, as Envoy does for a unary call (`GrpcCallClientHandler::onSuccessRaw` /
+    /// Delivers the end of the unary gRPC call `token` to the root context that owns it (the
+    /// root of the context that dispatched it, as proxy-wasm-cpp-host's `grpc_call` makes it;
+    /// the call outlives the dispatching request), with an empty stream, as Envoy does for a
+    /// unary call (`GrpcCallClientHandler::onSuccessRaw` /
     /// `onFailure` in source/extensions/common/wasm/context.h, fed by
     /// `AsyncRequestImpl::onRemoteClose`, source/common/grpc/async_client_impl.cc):
     /// - status 0: `proxy_on_grpc_receive(context, token, body_size)` only, the reply readable
@@ -471,7 +473,8 @@ impl Vm {
         result: GrpcCallResult,
         stream: Option<&mut Stream>,
     ) -> Result<(), Error> {
-        let Some(&ctx) = self.store.data().grpc_calls.get(&token) else {
+        // The owner is the root context (see `abi::grpc_calls`): its id is the callback's.
+        let Some(&(ctx, _)) = self.store.data().grpc_calls.get(&token) else {
             return Ok(());
         };
         let r = if result.status == 0 {
@@ -581,14 +584,7 @@ impl Vm {
         let data = self.store.data_mut();
         data.contexts.remove(&id.0);
         data.calls.retain(|_, ctx| *ctx != id.0);
-        // Envoy's `~Context` cancels the context's pending gRPC requests.
-        let host = Rc::clone(&data.host);
-        data.grpc_calls.retain(|token, ctx| {
-            if *ctx == id.0 {
-                host.cancel_grpc_call(*token);
-            }
-            *ctx != id.0
-        });
+
         data.resumed.retain(|h| *h != id);
         r
     }

@@ -1,8 +1,14 @@
 //! Unary gRPC calls out of a filter: `proxy_grpc_call`, `proxy_grpc_cancel`, `proxy_grpc_close`
 //! and `proxy_get_status`, with Envoy's semantics (source/extensions/common/wasm/context.cc,
 //! `Context::grpcCall`, `grpcCancel`, `grpcClose`, `getStatus`; proxy-wasm-cpp-host
-//! src/exports.cc, `grpc_call`, `get_status`). The completion is delivered by
-//! [`crate::Vm::on_grpc_call_done`].
+//! src/exports.cc, `grpc_call`, `grpc_cancel`, `grpc_close`, `get_status`). The completion is
+//! delivered by [`crate::Vm::on_grpc_call_done`].
+//!
+//! Owner: proxy-wasm-cpp-host runs all four on `contextOrEffectiveContext()->root_context()`,
+//! so a call belongs to the root context of the context that made it: the callbacks get the
+//! root's id, the end of a request does not cancel its calls (Envoy's `~Context` of the request
+//! has none), only a context of the same root can cancel one, and `proxy_get_status` reads the
+//! status that root's `proxy_on_grpc_close` is delivering, from any of its contexts.
 //!
 //! Tokens: a unary call's token is 1 modulo 4, as proxy-wasm-cpp-host numbers them
 //! (`WasmBase::nextGrpcCallId`, include/proxy-wasm/wasm.h: `CalloutType::GrpcCall = 1`, step 4),
@@ -89,8 +95,8 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             if let Err(s) = state.host.dispatch_grpc_call(call) {
                 return code(s);
             }
-            let ctx = state.effective;
-            state.grpc_calls.insert(token, ctx);
+            let owner = state.root().map_or(state.effective, |r| r.id);
+            state.grpc_calls.insert(token, (owner, state.effective));
             if mem::write_u32(mem, ret_token, token) {
                 OK
             } else {
@@ -133,9 +139,12 @@ fn cancel(c: &mut C<'_>, token: u32) -> u32 {
     match token % 4 {
         GRPC_CALL => {
             let state = c.data_mut();
-            if state.grpc_calls.remove(&token).is_none() {
+            // The calls of the effective context's root only (Envoy keeps them per root).
+            let root = state.root().map(|r| r.id);
+            if state.grpc_calls.get(&token).map(|(owner, _)| *owner) != root || root.is_none() {
                 return NOT_FOUND;
             }
+            state.grpc_calls.remove(&token);
             state.host.cancel_grpc_call(token);
             OK
         }
@@ -193,11 +202,13 @@ mod tests {
                  (call $dispatch (i32.const 120) (i32.const 3))
                  (i32.const 1))
                (func (export "proxy_on_grpc_receive") (param i32 i32 i32)
+                 (call $n (local.get 0))
                  (call $n (local.get 1))
                  (call $n (local.get 2))
                  (call $n (call $buf (i32.const 5) (i32.const 0) (local.get 2) (i32.const 400) (i32.const 404)))
                  (drop (call $log (i32.const 2) (i32.load (i32.const 400)) (i32.load (i32.const 404)))))
                (func (export "proxy_on_grpc_close") (param i32 i32 i32)
+                 (call $n (local.get 0))
                  (call $n (local.get 1))
                  (call $n (local.get 2))
                  (call $n (call $status (i32.const 500) (i32.const 504) (i32.const 508)))
@@ -252,19 +263,20 @@ mod tests {
             assert_eq!((c.message.as_slice(), c.timeout_ms), (&b"hello"[..], 250));
         }
         assert_eq!(vm.grpc_call_context(1), Some(id));
-        // Success: proxy_on_grpc_receive(ctx, 1, 5) and the reply in buffer 5.
+        // Success: proxy_on_grpc_receive(root, 1, 5) (the root context, 1, owns the call the
+        // HTTP context, 2, made) and the reply in buffer 5.
         let ok = GrpcCallResult {
             status: 0,
             message: String::new(),
             body: b"world".to_vec(),
         };
         vm.on_grpc_call_done(1, ok.clone()).unwrap();
-        assert_eq!(drain(&host), ["1", "5", "0", "world"]);
+        assert_eq!(drain(&host), ["1", "1", "5", "0", "world"]);
         // Delivered once; a cancelled call is never delivered.
         vm.on_grpc_call_done(1, ok.clone()).unwrap();
         vm.on_grpc_call_done(5, ok).unwrap();
         assert!(drain(&host).is_empty());
-        // Failure: proxy_on_grpc_close(ctx, 9, 14) and proxy_get_status during it.
+        // Failure: proxy_on_grpc_close(root, 9, 14) and proxy_get_status during it.
         let failed = GrpcCallResult {
             status: 14,
             message: "upstream request timeout".into(),
@@ -273,14 +285,16 @@ mod tests {
         vm.on_grpc_call_done(9, failed).unwrap();
         assert_eq!(
             drain(&host),
-            ["9", "14", "0", "14", "upstream request timeout"]
+            ["1", "9", "14", "0", "14", "upstream request timeout"]
         );
         assert_eq!(vm.grpc_call_context(9), None);
         assert!(!vm.is_poisoned());
     }
 
     #[test]
-    fn the_end_of_a_context_cancels_its_pending_calls() {
+    fn calls_outlive_the_request_that_made_them() {
+        // proxy-wasm-cpp-host makes the call on the root context: the request's end does not
+        // cancel it, and its completion still reaches the root (without the request's stream).
         let m = compile(&module()).unwrap();
         let host = Rc::new(MemoryHost::new());
         let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
@@ -291,13 +305,17 @@ mod tests {
             .unwrap();
         // Any upstream is known here: 1 and 5 (cancelled), 9 and 13 pending.
         assert_eq!(*host.grpc_cancelled.borrow(), [5]);
+        assert_eq!(vm.grpc_call_context(9), Some(id));
         vm.on_log_and_delete(id, &mut s).unwrap();
-        let mut cancelled = host.grpc_cancelled.borrow().clone();
-        cancelled.sort_unstable();
-        assert_eq!(cancelled, [1, 5, 9, 13]);
+        assert_eq!(*host.grpc_cancelled.borrow(), [5]);
+        assert_eq!(vm.grpc_call_context(9), None);
         host.logs.borrow_mut().clear();
-        vm.on_grpc_call_done(9, GrpcCallResult::default()).unwrap();
-        assert!(host.logs.borrow().is_empty());
+        let ok = GrpcCallResult {
+            body: b"later".to_vec(),
+            ..GrpcCallResult::default()
+        };
+        vm.on_grpc_call_done(9, ok).unwrap();
+        assert_eq!(drain(&host), ["1", "9", "5", "0", "later"]);
     }
 
     #[test]
