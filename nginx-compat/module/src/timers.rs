@@ -18,12 +18,16 @@ pub fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
     out
 }
 
-/// Arms the worker's poll timer: every 2 ms while calls are pending and the worker has no
+/// Follows the root contexts' tick periods ([`Worker::sync_ticks`]), then arms the worker's
+/// poll timer: every 2 ms while calls are pending and the worker has no
 /// eventfd to be woken by (`wake::active`), every
 /// [`crate::worker_host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
 /// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
 pub fn kick_calls() {
     with_worker(|w| {
+        // A root context may have asked for another tick period meanwhile (Envoy re-arms at
+        // once): every path that runs guest code ends here.
+        w.sync_ticks(tick_handler);
         // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
         let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
         let delay: ngx::ffi::ngx_msec_t = if !crate::wake::active() && crate::calls::inflight(w) {
@@ -111,7 +115,12 @@ pub unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
     };
     // SAFETY: re-arming our own timer; exiting workers skip it (cancelable).
     unsafe {
-        if period > 0 && nginx_sys::ngx_exiting == 0 && nginx_sys::ngx_quit == 0 {
+        (*tp).period = period;
+        if period > 0
+            && (*tp).ev.timer_set() == 0
+            && nginx_sys::ngx_exiting == 0
+            && nginx_sys::ngx_quit == 0
+        {
             nginx_sys::ngx_add_timer(
                 &mut (*tp).ev,
                 ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
