@@ -596,6 +596,9 @@ KONG_DIFFERENCES: dict[str, str] = {
     "body-lost-after-a-reading-filter": "when a filter that reads the request body is followed by another "
                                         "filter in the chain, the upstream gets the request without its body, "
                                         "and the unread body is parsed as the connection's next request",
+    "no-grpc-calls": "proxy_grpc_call traps (\"function not yet implemented\"): the filters' global mode (Envoy's "
+                     "rate limit service) cannot run; rate-limit and cost probe it when they load, so a `global` "
+                     "block fails the worker's start (fatal: no request is served), never a request",
     "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
                       "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
                       "answers 500, the key-creation lease it held stays taken for its 2 s",

@@ -451,3 +451,37 @@ def test_one_budget_across_two_envoys_and_one_nginx(workdir, upstream, engine):
     finally:
         for g in gateways:
             g.stop()
+
+
+# -- every host --------------------------------------------------------------------------------
+
+def test_global_mode_on_each_host(host, workdir, upstream, engine):
+    """rate-limit's global mode through one gateway of each host (Envoy, nginx, nginx on musl):
+    the service's limit holds (3 admitted of 5, then 429). Kong's ngx_wasm_module has no gRPC
+    calls ("no-grpc-calls"): the filter's probe traps when it loads, the worker does not start,
+    and no request is admitted past the configuration."""
+    from harness import kong_differs
+
+    config = rate_limit_config([global_rule("each", 3)], timeout_ms=3000, on_error="deny")
+    spec = GatewaySpec(filters=[FilterSpec("rate-limit", config)], upstreams={"upstream": upstream.port},
+                       workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port})
+    if kong_differs(host, "no-grpc-calls"):
+        try:
+            g = host.start(spec, timeout=15)
+        except Exception as e:  # refused in the worker (Kong's `nginx -t` passes a refused configuration)
+            print(f"\n{host.name}: the gateway did not start: {e}")
+            return
+        try:
+            r = get(g.url, "/each", "k")
+            assert r.status_code >= 500, f"{host.name} admitted a request under a refused global configuration: {r.status_code}"
+        finally:
+            g.stop()
+        return
+    g = host.start(spec)
+    try:
+        key = uuid.uuid4().hex
+        wait_for_window(10)
+        statuses = [get(g.url, "/each", key).status_code for _ in range(5)]
+        assert statuses == [200, 200, 200, 429, 429], statuses
+    finally:
+        g.stop()

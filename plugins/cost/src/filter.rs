@@ -532,6 +532,15 @@ impl RootContext for CostRoot {
                 return false;
             }
         };
+        if config.global.is_some() {
+            if let Err(status) = rls::host::grpc_calls_supported() {
+                log::error!(
+                    "cost: global budgets need gRPC calls, which this host does not implement \
+                     (proxy_grpc_call answered status {status}); refusing the configuration"
+                );
+                return false;
+            }
+        }
         // The ledger's records exist before this worker serves a request, so that a zone that
         // fills up later still has them.
         if let Err((key, e)) = config.ledger.ensure(
