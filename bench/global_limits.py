@@ -18,6 +18,10 @@ Variants (2 workers each; every one on every available host, all in the same rou
   "Global budgets"): per request one ShouldRateLimit from rate-limit, one from cost (its check,
   `hits_addend` 0 on the day and month descriptors) and the booking, which cost's root context
   sends in batches from its 100 ms tick (up to 64 bookings per call).
+- native-ratelimit-global (Envoy only): Envoy's own global rate limit filter
+  (envoy.filters.http.ratelimit, its `rate_limits` in the filter's configuration) on the same
+  service, one descriptor from x-api-key whose limit (the same) is in the engine's
+  configuration: what the protocol costs in Envoy without Wasm, the reference for ours.
 
 Every `global` block: `timeout_ms` 2000 (never reached on loopback, even on this shared machine,
 so that the timeout does not cut the latency tail) and `on_error: deny` (a failed call is a 503,
@@ -57,7 +61,7 @@ import jwt_auth
 import metrics
 import ratelimit_engine
 import runner
-from harness import FilterSpec, GatewaySpec
+from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
 NAME = "global_limits"
@@ -68,8 +72,35 @@ TIMEOUT_MS = 2000
 UNIT_NANO_USD = 100_000  # cost's default booking unit, 10^-4 USD
 BUDGET_NANO_USD = 400_000 * 10**9  # 400,000 USD: 4e9 units, under 2^32 - 1
 GLOBAL = {"service": SERVICE, "domain": DOMAIN, "timeout_ms": TIMEOUT_MS, "on_error": "deny"}
-PAIRS = [("rate-limit-global", "rate-limit-local", "rate-limit-allow"), ("likely-global", "likely-local", "stack-likely")]
+# (numerator, denominator, scenario, label): global / local per stack, then ours / Envoy's own
+# global rate limit filter on the same service (Envoy only).
+PAIRS = [("rate-limit-global", "rate-limit-local", "rate-limit-allow", "rate-limit: global / local"),
+         ("likely-global", "likely-local", "stack-likely", "likely: global / local"),
+         ("rate-limit-global", "native-ratelimit-global", "rate-limit-allow", "rate-limit global / Envoy's ratelimit filter"),
+         ("native-ratelimit-global", "rate-limit-local", "rate-limit-allow", "Envoy's ratelimit filter / rate-limit local")]
+NATIVE_DOMAIN = "bench-native"
+# The engine's configuration for Envoy's own filter, which sends no limit override: the same
+# limit as rate-limit's rule, for any value of the descriptor key `key` (the x-api-key header).
+NATIVE_CONFIG = f"""domain: {NATIVE_DOMAIN}
+descriptors:
+  - key: key
+    rate_limit:
+      unit: minute
+      requests_per_unit: {1_000_000_000}
+"""
 ENGINE = ("ratelimit", "redis")  # the side processes' names in the results
+
+
+def native_ratelimit() -> EnvoyNativeFilter:
+    """Envoy's own global rate limit filter (envoy.filters.http.ratelimit) on the same service:
+    one descriptor (`key`, the x-api-key header) per request, its limit from the engine's
+    configuration (NATIVE_CONFIG); 2 s timeout and failure_mode_deny as our `global` blocks."""
+    return EnvoyNativeFilter("envoy.filters.http.ratelimit", {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+        "domain": NATIVE_DOMAIN, "timeout": f"{TIMEOUT_MS / 1000:g}s", "failure_mode_deny": True,
+        "rate_limit_service": {"grpc_service": {"envoy_grpc": {"cluster_name": SERVICE}}, "transport_api_version": "V3"},
+        "rate_limits": [{"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "key"}}]}],
+    })
 
 
 def rate_limit(verified: bool, global_mode: bool) -> FilterSpec:
@@ -118,7 +149,7 @@ def deltas(results: dict) -> list[dict]:
     raw = results["raw"]
     out = []
     for host in results["hosts"]:
-        for glob, local, scenario in PAIRS:
+        for glob, local, scenario, label in PAIRS:
             cells = sorted({(r["connections"], r["workers"]) for r in raw if r["host"] == host and r["scenario"] == scenario})
             for conns, workers in cells:
                 pick = lambda v: {r["round"]: r for r in raw if r["host"] == host and r["variant"] == v
@@ -130,7 +161,7 @@ def deltas(results: dict) -> list[dict]:
                 gs = [g[k] for k in rounds]
                 side = lambda name: median_min_max([r.get("side_cpu_us_per_request", {}).get(name, 0.0) for r in gs])
                 out.append({
-                    "host": host, "numerator": glob, "denominator": local, "scenario": scenario, "connections": conns,
+                    "host": host, "label": label, "numerator": glob, "denominator": local, "scenario": scenario, "connections": conns,
                     "workers": workers, "rounds": len(rounds),
                     "rps_ratio": median_min_max([g[k]["rps"] / l[k]["rps"] for k in rounds if l[k]["rps"] > 0]),
                     "added_p50_us": median_min_max([g[k]["p50_us"] - l[k]["p50_us"] for k in rounds]),
@@ -168,22 +199,21 @@ def markdown(results: dict, comparisons: list, files_dir) -> str:
     if results.get("skipped_hosts"):
         lines += ["Not measured: " + "; ".join(f"{k}: {v}" for k, v in results["skipped_hosts"].items()) + ".", ""]
     lines += ["## Global / local, per request", "",
-              "Requests/s ratio and added latency (global minus local, the same round's k6 p50 and p99), median [min, max] "
-              "over rounds. Target: p99 added at most 1 ms. The engine's CPU: the ratelimit service's and Redis' utime+stime "
+              "Requests/s ratio and added latency (the first variant minus the second: the same round's k6 p50 and p99), "
+              "median [min, max] over rounds. Target (global / local): p99 added at most 1 ms. The engine's CPU: the ratelimit service's and Redis' utime+stime "
               "over the global variant's measurement, per request, and the cores it kept busy at that rate (on this 2-core "
               "machine, CPU the gateways and k6 did not get: part of the requests/s ratio).", "",
-              "| host | stack | conns | req/s global / local | added p50 µs | added p99 µs | p99 target | gateway CPU µs/req global vs local "
-              "| engine CPU µs/req (service + Redis) | engine cores busy | non-200 global / local |",
+              "| host | comparison (1st / 2nd) | conns | req/s ratio | added p50 µs | added p99 µs | p99 added ≤ 1 ms | gateway CPU µs/req 1st vs 2nd (ratio) "
+              "| engine CPU µs/req of the 1st (service + Redis) | engine cores busy | non-200 1st / 2nd |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in d:
         target = "-" if r["added_p99_us"] is None else ("met" if r["added_p99_us"][0] <= 1000 else "**missed**")
         gcpu = f"{r['gateway_cpu_us'][0][0]:.1f} vs {r['gateway_cpu_us'][1][0]:.1f} ({fmt(r['gateway_cpu_ratio'], 2, 'x')})"
         ecpu = f"{fmt(r['engine_cpu_us'], 1)} ({r['service_cpu_us'][0]:.1f} + {r['redis_cpu_us'][0]:.1f})"
-        stack = r["scenario"].replace("-allow", "").replace("stack-", "")
-        lines.append(f"| {r['host']} | {stack} | {r['connections']} | {fmt(r['rps_ratio'], 2, 'x')} | {fmt(r['added_p50_us'], sign=True)} "
+        lines.append(f"| {r['host']} | {r['label']} | {r['connections']} | {fmt(r['rps_ratio'], 2, 'x')} | {fmt(r['added_p50_us'], sign=True)} "
                      f"| {fmt(r['added_p99_us'], sign=True)} | {target} | {gcpu} | {ecpu} | {fmt(r['engine_cores'], 2)} "
                      f"| {r['non_200'][r['numerator']]} / {r['non_200'][r['denominator']]} |")
-    idle = [r["local_engine_cpu_us"][2] for r in d if r["local_engine_cpu_us"] is not None]
+    idle = [r["local_engine_cpu_us"][2] for r in d if r["local_engine_cpu_us"] is not None and r["denominator"].endswith("-local")]
     if idle:
         lines += ["", f"During the local variants' measurements the engine used at most {max(idle):.2f} µs per request (idle: "
                       "it is only asked by the global variants)."]
@@ -257,7 +287,9 @@ def main() -> None:
     opts = runner.options(connections="1,8,32", workers="2", hosts=HOSTS)
     keys = jwt_auth.make_keys(ttl=86400)
     loadavg_before = os.getloadavg()
-    with RatelimitEngine() as engine:
+    engine = RatelimitEngine()
+    (engine.runtime_root / "ratelimit" / "config" / "bench_native.yaml").write_text(NATIVE_CONFIG)
+    with engine:
         services = {SERVICE: engine.grpc_port}
 
         def spec(filters, up):
@@ -270,11 +302,12 @@ def main() -> None:
         variants = [
             runner.Variant("rate-limit-local", lambda up: spec([rate_limit(False, False)], up), scenarios=rl),
             runner.Variant("rate-limit-global", lambda up: spec([rate_limit(False, True)], up), scenarios=rl),
+            runner.Variant("native-ratelimit-global", lambda up: spec([native_ratelimit()], up), scenarios=rl),
             runner.Variant("likely-local", lambda up: spec(likely(False), up), scenarios=stack),
             runner.Variant("likely-global", lambda up: spec(likely(True), up), scenarios=stack),
         ]
         scenarios = [runner.Scenario("rate-limit-allow"), runner.Scenario("stack-likely", env={"TOKEN_HS256": keys.hs256})]
-        comparisons = [runner.Comparison(g, l, {sc}, label=f"{g} / {l}") for g, l, sc in PAIRS]
+        comparisons = [runner.Comparison(g, l, {sc}, label=label) for g, l, sc, label in PAIRS]
         engine_info = {**engine_versions(), "settings": engine.settings}
 
         def report(results: dict, comparisons_: list, files_dir) -> str:
