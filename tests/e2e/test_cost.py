@@ -105,7 +105,7 @@ def call(base: str, kind: str, model: str, tenant: str | None = None, headers: d
         h[names[k]] = str(v)
     if tenant is not None:
         h[TENANT] = tenant
-    return requests.post(base + ENDPOINT[kind], data=json.dumps(body), headers=h, timeout=float(__import__("os").environ.get("T","30")), stream=stream_kw)
+    return requests.post(base + ENDPOINT[kind], data=json.dumps(body), headers=h, timeout=30, stream=stream_kw)
 
 
 def spend(gateway, tenant: str) -> dict[str, int]:

@@ -28,11 +28,15 @@
 //! 5. Log (the stream ended without reaching the above, e.g. reset): booked from what was seen.
 //!
 //! With `global` (`crate::global`), step 1 for a tenant with a budget is one `ShouldRateLimit`
-//! check (the request paused until the reply, `on_error` when there is none), and each booking
-//! is also queued in the worker's outbox, which the root context sends on its 100 ms ticks (one
-//! call in flight per worker; a failed batch goes to the shared replay queue, replayed from
-//! ticks). Bookings are sent by the root context because a call made by a request's context is
-//! cancelled when that context goes away, which is when a booking happens.
+//! check (the request paused until the reply, `on_error` when there is none; what this worker
+//! has queued for the tenant and not sent is taken off the service's `limit_remaining`), and
+//! each booking is also queued in the worker's outbox, which the root context sends: at once on
+//! the reply of the booking call in flight (one per worker), else on a 1 ms tick that the
+//! request queueing the booking asks for (back to 100 ms after it; nginx keeps the 100 ms tick,
+//! see BOOKING_TICK_MILLIS); a failed batch goes to the
+//! shared replay queue, replayed from ticks. Bookings are sent by the root context because the
+//! Rust SDK delivers a call's reply only to the context that made it, and a request's context is
+//! gone soon after its booking (see `Shared::wake_root`).
 //!
 //! With `remote_prices`, the root context refreshes the price table on ticks through
 //! `tollgate_common::remote_fetch` (one fetch per `cache_duration_seconds` for the whole
@@ -64,7 +68,7 @@ use crate::counters::Counters;
 use crate::decode::{Coding, DecodeError, Decoder};
 use crate::global::{
     batch_request, check_request, decide, encode_queue, Booking, CostGlobal, Decision, Limits,
-    Outbox, Period, QueueError, ReplayQueue, BATCH_MAX, OUTBOX_MAX, REPLAY_MAX,
+    Outbox, Period, QueueError, ReplayQueue, SendTicks, BATCH_MAX, OUTBOX_MAX, REPLAY_MAX,
 };
 use crate::json_scan::{JsonScan, ScanError};
 use crate::ledger::{BookStats, Budget, Exceeded, Lookup, OpenError, Spend, Standing};
@@ -82,8 +86,16 @@ const LOG_INTERVAL_MS: u64 = 10_000;
 /// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
 pub const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
 
-/// Tick period with `global` (ms): how long a booking waits in the worker's outbox at most.
+/// Tick period with `global` while nothing waits to be sent (ms): the replay queue and a booking
+/// call never reported are looked at this often.
 const GLOBAL_TICK_MILLIS: u32 = 100;
+/// Tick period (ms) asked for by a request that queues a booking while no booking call is in
+/// flight: the root context sends it on the next tick. In Envoy a new period re-arms the root
+/// context's timer at once (`Wasm::setTimerPeriod`, source/extensions/common/wasm/wasm.cc), so
+/// the booking leaves about 1 ms later with whatever else completed meanwhile; nginx's module
+/// re-arms a tick timer only when it fires (nginx-compat/module/src/timers.rs, `tick_handler`),
+/// so there it leaves on the pending tick (at most GLOBAL_TICK_MILLIS).
+const BOOKING_TICK_MILLIS: u32 = 1;
 /// A booking call not reported after its timeout plus this (ms) is taken as failed.
 const BOOKING_GRACE_MS: u64 = 1_000;
 
@@ -121,6 +133,8 @@ struct GlobalState {
     breaker: Breaker,
     /// Bookings of this worker not yet sent (the root context sends them on ticks).
     outbox: RefCell<Outbox>,
+    /// When the root context sends the outbox (the booking call in flight, the tick period).
+    ticks: SendTicks,
     /// Bookings whose call failed, shared by every worker.
     queue: ReplayQueue,
 }
@@ -175,6 +189,46 @@ impl Shared {
                  {unlogged} more since the last line",
                 g.config.rls.service
             );
+        }
+    }
+
+    /// Asks the root context for a tick in BOOKING_TICK_MILLIS, unless one is already asked for
+    /// or a booking call is in flight. Called from a request's context: the tick period is the
+    /// root context's whichever context sets it (proxy-wasm-cpp-host `ContextBase::setTimerPeriod`
+    /// uses `root_context()->id()`; nginx-compat's `proxy_set_tick_period_milliseconds` sets the
+    /// current root's). A request's context cannot send the booking itself: the Rust SDK
+    /// delivers a call's reply to the context that made it and drops it once that context is gone
+    /// (proxy-wasm 0.2.5 `dispatcher.rs`, `register_grpc_callout`, `on_grpc_receive`).
+    fn wake_root(&self, g: &GlobalState) {
+        let Some(ms) = g.ticks.queued() else {
+            return;
+        };
+        match host::set_tick_period_ms(ms) {
+            Ok(()) => g.ticks.asked(ms),
+            Err(status) => {
+                if let Some(unlogged) = self.logs.global.due(now_unix_millis()) {
+                    log::warn!(
+                        "cost: cannot shorten the tick to send a booking (host status {status}); \
+                         it leaves on the next {GLOBAL_TICK_MILLIS} ms tick ({unlogged} more \
+                         since the last line)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Back to GLOBAL_TICK_MILLIS after a short tick (from the root context).
+    fn settle_tick(&self, g: &GlobalState) {
+        let Some(ms) = g.ticks.ticked() else {
+            return;
+        };
+        match host::set_tick_period_ms(ms) {
+            Ok(()) => g.ticks.asked(ms),
+            Err(status) => log::error!(
+                "cost: cannot set the tick period back to {ms} ms (it stays {} ms): host status \
+                 {status}",
+                g.ticks.period_ms()
+            ),
         }
     }
 
@@ -324,6 +378,13 @@ impl CostRoot {
     /// Sends the next batch of bookings, unless one is in flight: this worker's outbox first,
     /// else the shared replay queue.
     fn flush(&mut self) {
+        self.send_next();
+        if let Some(g) = self.shared.as_ref().and_then(|s| s.global.as_ref()) {
+            g.ticks.set_in_flight(self.booking.is_some());
+        }
+    }
+
+    fn send_next(&mut self) {
         let Some(shared) = self.shared.clone() else {
             return;
         };
@@ -416,6 +477,7 @@ impl Context for CostRoot {
         let Some(g) = shared.global.as_ref() else {
             return;
         };
+        g.ticks.set_in_flight(false);
         let body = (status_code == 0 && response_size > 0)
             .then(rls::host::reply_body)
             .flatten();
@@ -494,6 +556,7 @@ impl RootContext for CostRoot {
         let global = config.global.clone().map(|g| GlobalState {
             breaker: g.rls.breaker(),
             outbox: RefCell::new(Outbox::new(OUTBOX_MAX)),
+            ticks: SendTicks::new(GLOBAL_TICK_MILLIS, BOOKING_TICK_MILLIS),
             queue: ReplayQueue::new(config.ledger.name(), REPLAY_MAX),
             config: g,
         });
@@ -538,6 +601,13 @@ impl RootContext for CostRoot {
 
     fn on_tick(&mut self) {
         self.flush();
+        if let Some(shared) = self.shared.clone() {
+            if let Some(g) = shared.global.as_ref() {
+                // Sent, or not sendable now (breaker open, dispatch refused): either way the
+                // next batch leaves on the reply or on a regular tick.
+                shared.settle_tick(g);
+            }
+        }
         let Some(remote) = self.remote.as_mut() else {
             return;
         };
@@ -786,7 +856,10 @@ impl CostHttp {
             let now = Periods::at(now_unix_millis() / 1_000);
             if let Some(b) = Booking::new(&g.config, &self.tenant, &limits, &now, nano) {
                 // Sent by the root context (this stream may end before a reply).
-                if !g.outbox.borrow_mut().push(b) {
+                let queued = g.outbox.borrow_mut().push(b);
+                if queued {
+                    shared.wake_root(g);
+                } else {
                     count(shared.counters.global_dropped);
                     shared.dropped(&format!(
                         "tenant {}: {nano} nano-USD dropped: this worker's outbox is full \
@@ -1073,7 +1146,9 @@ impl Context for CostHttp {
             Ok(verdict) => {
                 g.breaker.success();
                 let now = Periods::at(now_unix_millis() / 1_000);
-                match decide(&check.periods, &verdict, &now, 0) {
+                // This worker's bookings of the tenant the service has not counted yet.
+                let pending = g.outbox.borrow().pending(&self.tenant, &now);
+                match decide(&check.periods, &verdict, &now, 0, &pending) {
                     Decision::Admit => {
                         count(shared.counters.global_admitted);
                         self.admitted(&shared, check.end_of_stream);

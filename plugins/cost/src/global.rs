@@ -45,8 +45,9 @@
 //! wins, 0 included; `INCRBY key 0`). It answers OK with `limit_remaining` 0 when the counter is
 //! exactly at the limit (over means counter > limit: `src/limiter/base_limiter.go`
 //! `GetResponseDescriptorStatus`), so a budget is spent when a status is over limit **or** has
-//! `limit_remaining` 0, the local rule `spend >= budget`; and refused too when `limit_remaining`
-//! is below the request's cost known in advance ([`decide`]'s `needed`).
+//! `limit_remaining` 0, the local rule `spend >= budget`. What this worker has queued for the
+//! tenant and not sent yet ([`Outbox::pending`]) is taken off `limit_remaining` first
+//! ([`decide`]'s `pending`), and a cost known in advance must fit in what is left (`needed`).
 //!
 //! After the priced response: the spend in units as the descriptors' `hits_addend`
 //! ([`Booking`]). Bookings wait in a per-worker [`Outbox`] (merged per tenant and period,
@@ -55,6 +56,7 @@
 //! A booking for a day or month that has ended by the time it is sent drops that period (its
 //! counter no longer matters).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use tollgate_common::config::ConfigError;
@@ -273,15 +275,44 @@ pub enum Decision {
     Refuse(Exceeded),
 }
 
-/// The decision from a check's verdict (its statuses in [`Limits::periods`]' order): refused
-/// when a status is over limit, has `limit_remaining` 0 (the counter is at the limit: spend ≥
-/// budget), or has less than `needed` units left (the request's cost when known in advance,
-/// else 0). The month wins when both are spent; the reset is the calendar period's (`now`), as
-/// in local mode.
-pub fn decide(periods: &[Period], verdict: &Verdict, now: &Periods, needed: u32) -> Decision {
+/// Booking units of a tenant that this worker knows are spent but the service has not counted
+/// yet (its [`Outbox`]), per period: subtracted from the service's `limit_remaining` by
+/// [`decide`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Units booked in the current calendar month.
+    pub month: u32,
+    /// Units booked in the current UTC day.
+    pub day: u32,
+}
+
+impl Pending {
+    fn of(&self, period: Period) -> u32 {
+        match period {
+            Period::Month => self.month,
+            Period::Day => self.day,
+        }
+    }
+}
+
+/// The decision from a check's verdict (its statuses in [`Limits::periods`]' order). What is
+/// left of a period is the status's `limit_remaining` minus `pending`'s units of that period
+/// (spend this worker has queued and the service has not counted; 0 when it is at least the
+/// remaining). Refused when a status is over limit, nothing is left (the counter plus the
+/// pending spend is at the limit: spend ≥ budget, the local rule), or less than `needed` units
+/// are left (the request's cost when known in advance, else 0). The month wins when both are
+/// spent; the reset is the calendar period's (`now`), as in local mode.
+pub fn decide(
+    periods: &[Period],
+    verdict: &Verdict,
+    now: &Periods,
+    needed: u32,
+    pending: &Pending,
+) -> Decision {
     let mut spent: Option<Period> = None;
     for (period, status) in periods.iter().zip(&verdict.statuses) {
-        if status.over_limit || status.limit_remaining == 0 || status.limit_remaining < needed {
+        let left = status.limit_remaining.saturating_sub(pending.of(*period));
+        if status.over_limit || left == 0 || left < needed {
             spent = Some(spent.map_or(*period, |p| p.min(*period)));
         }
     }
@@ -386,6 +417,30 @@ impl Outbox {
         out
     }
 
+    /// The units queued for `tenant` in `now`'s day and month (saturating): what the service
+    /// will count once they are sent. One range scan over the tenant's keys (at most one per
+    /// day and month it booked in while they wait).
+    pub fn pending(&self, tenant: &str, now: &Periods) -> Pending {
+        let from = BookingKey {
+            tenant: tenant.to_string(),
+            day: 0,
+            month: 0,
+        };
+        let mut out = Pending::default();
+        for (key, units) in self.queued.range(from..) {
+            if key.tenant != tenant {
+                break;
+            }
+            if key.month != 0 && key.month == now.month {
+                out.month = out.month.saturating_add(*units);
+            }
+            if key.day != 0 && key.day == now.day {
+                out.day = out.day.saturating_add(*units);
+            }
+        }
+        out
+    }
+
     /// Bookings queued.
     pub fn len(&self) -> usize {
         self.queued.len()
@@ -394,6 +449,59 @@ impl Outbox {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.queued.is_empty()
+    }
+}
+
+/// When a worker's root context sends its bookings: on the reply of the booking call in flight
+/// (at most one per worker), else on a tick. A request that queues a booking while no call is in
+/// flight asks for a short tick (`booking_ms`) instead of leaving it for the regular one
+/// (`idle_ms`); the tick that follows asks for `idle_ms` again. Host-free: the filter asks the
+/// host for the periods this returns (`proxy_set_tick_period_milliseconds`) and tells it which
+/// one the host took ([`SendTicks::asked`]; a period the host refused is asked again on the next
+/// booking).
+#[derive(Debug)]
+pub struct SendTicks {
+    idle_ms: u32,
+    booking_ms: u32,
+    asked_ms: Cell<u32>,
+    in_flight: Cell<bool>,
+}
+
+impl SendTicks {
+    /// Ticks of `idle_ms` (the period in use at the start), `booking_ms` while a booking waits.
+    pub fn new(idle_ms: u32, booking_ms: u32) -> SendTicks {
+        SendTicks {
+            idle_ms,
+            booking_ms,
+            asked_ms: Cell::new(idle_ms),
+            in_flight: Cell::new(false),
+        }
+    }
+
+    /// A booking was queued: the tick period to ask for now, if any (none while a call is in
+    /// flight, whose reply sends it, or when the short tick is already asked for).
+    pub fn queued(&self) -> Option<u32> {
+        (!self.in_flight.get() && self.asked_ms.get() != self.booking_ms).then_some(self.booking_ms)
+    }
+
+    /// A tick has sent what it could: the tick period to ask for now, if any.
+    pub fn ticked(&self) -> Option<u32> {
+        (self.asked_ms.get() != self.idle_ms).then_some(self.idle_ms)
+    }
+
+    /// The host took `ms` as the tick period.
+    pub fn asked(&self, ms: u32) {
+        self.asked_ms.set(ms);
+    }
+
+    /// Whether a booking call is in flight.
+    pub fn set_in_flight(&self, in_flight: bool) {
+        self.in_flight.set(in_flight);
+    }
+
+    /// The tick period last taken by the host (ms).
+    pub fn period_ms(&self) -> u32 {
+        self.asked_ms.get()
     }
 }
 

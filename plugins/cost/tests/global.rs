@@ -22,8 +22,8 @@ use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_cost::config::Config;
 use tollgate_cost::global::{
     batch_request, check_request, cost_entry, decide, decode_queue, encode_queue, overspend_bound,
-    year_boundary_in_month, Booking, BookingKey, CostGlobal, Decision, Limits, Outbox, Period,
-    ReplayQueue, DEFAULT_UNIT_NANO_USD,
+    year_boundary_in_month, Booking, BookingKey, CostGlobal, Decision, Limits, Outbox, Pending,
+    Period, ReplayQueue, SendTicks, DEFAULT_UNIT_NANO_USD,
 };
 use tollgate_cost::ledger::Budget;
 use tollgate_cost::period::Periods;
@@ -329,8 +329,15 @@ fn verdict_of(bytes: &[u8], n: usize) -> Result<rls::Verdict, CallFailure> {
 fn the_decision_refuses_a_spent_budget_as_local_mode_does() {
     let now = Periods::at(JAN31_NOON);
     let both = [Period::Month, Period::Day];
-    let decision =
-        |s: &[(u32, u64)], needed| decide(&both, &verdict_of(&reply(s), 2).unwrap(), &now, needed);
+    let decision = |s: &[(u32, u64)], needed| {
+        decide(
+            &both,
+            &verdict_of(&reply(s), 2).unwrap(),
+            &now,
+            needed,
+            &Pending::default(),
+        )
+    };
     assert_eq!(decision(&[(100, 10), (10, 9)], 0), Decision::Admit);
     // Exactly at the limit: the server answers OK with 0 remaining; spend >= budget refuses.
     let Decision::Refuse(e) = decision(&[(100, 10), (10, 10)], 0) else {
@@ -359,10 +366,131 @@ fn the_decision_refuses_a_spent_budget_as_local_mode_does() {
             &[Period::Day],
             &verdict_of(&reply(&[(0, 0)]), 1).unwrap(),
             &now,
-            0
+            0,
+            &Pending::default()
         ),
         Decision::Refuse(_)
     ));
+}
+
+#[test]
+fn the_decision_takes_this_workers_unsent_bookings_off_the_remaining() {
+    let now = Periods::at(JAN31_NOON);
+    let both = [Period::Month, Period::Day];
+    let decision = |s: &[(u32, u64)], needed, pending: Pending| {
+        decide(
+            &both,
+            &verdict_of(&reply(s), 2).unwrap(),
+            &now,
+            needed,
+            &pending,
+        )
+    };
+    // 100 - 90 = 10 units left of the day by the service's count.
+    let day = |day| Pending { month: 0, day };
+    assert_eq!(
+        decision(&[(1000, 90), (100, 90)], 0, day(9)),
+        Decision::Admit
+    );
+    // 10 queued here: the budget is spent once they are counted (spend >= budget refuses).
+    let Decision::Refuse(e) = decision(&[(1000, 90), (100, 90)], 0, day(10)) else {
+        panic!("admitted with the day's remaining all queued here");
+    };
+    assert_eq!(e.period, "day");
+    // More queued than the service has left (counted elsewhere meanwhile): no underflow.
+    assert!(matches!(
+        decision(&[(1000, 90), (100, 90)], 0, day(u32::MAX)),
+        Decision::Refuse(_)
+    ));
+    // Per period: the month's pending spends the month, not the day.
+    let Decision::Refuse(e) = decision(&[(1000, 995), (100, 90)], 0, Pending { month: 5, day: 0 })
+    else {
+        panic!("admitted with the month's remaining all queued here");
+    };
+    assert_eq!(e.period, "month");
+    assert_eq!(
+        decision(&[(1000, 995), (100, 90)], 0, Pending { month: 4, day: 9 }),
+        Decision::Admit
+    );
+    // A cost known in advance must fit in what is left after the pending spend.
+    assert_eq!(
+        decision(&[(1000, 90), (100, 90)], 4, day(6)),
+        Decision::Admit
+    );
+    assert!(matches!(
+        decision(&[(1000, 90), (100, 90)], 5, day(6)),
+        Decision::Refuse(_)
+    ));
+}
+
+#[test]
+fn the_outbox_says_what_a_tenant_has_pending_in_the_current_periods() {
+    let now = Periods::at(JAN31_NOON);
+    let (today, month) = (now.day, now.month);
+    let mut o = Outbox::new(16);
+    for (k, units) in [
+        (key("alice", today, month), 3),
+        (key("alice", today, 0), 4),         // no month budget
+        (key("alice", 0, month), 5),         // no day budget
+        (key("alice", today - 1, month), 6), // yesterday: this month only
+        (key("alice", today, month - 1), 7), // a stale month
+        (key("alic", today, month), 100),    // a prefix of the tenant
+        (key("alice2", today, month), 100),  // the tenant is a prefix
+        (key("alice_", today, month), 100),
+        (key("", today, month), 100),
+    ] {
+        assert!(o.push(Booking { key: k, units }));
+    }
+    assert_eq!(
+        o.pending("alice", &now),
+        Pending {
+            month: 3 + 5 + 6,
+            day: 3 + 4 + 7
+        }
+    );
+    assert_eq!(o.pending("nobody", &now), Pending::default());
+    // Saturates instead of wrapping (a wrap would admit).
+    let mut o = Outbox::new(4);
+    assert!(o.push(Booking {
+        key: key("t", today, month),
+        units: u32::MAX
+    }));
+    assert!(o.push(Booking {
+        key: key("t", 0, month),
+        units: 2
+    }));
+    assert_eq!(o.pending("t", &now).month, u32::MAX);
+    // Taking (sending) the bookings empties what is pending.
+    o.take(BATCH);
+    assert_eq!(o.pending("t", &now), Pending::default());
+}
+
+const BATCH: usize = 64;
+
+#[test]
+fn a_booking_asks_for_a_short_tick_only_when_nothing_would_send_it_sooner() {
+    let t = SendTicks::new(100, 1);
+    assert_eq!(t.period_ms(), 100);
+    assert_eq!(t.ticked(), None, "idle: nothing to change");
+    // The first booking of a quiet worker: a 1 ms tick, asked once.
+    assert_eq!(t.queued(), Some(1));
+    t.asked(1);
+    assert_eq!(t.queued(), None, "already asked for");
+    // The tick sends the batch (a call in flight), then asks for the regular period.
+    t.set_in_flight(true);
+    assert_eq!(t.ticked(), Some(100));
+    t.asked(100);
+    assert_eq!(t.ticked(), None);
+    // While the call is in flight its reply sends the next batch: no early tick.
+    assert_eq!(t.queued(), None);
+    t.set_in_flight(false);
+    assert_eq!(t.queued(), Some(1));
+    // A period the host refused is not taken: the next booking asks again.
+    assert_eq!(t.queued(), Some(1), "not taken, asked again");
+    t.asked(1);
+    assert_eq!(t.queued(), None);
+    // A tick that could send nothing (breaker open, dispatch refused) still goes back to 100.
+    assert_eq!(t.ticked(), Some(100));
 }
 
 #[test]
@@ -656,7 +784,9 @@ fn overspend_across_instances_is_within_the_stated_bound() {
         let req = check_request("tollgate", "default", "alice", &limits, &now).unwrap();
         let verdict = verdict_of(&engine.call(&req), 1).unwrap();
         let cost = 1 + rand(2_000_000);
-        if decide(&limits.periods(), &verdict, &now, 0) == Decision::Admit {
+        // The instance's own unsent bookings are taken off what the service says is left.
+        let pending = instances[i].outbox.pending("alice", &now);
+        if decide(&limits.periods(), &verdict, &now, 0, &pending) == Decision::Admit {
             admitted += 1;
             instances[i].in_flight.push((cost, 1 + rand(6) as u32));
             spent += cost;
