@@ -76,6 +76,36 @@ pub struct HttpCallResponse {
     pub trailers: HeaderMap,
 }
 
+/// A unary gRPC call dispatched with `proxy_grpc_call`; the embedding performs it without
+/// blocking and later calls [`Vm::on_grpc_call_done`] with the same `token`, unless the filter
+/// cancelled it first ([`Host::cancel_grpc_call`]). `upstream` is the name the filter gave (an
+/// Envoy cluster name there; for nginx an `upstream {}` or `host:port`), `service` the fully
+/// qualified service and `method` its method (the call is `POST /{service}/{method}`),
+/// `initial_metadata` the request's extra headers (checked like header map writes),
+/// `message` the serialized request (no length prefix), `timeout_ms` the deadline in
+/// milliseconds (0: the embedding's default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcCall {
+    pub token: u32,
+    pub upstream: String,
+    pub service: String,
+    pub method: String,
+    pub initial_metadata: HeaderMap,
+    pub message: Vec<u8>,
+    pub timeout_ms: u32,
+}
+
+/// How a [`GrpcCall`] ended: `status` is the gRPC status (0 OK; Envoy's `InvalidCode` as
+/// `u32::MAX`), `message` the `grpc-message` or the reason of a failure (what
+/// `proxy_get_status` returns during `proxy_on_grpc_close`), `body` the reply message (read
+/// only when `status` is 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrpcCallResult {
+    pub status: u32,
+    pub message: String,
+    pub body: Vec<u8>,
+}
+
 /// What the embedding provides to every `Vm` of a worker.
 pub trait Host {
     /// A log line of a plugin (`proxy_log`, and WASI stdout (Info) / stderr (Error) lines).
@@ -122,4 +152,17 @@ pub trait Host {
     }
     /// Start an HTTP call; Err(BadArgument) for an unknown upstream.
     fn dispatch_http_call(&self, call: HttpCall) -> Result<(), Status>;
+    /// Start a unary gRPC call. Errors as Envoy's `Context::grpcCall`
+    /// (source/extensions/common/wasm/context.cc): `ParseFailure` for an unknown upstream,
+    /// `InternalFailure` when the call cannot start (the only statuses the Rust SDK's
+    /// `dispatch_grpc_call` accepts besides `Ok`; any other makes it panic).
+    fn dispatch_grpc_call(&self, call: GrpcCall) -> Result<(), Status> {
+        let _ = call;
+        Err(Status::InternalFailure)
+    }
+    /// `proxy_grpc_cancel` / `proxy_grpc_close` of a pending unary call: drop the call, which
+    /// must then never complete.
+    fn cancel_grpc_call(&self, token: u32) {
+        let _ = token;
+    }
 }

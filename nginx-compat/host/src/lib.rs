@@ -10,7 +10,7 @@
 //!   buffers, properties set by filters, the local response). It is moved into the `Store` for
 //!   the duration of a callback and moved back out, so the host core needs no `unsafe`.
 //! - [`Host`] is what the embedding provides per worker: logging, shared data, metrics, shared
-//!   queues, HTTP calls, timers. Lazily computed properties come from [`Stream::properties`]'s
+//!   queues, HTTP and unary gRPC calls, timers. Lazily computed properties come from [`Stream::properties`]'s
 //!   fallback ([`PropertySource`]).
 //!
 //! [`testing::MemoryHost`] is an in-memory [`Host`] for tests.
@@ -31,7 +31,9 @@ mod vm;
 mod wasi;
 
 pub use context_ids::{HttpId, RootId};
-pub use embedder::{Host, HttpCall, HttpCallResponse, LogLevel, MetricKind, Status};
+pub use embedder::{
+    GrpcCall, GrpcCallResult, Host, HttpCall, HttpCallResponse, LogLevel, MetricKind, Status,
+};
 pub use engine::{AbiVersion, Engine, Module};
 pub use error::Error;
 pub use limits::{EpochTicker, GuestLimits, EPOCH_TICK};

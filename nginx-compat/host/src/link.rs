@@ -22,6 +22,7 @@ pub(crate) fn linker(engine: &Engine, module: &wasmtime::Module) -> Result<Linke
     abi::shared_data::define(&mut def)?;
     abi::shared_queues::define(&mut def)?;
     abi::http_calls::define(&mut def)?;
+    abi::grpc_calls::define(&mut def)?;
     abi::metrics::define(&mut def)?;
     wasi::define(&mut def)?;
     let names = def.names;
@@ -94,11 +95,11 @@ mod tests {
         let m = compile(&wat(
             "0_2_1",
             r#"(import "env" "proxy_something_new" (func $new (param i32 i64) (result i32)))
-               (import "env" "proxy_grpc_cancel" (func $cancel (param i32) (result i32)))"#,
+               (import "env" "proxy_grpc_send" (func $send (param i32 i32 i32 i32) (result i32)))"#,
             r#"(func (export "proxy_on_configure") (param i32 i32) (result i32)
                  (i32.and
                    (i32.eq (call $new (i32.const 1) (i64.const 2)) (i32.const 12))
-                   (i32.eq (call $cancel (i32.const 1)) (i32.const 12))))"#,
+                   (i32.eq (call $send (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 0)) (i32.const 12))))"#,
         ))
         .unwrap();
         let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();

@@ -1,11 +1,11 @@
 //! [`MemoryHost`]: an in-memory [`Host`] for tests (of this crate and of others): captured
 //! logs, shared data with ngx_wasm_module's CAS semantics, metrics, shared queues, recorded
-//! HTTP calls. Single-threaded (`RefCell`), like a worker.
+//! HTTP and gRPC calls. Single-threaded (`RefCell`), like a worker.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
-use crate::embedder::{Host, HttpCall, LogLevel, MetricKind, Status};
+use crate::embedder::{GrpcCall, Host, HttpCall, LogLevel, MetricKind, Status};
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct MemoryHost {
     pub metrics: RefCell<Vec<Metric>>,
     pub queues: RefCell<Vec<(String, VecDeque<Vec<u8>>)>>,
     pub calls: RefCell<Vec<HttpCall>>,
+    /// gRPC calls dispatched, and the tokens cancelled.
+    pub grpc_calls: RefCell<Vec<GrpcCall>>,
+    pub grpc_cancelled: RefCell<Vec<u32>>,
     /// Known upstreams; empty accepts any.
     pub upstreams: RefCell<Vec<String>>,
 }
@@ -57,6 +60,8 @@ impl Default for MemoryHost {
             metrics: RefCell::new(Vec::new()),
             queues: RefCell::new(Vec::new()),
             calls: RefCell::new(Vec::new()),
+            grpc_calls: RefCell::new(Vec::new()),
+            grpc_cancelled: RefCell::new(Vec::new()),
             upstreams: RefCell::new(Vec::new()),
         }
     }
@@ -250,6 +255,21 @@ impl Host for MemoryHost {
         }
         self.calls.borrow_mut().push(call);
         Ok(())
+    }
+
+    /// An upstream not in `upstreams` (when not empty) is `ParseFailure`, Envoy's status for
+    /// an unknown cluster.
+    fn dispatch_grpc_call(&self, call: GrpcCall) -> Result<(), Status> {
+        let upstreams = self.upstreams.borrow();
+        if !upstreams.is_empty() && !upstreams.contains(&call.upstream) {
+            return Err(Status::ParseFailure);
+        }
+        self.grpc_calls.borrow_mut().push(call);
+        Ok(())
+    }
+
+    fn cancel_grpc_call(&self, token: u32) {
+        self.grpc_cancelled.borrow_mut().push(token);
     }
 }
 

@@ -7,7 +7,7 @@ use wasmtime::{Instance, Store, TypedFunc};
 
 use crate::abi::core::State;
 use crate::context_ids::{HttpId, RootId};
-use crate::embedder::{Host, HttpCallResponse};
+use crate::embedder::{GrpcCallResult, Host, HttpCallResponse};
 use crate::engine::Module;
 use crate::error::Error;
 use crate::limits::{self, CallKind, GuestLimits};
@@ -44,6 +44,10 @@ struct Exports {
     on_delete: Option<TypedFunc<u32, ()>>,
     on_http_call_response: Option<OnHttpCallResponse>,
     on_queue_ready: Option<TypedFunc<(u32, u32), ()>>,
+    /// `proxy_on_grpc_receive(context, token, response_size)`.
+    on_grpc_receive: Option<TypedFunc<(u32, u32, u32), ()>>,
+    /// `proxy_on_grpc_close(context, token, status_code)`.
+    on_grpc_close: Option<TypedFunc<(u32, u32, u32), ()>>,
 }
 
 impl Exports {
@@ -225,6 +229,8 @@ impl Vm {
             on_delete: typed(&mut store, &instance, "proxy_on_delete")?,
             on_http_call_response: typed(&mut store, &instance, "proxy_on_http_call_response")?,
             on_queue_ready: typed(&mut store, &instance, "proxy_on_queue_ready")?,
+            on_grpc_receive: typed(&mut store, &instance, "proxy_on_grpc_receive")?,
+            on_grpc_close: typed(&mut store, &instance, "proxy_on_grpc_close")?,
         };
         exports.skip_stubs(&module.stubs);
         let start = match typed::<(), ()>(&mut store, &instance, "_initialize")? {
@@ -418,6 +424,77 @@ impl Vm {
         result
     }
 
+    /// The HTTP context that dispatched the unary gRPC call `token`, when it was not a root
+    /// context and still exists (the embedding may then pass that request's stream to
+    /// [`Vm::on_grpc_call_done_with_stream`]). (Added.)
+    pub fn grpc_call_context(&self, token: u32) -> Option<HttpId> {
+        let data = self.store.data();
+        let (_, ctx) = *data.grpc_calls.get(&token)?;
+        (!data.is_root(ctx) && data.contexts.contains_key(&ctx)).then_some(HttpId(ctx))
+    }
+
+    /// Delivers the end of the unary gRPC call `token` to the root context that owns it (the
+    /// root of the context that dispatched it, as proxy-wasm-cpp-host's `grpc_call` makes it;
+    /// the call outlives the dispatching request), with an empty stream, as Envoy does for a
+    /// unary call (`GrpcCallClientHandler::onSuccessRaw` /
+    /// `onFailure` in source/extensions/common/wasm/context.h, fed by
+    /// `AsyncRequestImpl::onRemoteClose`, source/common/grpc/async_client_impl.cc):
+    /// - status 0: `proxy_on_grpc_receive(context, token, body_size)` only, the reply readable
+    ///   as buffer type 5 (`GrpcReceiveBuffer`) during the callback (`onGrpcReceiveWrapper`);
+    /// - any other status: `proxy_on_grpc_close(context, token, status)` only, with
+    ///   `proxy_get_status` answering the status and message during the callback
+    ///   (`onGrpcCloseWrapper`; the message is cleared after it).
+    ///
+    /// No `proxy_on_grpc_receive_initial_metadata` / `_trailing_metadata` for a unary call
+    /// (`AsyncRequestImpl::onReceiveInitialMetadata` and `onReceiveTrailingMetadata` are empty),
+    /// so the metadata maps (types 4 and 5) are never available (`NotFound`). The proxy-wasm
+    /// Rust SDK turns either callback into `on_grpc_call_response(token, status_code,
+    /// response_size)`: `(token, 0, size)` on success, `(token, status, 0)` on failure
+    /// (dispatcher.rs `on_grpc_receive`, `on_grpc_close`). An unknown or cancelled token is
+    /// ignored. (Added.)
+    pub fn on_grpc_call_done(&mut self, token: u32, result: GrpcCallResult) -> Result<(), Error> {
+        self.grpc_call_done(token, result, None)
+    }
+
+    /// [`Vm::on_grpc_call_done`] with the stream of the HTTP context that dispatched the call
+    /// loaded (as [`Vm::on_http_call_response_with_stream`]). (Added.)
+    pub fn on_grpc_call_done_with_stream(
+        &mut self,
+        token: u32,
+        result: GrpcCallResult,
+        stream: &mut Stream,
+    ) -> Result<(), Error> {
+        self.grpc_call_done(token, result, Some(stream))
+    }
+
+    fn grpc_call_done(
+        &mut self,
+        token: u32,
+        result: GrpcCallResult,
+        stream: Option<&mut Stream>,
+    ) -> Result<(), Error> {
+        // The owner is the root context (see `abi::grpc_calls`): its id is the callback's.
+        let Some(&(ctx, _)) = self.store.data().grpc_calls.get(&token) else {
+            return Ok(());
+        };
+        let r = if result.status == 0 {
+            let size = len32(result.body.len())?;
+            self.store.data_mut().grpc_receive = Some(result.body);
+            let args = (ctx, token, size);
+            let r = call_export!(self, on_grpc_receive, CallKind::Call, ctx, stream, args);
+            self.store.data_mut().grpc_receive = None;
+            r
+        } else {
+            self.store.data_mut().grpc_status = (result.status, result.message.into_bytes());
+            let args = (ctx, token, result.status);
+            let r = call_export!(self, on_grpc_close, CallKind::Call, ctx, stream, args);
+            self.store.data_mut().grpc_status.1.clear();
+            r
+        };
+        self.store.data_mut().grpc_calls.remove(&token);
+        r.unwrap_or(Ok(()))
+    }
+
     /// `proxy_on_context_create(id, root)`.
     pub fn create_http(&mut self, root: RootId) -> Result<HttpId, Error> {
         if self.poisoned {
@@ -507,6 +584,7 @@ impl Vm {
         let data = self.store.data_mut();
         data.contexts.remove(&id.0);
         data.calls.retain(|_, ctx| *ctx != id.0);
+
         data.resumed.retain(|h| *h != id);
         r
     }

@@ -1,9 +1,10 @@
 //! `proxy_dispatch_http_call` without blocking the worker: calls go to `tollgate-services`'
-//! `CallRunner` (background threads started on first use in each worker, after fork); the
-//! worker polls the completions with a short timer while calls are pending and delivers
-//! `on_http_call_response` to the `Vm` that made the call.
+//! `CallRunner` (background threads started on first use in each worker, after fork), whose
+//! completions wake the worker (its eventfd, `wake.rs`); the worker then delivers
+//! `on_http_call_response` to the `Vm` that made the call. [`deliver`] is the delivery both
+//! HTTP and gRPC completions share.
 
-use tollgate_host::HttpCallResponse;
+use tollgate_host::{Error, HttpCallResponse, HttpId, Stream, Vm};
 use tollgate_services::http_client::CallResult;
 
 use crate::request::from_handle;
@@ -11,9 +12,58 @@ use crate::util::{level, log};
 use crate::worker::{RequestHandle, Worker};
 use crate::worker_host::CallTag;
 
-/// Delivers the completed calls (`on_http_call_response`, with the dispatching request's
+/// Runs `callback` on the `Vm` of slot `m` (when still of `tag`'s generation) with the stream
+/// of the request whose HTTP context `ctx` made the call loaded, when that request is live (its
+/// location's directives apply to calls the callback makes); returns the requests the `Vm`
+/// resumed meanwhile. `what` names the callback in the error log.
+pub fn deliver(
+    w: &mut Worker,
+    tag: &CallTag,
+    what: &str,
+    ctx: impl FnOnce(&Vm) -> Option<HttpId>,
+    callback: impl FnOnce(&mut Vm, Option<&mut Stream>) -> Result<(), Error>,
+) -> Vec<RequestHandle> {
+    let m = tag.vm_slot;
+    let mut resumed = Vec::new();
+    let Some(slot) = w.vms.get_mut(m) else {
+        return resumed;
+    };
+    if slot.generation != tag.generation {
+        return resumed;
+    }
+    let Some(vm) = slot.vm.as_mut() else {
+        return resumed;
+    };
+    let live = ctx(vm).and_then(|h| w.live.get(&(m, h.0)).copied());
+    // SAFETY: live-map entries are removed before their request is freed.
+    let res = match live.and_then(|p| unsafe { from_handle(p) }.map(|c| (p, c))) {
+        Some((p, c)) => {
+            let entered = w.host.enter_request(c.r);
+            let r = callback(vm, Some(&mut c.stream));
+            drop(entered);
+            // The filter resumed its request (`proxy_continue_stream` with the stream loaded)
+            // or answered it with a local response: the request goes on from where it paused
+            // (a request that is not paused is left alone, and the flag is cleared so that a
+            // later pause is not taken for resumed).
+            let resume = std::mem::take(&mut c.stream.resumed);
+            if resume || c.stream.local_response.is_some() || c.stream.closed {
+                resumed.push(p);
+            }
+            r
+        }
+        None => callback(vm, None),
+    };
+    if let Err(e) = res {
+        log(level::ERR, w.log, &format!("tollgate: {what}: {}", e.0));
+    }
+    w.check_poisoned(m);
+    resumed.extend(w.take_resumed(m));
+    resumed
+}
+
+/// Delivers the completed HTTP calls (`on_http_call_response`, with the dispatching request's
 /// stream when the call came from an HTTP context); returns the requests a `Vm` resumed
-/// meanwhile. Called from the worker's poll timer.
+/// meanwhile.
 pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
     let done: Vec<(CallTag, CallResult)> = w
         .host
@@ -23,14 +73,6 @@ pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
         .unwrap_or_default();
     let mut resumed = Vec::new();
     for (tag, response) in done {
-        let m = tag.vm_slot;
-        let Some(slot) = w.vms.get_mut(m) else {
-            continue;
-        };
-        if slot.generation != tag.generation {
-            continue;
-        }
-        let Some(vm) = slot.vm.as_mut() else { continue };
         if let (Err(failure), true) = (&response, tag.log_errors) {
             // `proxy_wasm_log_dispatch_errors on` (ngx_wasm_module's default).
             log(
@@ -48,49 +90,23 @@ pub fn poll(w: &mut Worker) -> Vec<RequestHandle> {
             trailers: r.trailers,
         });
         let token = tag.token;
-        let ctx = vm
-            .http_call_context(token)
-            .and_then(|h| w.live.get(&(m, h.0)).copied());
-        let res = match ctx {
-            // SAFETY: live-map entries are removed before their request is freed.
-            Some(p) => match unsafe { from_handle(p) } {
-                Some(c) => {
-                    // Calls the callback makes take the request's location's directives.
-                    let entered = w.host.enter_request(c.r);
-                    let r = vm.on_http_call_response_with_stream(token, response, &mut c.stream);
-                    drop(entered);
-                    // The filter resumed its request (`proxy_continue_stream` with the stream
-                    // loaded) or answered it with a local response: the request goes on from
-                    // where it paused (a request that is not paused is left alone, and the flag
-                    // is cleared so that a later pause is not taken for resumed).
-                    let resume = std::mem::take(&mut c.stream.resumed);
-                    if resume || c.stream.local_response.is_some() || c.stream.closed {
-                        resumed.push(p);
-                    }
-                    r
-                }
+        resumed.extend(deliver(
+            w,
+            &tag,
+            "on_http_call_response",
+            |vm| vm.http_call_context(token),
+            |vm, stream| match stream {
+                Some(s) => vm.on_http_call_response_with_stream(token, response, s),
                 None => vm.on_http_call_response(token, response),
             },
-            None => vm.on_http_call_response(token, response),
-        };
-        if let Err(e) = res {
-            log(
-                level::ERR,
-                w.log,
-                &format!("tollgate: on_http_call_response: {}", e.0),
-            );
-        }
-        w.check_poisoned(m);
-        resumed.extend(w.take_resumed(m));
+        ));
     }
     resumed
 }
 
-/// Calls are in flight in this worker (the poll timer keeps running).
+/// HTTP or gRPC calls are in flight in this worker.
 pub fn inflight(w: &Worker) -> bool {
-    w.host
-        .runner
-        .try_borrow()
-        .map(|r| r.pending() > 0)
-        .unwrap_or(false)
+    let http = w.host.runner.try_borrow().map(|r| r.pending() > 0);
+    let grpc = w.host.grpc.try_borrow().map(|r| r.pending() > 0);
+    http.unwrap_or(false) || grpc.unwrap_or(false)
 }

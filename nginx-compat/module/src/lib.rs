@@ -26,8 +26,10 @@
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
 //   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
 // - the request path: `phases.rs` (request side), `response_filters.rs` (response side),
-//   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (poll and tick timers),
-//   `calls.rs` (HTTP call completions), `request.rs` (per-request state and callbacks);
+//   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (the eventfd handler, poll
+//   and tick timers), `calls.rs` (HTTP call completions, the delivery of any call's),
+//   `grpc_calls.rs` (gRPC call completions), `wake.rs` (the worker's eventfd), `request.rs`
+//   (per-request state and callbacks);
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
 //   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
@@ -43,6 +45,7 @@ pub mod conf;
 pub mod conf_file;
 pub mod core;
 pub mod directives;
+pub mod grpc_calls;
 pub mod headers;
 pub mod http_module;
 pub mod kong_directives;
@@ -56,6 +59,7 @@ pub mod response_filters;
 pub mod timers;
 pub mod upstreams;
 pub mod util;
+pub mod wake;
 pub mod worker;
 pub mod worker_host;
 

@@ -187,6 +187,23 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
         );
         let host = crate::worker_host::WorkerHost::new((*cycle).log, Some(zones), metrics, queues)
             .with_calls(calls);
+        // Completed calls wake the worker through an eventfd; without one (no descriptor or
+        // connection left), the poll timer collects them every 2 ms.
+        match crate::wake::open(cycle, crate::timers::wake_handler) {
+            Ok(waker) => {
+                if let Ok(mut r) = host.runner.try_borrow_mut() {
+                    r.set_waker(std::sync::Arc::clone(&waker));
+                }
+                if let Ok(mut g) = host.grpc.try_borrow_mut() {
+                    g.set_waker(waker);
+                }
+            }
+            Err(e) => log(
+                level::WARN,
+                (*cycle).log,
+                &format!("tollgate: {e}: call completions are polled every 2 ms instead"),
+            ),
+        }
         let mut w = Worker::new(
             modules,
             main.filters.clone(),
@@ -208,4 +225,6 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
 
 pub(crate) unsafe extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
     crate::worker::uninstall();
+    // SAFETY: the worker's main thread, after its state (and the runners) are gone.
+    unsafe { crate::wake::close() };
 }

@@ -1,6 +1,8 @@
-//! The worker's timers: the poll timer of HTTP calls and shared queues ([`kick_calls`],
-//! [`poll_handler`]) and each filter's `on_tick` timer ([`tick_handler`]); and [`run_chain`],
-//! which runs a step of a request's chain and then arms the poll timer.
+//! The worker's timers and wake-ups: the eventfd handler that delivers completed HTTP and gRPC
+//! calls ([`wake_handler`], `wake.rs`), the poll timer of shared queues (and of calls when the
+//! worker has no eventfd) ([`kick_calls`], [`poll_handler`]), each filter's `on_tick` timer
+//! ([`tick_handler`]); and [`run_chain`], which runs a step of a request's chain and then arms
+//! the poll timer.
 
 use ngx::ffi::{ngx_event_t, ngx_msec_t};
 
@@ -16,14 +18,19 @@ pub fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
     out
 }
 
-/// Arms the worker's poll timer: every 2 ms while HTTP calls are pending, every
+/// Follows the root contexts' tick periods ([`Worker::sync_ticks`]), then arms the worker's
+/// poll timer: every 2 ms while calls are pending and the worker has no
+/// eventfd to be woken by (`wake::active`), every
 /// [`crate::worker_host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
 /// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
 pub fn kick_calls() {
     with_worker(|w| {
+        // A root context may have asked for another tick period meanwhile (Envoy re-arms at
+        // once): every path that runs guest code ends here.
+        w.sync_ticks(tick_handler);
         // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
         let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
-        let delay: ngx::ffi::ngx_msec_t = if crate::calls::inflight(w) {
+        let delay: ngx::ffi::ngx_msec_t = if !crate::wake::active() && crate::calls::inflight(w) {
             // Requests may be waiting for these answers, exiting or not.
             2
         } else if w.has_queues() && !exiting {
@@ -43,7 +50,24 @@ pub fn kick_calls() {
 pub unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
     let resumed = with_worker(|w| {
         let mut resumed = crate::calls::poll(w);
+        resumed.extend(crate::grpc_calls::poll(w));
         resumed.extend(w.poll_queues());
+        resumed
+    })
+    .unwrap_or_default();
+    crate::request::resume_all(resumed);
+    kick_calls();
+}
+
+/// The worker's eventfd is readable: a background thread completed an HTTP or gRPC call.
+/// Drains it first (a completion queued after this still wakes the worker again), then
+/// delivers every completed call and resumes the requests their callbacks resumed.
+pub unsafe extern "C" fn wake_handler(ev: *mut ngx_event_t) {
+    // SAFETY: `ev` is the eventfd connection's read event (wake::open registered us on it).
+    unsafe { crate::wake::drain(ev) };
+    let resumed = with_worker(|w| {
+        let mut resumed = crate::calls::poll(w);
+        resumed.extend(crate::grpc_calls::poll(w));
         resumed
     })
     .unwrap_or_default();
@@ -91,7 +115,12 @@ pub unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
     };
     // SAFETY: re-arming our own timer; exiting workers skip it (cancelable).
     unsafe {
-        if period > 0 && nginx_sys::ngx_exiting == 0 && nginx_sys::ngx_quit == 0 {
+        (*tp).period = period;
+        if period > 0
+            && (*tp).ev.timer_set() == 0
+            && nginx_sys::ngx_exiting == 0
+            && nginx_sys::ngx_quit == 0
+        {
             nginx_sys::ngx_add_timer(
                 &mut (*tp).ev,
                 ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),

@@ -93,6 +93,8 @@ pub struct TickTimer {
     pub ev: ngx_event_t,
     /// The filter.
     pub filter: usize,
+    /// The period the timer was last armed with (ms; 0: not armed).
+    pub period: u32,
 }
 
 /// What the module's timer events carry as `data`: nginx's debug log reads `ev->data` as a
@@ -292,6 +294,7 @@ impl Worker {
             let mut t = Box::new(TickTimer {
                 ev: unsafe { std::mem::zeroed() },
                 filter: i,
+                period,
             });
             t.ev.handler = Some(handler);
             t.ev.data = timer_data();
@@ -305,6 +308,44 @@ impl Worker {
                 )
             };
             self.ticks.push(t);
+        }
+    }
+
+    /// Follows the tick periods the root contexts asked for since their timers were armed, as
+    /// Envoy's `Wasm::setTickPeriod` (source/extensions/common/wasm/wasm.cc) does at once: a
+    /// root that asked for a tick for the first time gets its timer ([`Worker::arm_ticks`]), a
+    /// changed period re-arms the timer from now, 0 stops it. (Envoy also restarts the timer
+    /// when the same period is set again; here only a change is seen.)
+    pub fn sync_ticks(&mut self, handler: unsafe extern "C" fn(*mut ngx_event_t)) {
+        self.arm_ticks(handler);
+        for t in &mut self.ticks {
+            let period = match (
+                self.filters.get(t.filter).map(|f| f.module),
+                self.roots.get(t.filter).copied().flatten(),
+            ) {
+                (Some(m), Some(root)) => self
+                    .vms
+                    .get(m)
+                    .and_then(|s| s.vm.as_ref())
+                    .map_or(0, |vm| vm.tick_period_ms(root)),
+                _ => 0,
+            };
+            if period == t.period {
+                continue;
+            }
+            t.period = period;
+            // SAFETY: the worker's own timer event (boxed, alive until uninstall()).
+            unsafe {
+                if t.ev.timer_set() != 0 {
+                    nginx_sys::ngx_del_timer(&mut t.ev);
+                }
+                if period > 0 {
+                    nginx_sys::ngx_add_timer(
+                        &mut t.ev,
+                        ngx_msec_t::try_from(period).unwrap_or(ngx_msec_t::MAX),
+                    );
+                }
+            }
         }
     }
 

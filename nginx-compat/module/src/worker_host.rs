@@ -1,7 +1,8 @@
 //! `tollgate_host::Host` implementations: what a `Vm` gets from nginx.
 //!
 //! - [`WorkerHost`]: one per worker, shared by its `Vm`s: logging to the cycle's error log,
-//!   shared data, metrics, and HTTP calls queued for the worker's poll timer.
+//!   shared data, metrics, and HTTP and unary gRPC calls run on background threads, whose
+//!   completions wake the worker through its eventfd (`wake.rs`).
 //! - [`VmHost`]: the per-`Vm` view of it (it tags HTTP calls with the `Vm` that made them,
 //!   since call tokens are per `Vm`).
 //! - [`ConfHost`]: used at configuration time in the master (validation instances): logs to
@@ -30,7 +31,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use ngx::ffi::{ngx_http_request_t, ngx_log_t};
-use tollgate_host::{HttpCall, LogLevel, MetricKind, Status};
+use tollgate_host::{GrpcCall, HttpCall, LogLevel, MetricKind, Status};
+use tollgate_services::grpc_client::{
+    CallId, GrpcConfig, GrpcDispatchError, GrpcRequest, GrpcRunner,
+};
 use tollgate_services::http_client::{CallRunner, DispatchError, HttpRequest, RunnerConfig};
 use tollgate_services::kv::{KvError, ZoneSet};
 use tollgate_services::metrics_zone::{MetricsError, MetricsZone};
@@ -191,6 +195,11 @@ pub struct WorkerHost {
     pub registered: RefCell<Vec<Registered>>,
     /// HTTP calls in flight.
     pub runner: RefCell<CallRunner<CallTag>>,
+    /// Unary gRPC calls in flight.
+    pub grpc: RefCell<GrpcRunner<CallTag>>,
+    /// The runner's id of each pending gRPC call, by (`Vm` slot, generation, token): for
+    /// `proxy_grpc_cancel`.
+    pub grpc_ids: RefCell<rustc_hash::FxHashMap<(usize, u32, u32), CallId>>,
     /// How calls are made.
     calls: CallConf,
     /// The request whose filter callback is running (null: a root context's), whose
@@ -219,6 +228,8 @@ impl WorkerHost {
             queues,
             registered: RefCell::new(Vec::new()),
             runner: RefCell::new(CallRunner::new(RunnerConfig::default())),
+            grpc: RefCell::new(GrpcRunner::new(GrpcConfig::default())),
+            grpc_ids: RefCell::new(rustc_hash::FxHashMap::default()),
             calls: CallConf::default(),
             current: Cell::new(std::ptr::null_mut()),
             local: RefCell::new(HashMap::new()),
@@ -455,6 +466,57 @@ impl WorkerHost {
     }
 }
 
+impl WorkerHost {
+    /// Starts a unary gRPC call to `call.upstream` (an `upstream {}` block, its first server,
+    /// or `host:port`, as HTTP calls; `resolver_add` hosts apply): `ParseFailure` for an
+    /// unknown upstream (Envoy's status for an unknown cluster), `InternalFailure` when the
+    /// call cannot start, `BadArgument` for names or metadata HTTP/2 cannot carry.
+    fn dispatch_grpc(&self, mut tag: CallTag, call: GrpcCall) -> Result<(), Status> {
+        let addr =
+            crate::upstreams::resolve_upstream(&call.upstream).ok_or(Status::ParseFailure)?;
+        let addr = crate::upstreams::static_host(&addr, &self.calls.hosts);
+        tag.log_errors = self.call_defaults().log_errors;
+        let key = (tag.vm_slot, tag.generation, call.token);
+        let request = GrpcRequest {
+            authority: call.upstream.clone(),
+            service: call.service,
+            method: call.method,
+            metadata: call.initial_metadata,
+            message: call.message,
+            timeout: std::time::Duration::from_millis(u64::from(call.timeout_ms)),
+        };
+        tag.upstream = call.upstream;
+        let mut grpc = self
+            .grpc
+            .try_borrow_mut()
+            .map_err(|_| Status::InternalFailure)?;
+        let id = grpc.dispatch(tag, &addr, &request).map_err(|e| match e {
+            GrpcDispatchError::InvalidName | GrpcDispatchError::InvalidMetadata => {
+                Status::BadArgument
+            }
+            GrpcDispatchError::TooManyPending | GrpcDispatchError::Spawn(_) => {
+                Status::InternalFailure
+            }
+        })?;
+        if let Ok(mut ids) = self.grpc_ids.try_borrow_mut() {
+            ids.insert(key, id);
+        }
+        Ok(())
+    }
+
+    /// Drops the pending gRPC call `token` of `Vm` slot `vm_slot` (generation `generation`).
+    fn cancel_grpc(&self, vm_slot: usize, generation: u32, token: u32) {
+        let id = self
+            .grpc_ids
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut ids| ids.remove(&(vm_slot, generation, token)));
+        if let (Some(id), Ok(mut grpc)) = (id, self.grpc.try_borrow_mut()) {
+            grpc.cancel(id);
+        }
+    }
+}
+
 /// The `Host` a `Vm` of a worker sees.
 pub struct VmHost {
     /// The worker's services.
@@ -516,6 +578,23 @@ impl tollgate_host::Host for VmHost {
             ..CallTag::default()
         };
         self.worker.dispatch(tag, call)
+    }
+    fn dispatch_grpc_call(&self, call: GrpcCall) -> Result<(), Status> {
+        if self.vm_slot == usize::MAX {
+            // Per-request instances (isolation stream/filter) cannot receive answers.
+            return Err(Status::InternalFailure);
+        }
+        let tag = CallTag {
+            vm_slot: self.vm_slot,
+            generation: self.generation,
+            token: call.token,
+            ..CallTag::default()
+        };
+        self.worker.dispatch_grpc(tag, call)
+    }
+    fn cancel_grpc_call(&self, token: u32) {
+        self.worker
+            .cancel_grpc(self.vm_slot, self.generation, token);
     }
 }
 
@@ -605,6 +684,10 @@ impl tollgate_host::Host for ConfHost {
     }
     fn dispatch_http_call(&self, _call: HttpCall) -> Result<(), Status> {
         // No calls from validation instances (they are dropped right away).
+        Ok(())
+    }
+    fn dispatch_grpc_call(&self, _call: GrpcCall) -> Result<(), Status> {
+        // Likewise.
         Ok(())
     }
 }

@@ -1,8 +1,9 @@
 //! `proxy_dispatch_http_call` without blocking an nginx worker: a [`CallRunner`] hands each call
 //! to background threads of the worker process (started on the first dispatch, so never in the
 //! nginx master before `fork`; restarted if the process finds itself forked) that perform it
-//! with a deadline, and queues the completions; the worker polls them with [`CallRunner::poll`]
-//! (non-blocking) from a short timer while [`CallRunner::pending`] is not zero.
+//! with a deadline, and queues the completions; the worker collects them with
+//! [`CallRunner::poll`] (non-blocking) when the [`Waker`] it installed with
+//! [`CallRunner::set_waker`] tells it one is there.
 //!
 //! # HTTP/1.1 on hyper
 //! The calls are plain HTTP/1.1 to `host:port` (the upstream nginx resolved; TLS would come from
@@ -45,6 +46,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
+
+/// Called by a call runner's background thread after it queued a completion (e.g. writes an
+/// eventfd the worker's event loop watches). Must not block.
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
 
 /// Header list: (name, value) pairs in order, duplicates allowed.
 pub type Headers = Vec<(Vec<u8>, Vec<u8>)>;
@@ -209,6 +214,7 @@ pub struct CallRunner<T: Send + 'static> {
     threads: Option<Threads<T>>,
     pending: usize,
     early: VecDeque<(T, CallResult)>,
+    waker: Option<Waker>,
 }
 
 impl<T: Send + 'static> std::fmt::Debug for CallRunner<T> {
@@ -290,7 +296,15 @@ impl<T: Send + 'static> CallRunner<T> {
             threads: None,
             pending: 0,
             early: VecDeque::new(),
+            waker: None,
         }
+    }
+
+    /// Installs the function a background thread calls after each completion it queued (e.g.
+    /// writes an eventfd the worker's event loop watches; must not block). Threads started
+    /// before keep the waker they started with.
+    pub fn set_waker(&mut self, waker: Waker) {
+        self.waker = Some(waker);
     }
 
     /// Calls dispatched and not yet returned by [`CallRunner::poll`].
@@ -342,9 +356,10 @@ impl<T: Send + 'static> CallRunner<T> {
             let job_rx = Arc::clone(&threads.job_rx);
             let done_tx = threads.done_tx.clone();
             let idle = Arc::clone(&threads.idle);
+            let waker = self.waker.clone();
             std::thread::Builder::new()
                 .name("tollgate-http".into())
-                .spawn(move || worker_loop(&job_rx, &done_tx, &idle, max_body))
+                .spawn(move || worker_loop(&job_rx, &done_tx, &idle, max_body, waker.as_ref()))
                 .map_err(|e| DispatchError::Spawn(e.to_string()))?;
             threads.spawned = threads.spawned.saturating_add(1);
         }
@@ -357,6 +372,9 @@ impl<T: Send + 'static> CallRunner<T> {
             // Every thread is gone (cannot happen while we hold `job_rx`): fail the call.
             self.early
                 .push_back((job.tag, Err(CallFailure::Unavailable)));
+            if let Some(wake) = &self.waker {
+                wake();
+            }
         }
         self.pending = self.pending.saturating_add(1);
         Ok(())
@@ -380,6 +398,7 @@ fn worker_loop<T>(
     done: &Sender<(T, CallResult)>,
     idle: &AtomicUsize,
     max_body: usize,
+    waker: Option<&Waker>,
 ) {
     // One runtime per thread, for its whole life: calls on this thread run one at a time, so
     // a current-thread runtime (DNS on one blocking thread) is all they need.
@@ -406,6 +425,9 @@ fn worker_loop<T>(
             });
         if done.send((job.tag, response)).is_err() {
             return;
+        }
+        if let Some(wake) = waker {
+            wake();
         }
     }
 }

@@ -52,6 +52,7 @@ mod shm;
 mod lock;
 
 pub mod exposition;
+pub mod grpc_client;
 pub mod http_client;
 pub mod kv;
 pub mod metrics_zone;

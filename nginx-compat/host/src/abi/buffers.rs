@@ -1,5 +1,6 @@
 //! Buffers (`proxy_buffer_type_t`: request/response body chunks, the HTTP call's response
-//! body, the VM and plugin configurations): `proxy_get_buffer_bytes`, `proxy_set_buffer_bytes`
+//! body, a unary gRPC call's reply message (`GrpcReceiveBuffer`, during
+//! `proxy_on_grpc_receive`), the VM and plugin configurations): `proxy_get_buffer_bytes`, `proxy_set_buffer_bytes`
 //! (and their later names `proxy_get_buffer`/`proxy_set_buffer`), `proxy_get_buffer_status`,
 //! `proxy_get_configuration`.
 
@@ -92,6 +93,7 @@ impl State {
             0 => Some(&self.stream.request_body),
             1 => Some(&self.stream.response_body),
             4 => self.call_response.as_ref().map(|r| r.body.as_slice()),
+            5 => self.grpc_receive.as_deref(),
             6 => Some(&self.vm_config),
             7 => self.root().map(|r| r.configuration.as_slice()),
             _ => None,

@@ -67,6 +67,16 @@ pub(crate) struct State {
     pub(crate) next_token: u32,
     /// Pending HTTP calls: token to the context that dispatched it.
     pub(crate) calls: FxHashMap<u32, u32>,
+    /// Pending unary gRPC calls: token (1 mod 4, see `abi::grpc_calls`) to the root context
+    /// that owns it (proxy-wasm-cpp-host makes every call on the effective context's root) and
+    /// the context that dispatched it (whose request's stream the embedding may load).
+    pub(crate) grpc_calls: FxHashMap<u32, (u32, u32)>,
+    pub(crate) next_grpc_token: u32,
+    /// The reply message a `proxy_on_grpc_receive` callback sees (buffer type 5).
+    pub(crate) grpc_receive: Option<Vec<u8>>,
+    /// What `proxy_get_status` returns: the status and message of the `proxy_on_grpc_close`
+    /// being delivered (the message is cleared after it, the code kept, as Envoy does).
+    pub(crate) grpc_status: (u32, Vec<u8>),
     /// Registered shared queues: id to the root context that registered it.
     pub(crate) queues: FxHashMap<u32, u32>,
     pub(crate) resumed: Vec<HttpId>,
@@ -102,6 +112,10 @@ impl State {
             call_response: None,
             next_token: 1,
             calls: FxHashMap::default(),
+            grpc_calls: FxHashMap::default(),
+            next_grpc_token: 1,
+            grpc_receive: None,
+            grpc_status: (0, Vec::new()),
             queues: FxHashMap::default(),
             resumed: Vec::new(),
             stdout: Vec::new(),
@@ -127,6 +141,7 @@ impl State {
         self.contexts.remove(&id);
         self.queues.retain(|_, root| *root != id);
         self.calls.retain(|_, ctx| *ctx != id);
+        self.grpc_calls.retain(|_, (root, _)| *root != id);
         if let Some(r) = self.roots.iter_mut().find(|r| r.id == id) {
             r.configuration = Vec::new();
             r.tick_ms = 0;

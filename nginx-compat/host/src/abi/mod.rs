@@ -4,6 +4,7 @@
 
 pub(crate) mod buffers;
 pub(crate) mod core;
+pub(crate) mod grpc_calls;
 pub(crate) mod header_maps;
 pub(crate) mod http_calls;
 pub(crate) mod log_time;

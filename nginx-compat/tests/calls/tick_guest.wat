@@ -1,0 +1,28 @@
+;; A guest for tests/calls/tick_rearm.py: the root asks for a 60 s tick; each request answers
+;; 200 + the number of ticks so far, then asks for a 1 ms tick (from the HTTP context: the
+;; root's period); on_tick counts and asks for 60 s again.
+(module
+  (import "env" "proxy_set_tick_period_milliseconds" (func $tick (param i32) (result i32)))
+  (import "env" "proxy_send_local_response" (func $reply (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 4096))
+  (global $ticks (mut i32) (i32.const 0))
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get $n)))
+    (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32)
+    (drop (call $tick (i32.const 60000)))
+    (i32.const 1))
+  (func (export "proxy_on_tick") (param i32)
+    (global.set $ticks (i32.add (global.get $ticks) (i32.const 1)))
+    (drop (call $tick (i32.const 60000))))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (drop (call $reply (i32.add (i32.const 200) (global.get $ticks)) (i32.const 0) (i32.const 0)
+      (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const -1)))
+    (drop (call $tick (i32.const 1)))
+    (i32.const 1)))
