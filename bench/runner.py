@@ -316,7 +316,8 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
         workers: int | list[int] = 1, rounds: int = 3, seconds: float = 5, warmup: float = 1, smoke: bool = False,
         upstream_names: list[str] | None = None, prepare: Callable[[dict[str, object]], None] | None = None,
         hosts: list[str] | None = None, load: str = "wrk", only: list[str] | None = None,
-        report: Callable[[dict, list[Comparison], pathlib.Path], str] | None = None) -> dict:
+        report: Callable[[dict, list[Comparison], pathlib.Path], str] | None = None,
+        side_processes: Callable[[], dict[str, list[int]]] | None = None) -> dict:
     """Runs the matrix and writes bench/results/<name>.json and .md; returns the results.
 
     `workers` may be a list: every variant then runs once per worker count, all interleaved in
@@ -334,7 +335,13 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
     `upstream_names`: one demo upstream per name, passed to `Variant.spec` as {name: port}
     (default: one, named "upstream"). `prepare(gateways)`, if given, runs once every gateway is
     up and before any measurement, with {variant name: a gateway of that variant}; it may fill
-    in scenario headers that need a live gateway (e.g. a cookie minted by a first response)."""
+    in scenario headers that need a live gateway (e.g. a cookie minted by a first response).
+
+    `side_processes()`, if given, names processes outside the gateways whose CPU time the
+    requests also cost (e.g. {"service": [pid], "redis": [pid]}, the global limits' engine); it
+    is called per measurement (a process may have been restarted) and each row gets
+    `side_cpu_us_per_request` {name: µs of utime+stime per request, descendants included},
+    measured over the same interval as the gateway's."""
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     if only:
         unknown = set(only) - {sc.name for sc in scenarios}
@@ -401,23 +408,29 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
                         h, vname, _ = key
                         g = gateways[key]
                         pids = gateway_pids(g)
+                        side = side_processes() if side_processes is not None else {}
                         if load == "k6":
                             if warmup:
                                 run_k6(g.url, sc, conns, warmup)
                             before = cpu_ticks(pids)
+                            side_before = {k: cpu_ticks(v) for k, v in side.items()}
                             res = run_k6(g.url, sc, conns, seconds, summary=workdir / "k6-summary.json",
                                          tags={"host": h, "variant": vname, "workers": str(w)})
                         else:
                             if warmup:
                                 run_wrk(g.url, sc, conns, warmup)
                             before = cpu_ticks(pids)
+                            side_before = {k: cpu_ticks(v) for k, v in side.items()}
                             res = run_wrk(g.url, sc, conns, seconds)
                         ticks = cpu_ticks(pids) - before
+                        side_ticks = {k: cpu_ticks(v) - side_before[k] for k, v in side.items()}
                         rps = res["requests"] / (res["duration_us"] / 1e6)
                         cpu_us = ticks / CLK_TCK * 1e6 / max(res["requests"], 1)
                         summary = res.pop("summary", None)
                         row = {"round": r, "host": h, "scenario": sc.name, "connections": conns, "workers": w, "variant": vname, "rps": rps,
-                               "cpu_us_per_request": cpu_us, **res}
+                               "cpu_us_per_request": cpu_us, "loadavg_1m": os.getloadavg()[0], **res}
+                        if side:
+                            row["side_cpu_us_per_request"] = {k: t / CLK_TCK * 1e6 / max(res["requests"], 1) for k, t in side_ticks.items()}
                         if summary is not None:
                             path = files_dir / "k6" / h / f"w{w}-c{conns}" / f"{sc.name}--{vname}.json"
                             entry = summaries.setdefault(path, {"host": h, "variant": vname, "scenario": sc.name, "workers": w,

@@ -62,6 +62,65 @@ def test_gateway_report_smoke():
     assert "k6 v1.8.1" in report and "cores" in report
 
 
+
+def install(*scripts: str) -> None:
+    """Runs scripts/<script> for each: k6.sh (k6), ratelimit.sh (the global limits' engine); quick when installed."""
+    for script in scripts:
+        r = subprocess.run([str(ROOT / "scripts" / script)], capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_global_limits_smoke():
+    """bench/global_limits.py --smoke: local and global mode (the rate limit service on Redis) on
+    every selected host (Envoy, nginx), a second per cell at 1 connection, 2 workers. Every
+    answer is a 200, and with `on_error: deny` a 200 in global mode is the service's verdict (a
+    failed call would be a 503); the engine's CPU was measured beside the gateway's, the
+    global / local table and the direct client's figures are in the report."""
+    install("k6.sh", "ratelimit.sh")
+    hosts = report_hosts()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "global_limits.py"), "--smoke", "--hosts", ",".join(hosts)],
+                       cwd=ROOT / "bench", capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads((ROOT / "bench" / "results" / "global_limits.smoke.json").read_text())
+    assert results["hosts"] == hosts and not results["skipped_hosts"], results["skipped_hosts"]
+    rows = results["raw"]
+    variants = {"rate-limit-local", "rate-limit-global", "likely-local", "likely-global"}
+    for host in hosts:  # and on Envoy, its own global rate limit filter on the same service
+        expected = variants | ({"native-ratelimit-global"} if host == "envoy" else set())
+        assert {row["variant"] for row in rows if row["host"] == host} == expected, host
+    for row in rows:
+        assert row["requests"] > 0 and row["cpu_us_per_request"] > 0, row
+        assert row["non_2xx_3xx"] == 0 and row["checks_failed"] == 0 and not row.get("unexpected_status"), row
+        assert set(row["side_cpu_us_per_request"]) == {"ratelimit", "redis"}, row
+        if row["variant"].endswith("-global"):  # the service answered every request: it used CPU
+            assert row["side_cpu_us_per_request"]["ratelimit"] > 0, row
+    pairs = {(d["host"], d["numerator"], d["denominator"]) for d in results["global_vs_local"] if d["rps_ratio"] and d["added_p99_us"]}
+    assert pairs >= {(h, v + "-global", v + "-local") for h in hosts for v in ("rate-limit", "likely")}, pairs
+    direct = results["direct_client"]["cells"]["1"]
+    assert all(c["calls"] > 0 and c["errors"] == 0 for cells in direct.values() for c in cells), direct
+    report = (ROOT / "bench" / "results" / "global_limits.smoke.md").read_text()
+    assert "## Global / local, per request" in report and "## The engine on its own" in report
+
+
+def test_engine_latency_smoke():
+    """bench/engine_latency.py --smoke: ShouldRateLimit from the direct gRPC client, a second per
+    cell at 1, 8 and 32 streams: calls answered without errors, and Redis worked only for the
+    configured domain's calls (the "service only" domain is answered without it)."""
+    install("ratelimit.sh")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "engine_latency.py"), "--smoke"], cwd=ROOT / "bench",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads((ROOT / "bench" / "results" / "engine_latency.smoke.json").read_text())
+    cells = results["cells"]
+    assert set(cells) == {"service + Redis", "service only"}
+    for variant, by_streams in cells.items():
+        assert set(by_streams) == {"1", "8", "32"}, by_streams
+        for streams, runs in by_streams.items():
+            assert runs and all(c["calls"] > 0 and c["errors"] == 0 and c["p50_ms"] > 0 for c in runs), (variant, streams, runs)
+    redis_us = {v: sum(c["cpu_us_per_call"]["redis"] * c["calls"] for runs in s.values() for c in runs) for v, s in cells.items()}
+    assert redis_us["service + Redis"] > redis_us["service only"], redis_us
+    assert "What Redis adds" in (ROOT / "bench" / "results" / "engine_latency.smoke.md").read_text()
+
 def test_instructions_smoke():
     """bench/instructions.py --smoke: nginx under callgrind (3 warm-up and 5 measured requests,
     proxy-only and floor-1; ~20 s): the dumps parse, callgrind saw every request, the wasm floor
