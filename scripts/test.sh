@@ -50,6 +50,11 @@ log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; 
 (cd nginx-compat && NGINX_SOURCE_DIR="$ROOT/target/nginx-build/nginx-src" \
   NGINX_BUILD_DIR="$ROOT/target/nginx-build/nginx-src/objs" \
   cargo test -q --release -p tollgate-module --test pure)
+# gRPC calls through a real nginx (a WAT guest, a grpcio server behind an upstream {}: replies,
+# statuses, the deadline, one HTTP/2 connection for many calls, the eventfd wake-up; about 2 min),
+# and a tick period that takes effect at once, as in Envoy.
+"$VENV/bin/python" nginx-compat/tests/calls/grpc_e2e.py
+"$VENV/bin/python" nginx-compat/tests/calls/tick_rearm.py
 # No import cycle between the modules of nginx-compat's crates, no function over 150 lines
 # without a reason beside it.
 python3 scripts/check-module-cycles.py
