@@ -616,7 +616,33 @@ impl Breaker {
 #[cfg(target_arch = "wasm32")]
 #[allow(unsafe_code)] // The ABI import itself; the call's SAFETY is stated.
 pub mod host {
-    use proxy_wasm::types::BufferType;
+    use std::time::Duration;
+
+    use proxy_wasm::traits::Context;
+    use proxy_wasm::types::{BufferType, Status};
+
+    use super::{GlobalConfig, RateLimitRequest};
+
+    /// Sends `request` as one `ShouldRateLimit` to `config.service` (an Envoy cluster or an nginx
+    /// `upstream {}`) with the SDK's `dispatch_grpc_call` on `ctx`, whose
+    /// `on_grpc_call_response` gets the reply; deadline `config.timeout_ms` (enforced by the
+    /// host). The call's token, or the host's status: `ParseFailure` (no such upstream) or
+    /// `InternalFailure` (the call could not start).
+    pub fn should_rate_limit(
+        ctx: &(impl Context + ?Sized),
+        config: &GlobalConfig,
+        request: &RateLimitRequest,
+    ) -> Result<u32, Status> {
+        let message = super::encode_request(request);
+        ctx.dispatch_grpc_call(
+            &config.service,
+            super::SERVICE,
+            super::METHOD,
+            Vec::new(),
+            Some(&message),
+            Duration::from_millis(u64::from(config.timeout_ms)),
+        )
+    }
 
     #[link(wasm_import_module = "env")]
     extern "C" {

@@ -45,7 +45,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, MapType};
@@ -436,15 +435,7 @@ impl CostRoot {
             return;
         };
         let descriptors = request.descriptors.len();
-        let message = rls::encode_request(&request);
-        let call = self.dispatch_grpc_call(
-            &g.config.rls.service,
-            rls::SERVICE,
-            rls::METHOD,
-            Vec::new(),
-            Some(&message),
-            Duration::from_millis(u64::from(g.config.rls.timeout_ms)),
-        );
+        let call = rls::host::should_rate_limit(self, &g.config.rls, &request);
         match call {
             Ok(token) => {
                 self.booking = Some(InFlight {
@@ -1003,15 +994,7 @@ impl CostHttp {
                 CallFailure::BreakerOpen,
             );
         }
-        let message = rls::encode_request(&request);
-        let call = self.dispatch_grpc_call(
-            &g.config.rls.service,
-            rls::SERVICE,
-            rls::METHOD,
-            Vec::new(),
-            Some(&message),
-            Duration::from_millis(u64::from(g.config.rls.timeout_ms)),
-        );
+        let call = rls::host::should_rate_limit(self, &g.config.rls, &request);
         match call {
             Ok(token) => {
                 self.check = Some(Check {

@@ -7,7 +7,6 @@
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::rc::Rc;
-use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
@@ -365,20 +364,8 @@ impl RateLimitHttp {
                 CallFailure::BreakerOpen,
             );
         }
-        let message = rls::encode_request(&crate::global::request(
-            rule,
-            &g.domain,
-            client.as_deref(),
-            weight,
-        ));
-        let call = self.dispatch_grpc_call(
-            &g.service,
-            rls::SERVICE,
-            rls::METHOD,
-            Vec::new(),
-            Some(&message),
-            Duration::from_millis(u64::from(g.timeout_ms)),
-        );
+        let request = crate::global::request(rule, &g.domain, client.as_deref(), weight);
+        let call = rls::host::should_rate_limit(self, g, &request);
         match call {
             Ok(token) => {
                 self.pending = Some(Pending {
