@@ -712,6 +712,21 @@ pub mod host {
         }
     }
 
+    /// The verdict of the call being reported to `on_grpc_call_response(token, status_code,
+    /// response_size)` (the SDK's arguments: a reply is status 0 with its size, a failure the
+    /// gRPC status and 0), for a request of `descriptors` descriptors: the reply message read
+    /// with [`reply_body`] and judged by [`super::reply_verdict`].
+    pub fn reply(
+        status_code: u32,
+        response_size: usize,
+        descriptors: usize,
+    ) -> Result<super::Verdict, super::CallFailure> {
+        let body = (status_code == 0 && response_size > 0)
+            .then(reply_body)
+            .flatten();
+        super::reply_verdict(status_code, response_size, body.as_deref(), descriptors)
+    }
+
     /// The reply message of the call being reported, at most `MAX_REPLY_BYTES + 1` bytes (so
     /// that [`super::reply_verdict`] sees an oversize one); `None` when there is none or the
     /// host cannot give it.

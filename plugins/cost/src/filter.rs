@@ -469,10 +469,7 @@ impl Context for CostRoot {
             return;
         };
         g.ticks.set_in_flight(false);
-        let body = (status_code == 0 && response_size > 0)
-            .then(rls::host::reply_body)
-            .flatten();
-        match rls::reply_verdict(status_code, response_size, body.as_deref(), f.descriptors) {
+        match rls::host::reply(status_code, response_size, f.descriptors) {
             Ok(_) => {
                 g.breaker.success();
                 count_n(
@@ -1125,15 +1122,7 @@ impl Context for CostHttp {
         let Some(g) = shared.global.as_ref() else {
             return;
         };
-        let body = (status_code == 0 && response_size > 0)
-            .then(rls::host::reply_body)
-            .flatten();
-        let reply = rls::reply_verdict(
-            status_code,
-            response_size,
-            body.as_deref(),
-            check.periods.len(),
-        );
+        let reply = rls::host::reply(status_code, response_size, check.periods.len());
         let action = match reply {
             Ok(verdict) => {
                 g.breaker.success();

@@ -587,15 +587,7 @@ impl Context for RateLimitHttp {
             );
             return;
         };
-        let body = (status_code == 0 && response_size > 0)
-            .then(rls::host::reply_body)
-            .flatten();
-        let reply = rls::reply_verdict(
-            status_code,
-            response_size,
-            body.as_deref(),
-            rule.limits.len(),
-        );
+        let reply = rls::host::reply(status_code, response_size, rule.limits.len());
         let Pending {
             index,
             client,
