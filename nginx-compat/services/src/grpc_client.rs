@@ -53,7 +53,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::http_client::Headers;
+use crate::http_client::{pairs, Headers};
 
 /// gRPC status codes (grpc/doc/statuscodes.md) this client produces itself.
 pub mod status {
@@ -630,12 +630,6 @@ fn grpc_message(map: &http::HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-fn pairs(map: &http::HeaderMap) -> Headers {
-    map.iter()
-        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
-}
-
 /// Splits complete length-prefixed messages off `buf`, keeping the last; `Err` with the status.
 fn take_messages(
     buf: &mut BytesMut,
@@ -672,7 +666,7 @@ fn take_messages(
 
 async fn read_reply(response: hyper::Response<hyper::body::Incoming>, max: usize) -> GrpcReply {
     let (parts, mut body) = response.into_parts();
-    let initial_metadata = pairs(&parts.headers);
+    let initial_metadata: Headers = pairs(&parts.headers).collect();
     let with_headers = |mut r: GrpcReply| {
         r.initial_metadata = initial_metadata.clone();
         r
@@ -741,7 +735,7 @@ async fn read_reply(response: hyper::Response<hyper::body::Incoming>, max: usize
     let reply = GrpcReply {
         status: grpc_status(&trailers).unwrap_or(status::UNKNOWN),
         message: grpc_message(&trailers),
-        trailing_metadata: pairs(&trailers),
+        trailing_metadata: pairs(&trailers).collect(),
         ..GrpcReply::default()
     };
     with_headers(finish(reply, last))

@@ -595,8 +595,9 @@ fn block_bytes(map: &http::HeaderMap) -> usize {
     })
 }
 
-/// A header map as (name, value) pairs, names lower-cased (as `http` keeps them).
-fn pairs(map: &http::HeaderMap) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
+/// A header map as (name, value) pairs, names lower-cased (as `http` keeps them); also the
+/// gRPC client's metadata.
+pub(crate) fn pairs(map: &http::HeaderMap) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
     map.iter()
         .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
 }
