@@ -419,7 +419,8 @@ impl RateLimitHttp {
         failure: CallFailure,
     ) -> Action {
         let policy = rule.global.as_ref().map_or(OnError::Local, |g| g.on_error);
-        if let Some(state) = shared.global.get(index).and_then(Option::as_ref) {
+        let state = shared.global.get(index).and_then(Option::as_ref);
+        if let Some(state) = state {
             let c = &state.counters;
             count(match failure {
                 CallFailure::Dispatch(_) => c.error_dispatch,
@@ -441,11 +442,7 @@ impl RateLimitHttp {
                 );
             }
         }
-        let counters = shared
-            .global
-            .get(index)
-            .and_then(Option::as_ref)
-            .map(|s| &s.counters);
+        let counters = state.map(|s| &s.counters);
         match policy {
             OnError::Local => self.local(shared, index, rule, client, weight),
             OnError::Allow => {
