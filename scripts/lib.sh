@@ -4,7 +4,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export ROOT
 VENV="$ROOT/.venv"
 WASM_DIR="$ROOT/target/wasm32-wasip1/release"
-log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+# With TOLLGATE_T0 (epoch seconds, exported by test.sh) each line also says the minutes and seconds
+# since the run began, so that a CI log shows where the time went.
+log() {
+  if [ -n "${TOLLGATE_T0:-}" ]; then
+    local t=$(($(date +%s) - TOLLGATE_T0))
+    printf '[%s +%dm%02ds] %s\n' "$(basename "$0")" $((t / 60)) $((t % 60)) "$*" >&2
+  else
+    printf '[%s] %s\n' "$(basename "$0")" "$*" >&2
+  fi
+}
 envoy_bin() { ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -n1; }
 # The wasm filters (crate directories under plugins/ that build a cdylib).
 plugin_crates() { grep -l 'cdylib' "$ROOT"/plugins/*/Cargo.toml | xargs -n1 dirname | xargs -n1 basename; }

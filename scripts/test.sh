@@ -6,6 +6,8 @@
 #        TOLLGATE_HOSTS=envoy scripts/test.sh   (default: envoy,nginx,nginx-musl; then kong, below)
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+TOLLGATE_T0="${TOLLGATE_T0:-$(date +%s)}"
+export TOLLGATE_T0
 # The disk, before and after: a clean run writes about NEED_GB (target/, nginx-compat/target/,
 # buildah's storage), and a full disk shows up only as a linker's SIGBUS or an I/O error.
 NEED_GB=15
@@ -37,9 +39,10 @@ log "fuzz targets (fuzz/, its own workspace): fmt, clippy, then a short run of e
 (cd fuzz && cargo fmt --check && cargo clippy -q --target-dir "$ROOT/target" --no-default-features --bins -- -D warnings)
 "$ROOT/scripts/fuzz.sh" smoke "${TOLLGATE_FUZZ_SECONDS:-5}"
 
-log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; fmt, clippy, unit tests"
+log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl"
 "$ROOT/scripts/build-nginx-module.sh"
 "$ROOT/scripts/build-nginx-musl.sh"
+log "nginx-compat: fmt, clippy, unit tests of the host and services"
 (cd nginx-compat && cargo fmt --all --check && cargo clippy -q --workspace --all-targets -- -D warnings)
 # Release: the tests compile the filters with cranelift, which is slow unoptimised, and the
 # release build of wasmtime is already there for the module.
@@ -53,6 +56,7 @@ log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl; 
 # gRPC calls through a real nginx (a WAT guest, a grpcio server behind an upstream {}: replies,
 # statuses, the deadline, one HTTP/2 connection for many calls, the eventfd wake-up; about 2 min),
 # and a tick period that takes effect at once, as in Envoy.
+log "nginx-compat: gRPC calls and the tick through a real nginx"
 "$VENV/bin/python" nginx-compat/tests/calls/grpc_e2e.py
 "$VENV/bin/python" nginx-compat/tests/calls/tick_rearm.py
 # No import cycle between the modules of nginx-compat's crates, no function over 150 lines
@@ -61,12 +65,14 @@ python3 scripts/check-module-cycles.py
 python3 scripts/long-functions.py >/dev/null
 # The hostile-guest ABI fuzzer (tests/filters/abi-fuzz against the host core, in-process): a
 # fixed seed, 200,000 host calls (about 10-40 s). The long run: nginx-compat/README.md.
+log "nginx-compat: the hostile-guest ABI fuzzer"
 (cd nginx-compat && ABI_FUZZ_SEED=2 ABI_FUZZ_CALLS=200000 \
   cargo test -q --release -p tollgate-host --test abi_fuzz -- --ignored hostile_guest_long_run)
 
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
 
+log "tools of the end-to-end tests: wrk, k6, the rate limit service, Prometheus, wabt"
 "$ROOT/scripts/apt.sh" wrk   # the benchmarks' smoke mode
 "$ROOT/scripts/k6.sh" >/dev/null   # the gateway report's smoke mode (k6 v1.8.1 from the Go module proxy; minutes when cold)
 "$ROOT/scripts/ratelimit.sh" >/dev/null   # the global limits' engine: Redis (Debian) and envoyproxy/ratelimit (pinned, go install)
