@@ -56,9 +56,11 @@ log "nginx-compat: fmt, clippy, unit tests of the host and services"
 # gRPC calls through a real nginx (a WAT guest, a grpcio server behind an upstream {}: replies,
 # statuses, the deadline, one HTTP/2 connection for many calls, the eventfd wake-up; about 2 min),
 # and a tick period that takes effect at once, as in Envoy.
-log "nginx-compat: gRPC calls and the tick through a real nginx"
+log "nginx-compat: gRPC calls, HTTP calls and the tick through a real nginx"
 "$VENV/bin/python" nginx-compat/tests/calls/grpc_e2e.py
 "$VENV/bin/python" nginx-compat/tests/calls/tick_rearm.py
+# HTTP calls through a real nginx reuse their connections (200 calls, at most 4 connections).
+"$VENV/bin/python" nginx-compat/tests/calls/http_latency.py --check
 # No import cycle between the modules of nginx-compat's crates, no function over 150 lines
 # without a reason beside it.
 python3 scripts/check-module-cycles.py

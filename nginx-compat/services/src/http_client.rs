@@ -7,17 +7,24 @@
 //!
 //! # HTTP/1.1 on hyper
 //! The calls are plain HTTP/1.1 to `host:port` (the upstream nginx resolved; TLS would come from
-//! nginx's upstream, not from here), one request per connection, under one overall deadline
-//! (the call's `timeout_ms`) across DNS, connect, write and read, with the response size capped.
-//! The protocol is hyper's (`hyper::client::conn::http1`, one connection per call), driven by a
-//! current-thread tokio runtime owned by each background thread; this file only shapes the
-//! call and its limits:
+//! nginx's upstream, not from here) under one overall deadline (the call's `timeout_ms`) across
+//! DNS, connect, write and read, with the response size capped. The protocol is hyper's
+//! (`hyper::client::conn::http1`), driven by a current-thread tokio runtime owned by each
+//! background thread; this file only shapes the call and its limits:
 //!
+//! - connections are persistent (RFC 9112 section 9.3): after a complete response each thread
+//!   keeps its connection to that address for the next call ([`crate::http_pool`]: one per
+//!   address, 30 s idle at most), unless the server said `connection: close`. A kept connection
+//!   the server closed meanwhile is noticed before the request goes out and a new one is opened;
+//!   if it closes after the request went out and before any response, the request is sent again
+//!   on a new connection only when its method is idempotent (RFC 9110 section 9.2.2: GET, HEAD,
+//!   OPTIONS, TRACE, PUT, DELETE), and otherwise fails the call, as Envoy's connection pool does
+//!   without a retry policy;
 //! - request: `{:method} {:path} HTTP/1.1`, `host` from `:authority`, the other headers as given
 //!   except `connection`, `content-length`, `transfer-encoding`, `host` and `keep-alive` (set
-//!   here: `connection: close`, `content-length` when there is a body or the method is not
-//!   GET/HEAD/DELETE/OPTIONS), the body; request trailers are not sent (HTTP/1.1 servers rarely
-//!   accept them; no filter of this project sends any);
+//!   here: `content-length` when there is a body or the method is not GET/HEAD/DELETE/OPTIONS),
+//!   the body; request trailers are not sent (HTTP/1.1 servers rarely accept them; no filter of
+//!   this project sends any);
 //! - response: as hyper reads it (interim 1xx skipped; chunked, `content-length` or
 //!   close-delimited bodies; none for `HEAD`, 204 and 304), headers with lower-cased names, in
 //!   order with repeated names together, at most [`MAX_HEAD`] bytes of head; the trailers of a
@@ -39,13 +46,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, HOST};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
+
+use crate::http_pool::{AbortOnDrop, Connection, Pool};
 
 /// Called by a call runner's background thread after it queued a completion (e.g. writes an
 /// eventfd the worker's event loop watches). Must not block.
@@ -203,6 +211,7 @@ struct Threads<T> {
     done_tx: Sender<(T, CallResult)>,
     job_rx: Arc<Mutex<Receiver<Job<T>>>>,
     idle: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
     spawned: usize,
     pid: u32,
 }
@@ -280,7 +289,6 @@ fn prepare(request: &HttpRequest, now: Instant) -> Result<Prepared, DispatchErro
     if !request.body.is_empty() || !bodiless {
         headers.append(CONTENT_LENGTH, HeaderValue::from(request.body.len()));
     }
-    headers.append(CONNECTION, HeaderValue::from_static("close"));
     Ok(Prepared {
         request: call,
         deadline: now.checked_add(request.timeout).unwrap_or(now),
@@ -310,6 +318,13 @@ impl<T: Send + 'static> CallRunner<T> {
     /// Calls dispatched and not yet returned by [`CallRunner::poll`].
     pub fn pending(&self) -> usize {
         self.pending
+    }
+
+    /// TCP connections the runner's threads opened so far (tests: proof of reuse).
+    pub fn connections_opened(&self) -> usize {
+        self.threads
+            .as_ref()
+            .map_or(0, |t| t.opened.load(Ordering::Relaxed))
     }
 
     /// Starts a call to `address` (`host:port`, resolved on the background thread) and returns
@@ -343,6 +358,7 @@ impl<T: Send + 'static> CallRunner<T> {
                 done_tx,
                 job_rx: Arc::new(Mutex::new(job_rx)),
                 idle: Arc::new(AtomicUsize::new(0)),
+                opened: Arc::new(AtomicUsize::new(0)),
                 spawned: 0,
                 pid,
             });
@@ -356,10 +372,13 @@ impl<T: Send + 'static> CallRunner<T> {
             let job_rx = Arc::clone(&threads.job_rx);
             let done_tx = threads.done_tx.clone();
             let idle = Arc::clone(&threads.idle);
+            let opened = Arc::clone(&threads.opened);
             let waker = self.waker.clone();
             std::thread::Builder::new()
                 .name("tollgate-http".into())
-                .spawn(move || worker_loop(&job_rx, &done_tx, &idle, max_body, waker.as_ref()))
+                .spawn(move || {
+                    worker_loop(&job_rx, &done_tx, &idle, &opened, max_body, waker.as_ref())
+                })
                 .map_err(|e| DispatchError::Spawn(e.to_string()))?;
             threads.spawned = threads.spawned.saturating_add(1);
         }
@@ -397,6 +416,7 @@ fn worker_loop<T>(
     jobs: &Mutex<Receiver<Job<T>>>,
     done: &Sender<(T, CallResult)>,
     idle: &AtomicUsize,
+    opened: &AtomicUsize,
     max_body: usize,
     waker: Option<&Waker>,
 ) {
@@ -409,6 +429,7 @@ fn worker_loop<T>(
         .thread_name("tollgate-http-dns")
         .build()
         .ok();
+    let mut pool = Pool::default();
     loop {
         idle.fetch_add(1, Ordering::AcqRel);
         let job = {
@@ -421,7 +442,13 @@ fn worker_loop<T>(
         let response = runtime
             .as_ref()
             .map_or(Err(CallFailure::Unavailable), |rt| {
-                perform(rt, &job.address, job.request, max_body)
+                let call = Call {
+                    address: &job.address,
+                    steps: job.request.steps,
+                    max_body,
+                    opened,
+                };
+                perform(rt, &mut pool, &call, job.request)
             });
         if done.send((job.tag, response)).is_err() {
             return;
@@ -442,38 +469,23 @@ fn remaining(deadline: Instant) -> Option<Duration> {
 /// the most hyper buffers while it reads a head (at least 8 KiB).
 pub const MAX_HEAD: usize = 64 * 1024;
 
+/// What one call needs besides its request.
+struct Call<'a> {
+    address: &'a str,
+    steps: Option<StepTimeouts>,
+    max_body: usize,
+    /// The runner's count of connections opened.
+    opened: &'a AtomicUsize,
+}
+
 /// One call, from DNS to the last byte, within its deadline (and its steps' limits).
-fn perform(runtime: &Runtime, address: &str, request: Prepared, max_body: usize) -> CallResult {
+fn perform(runtime: &Runtime, pool: &mut Pool, call: &Call<'_>, request: Prepared) -> CallResult {
     let left = remaining(request.deadline).ok_or(CallFailure::Timeout)?;
     runtime.block_on(async move {
-        tokio::time::timeout(
-            left,
-            exchange(address, request.request, request.steps, max_body),
-        )
-        .await
-        .unwrap_or(Err(CallFailure::Timeout))
+        tokio::time::timeout(left, exchange(pool, call, request.request))
+            .await
+            .unwrap_or(Err(CallFailure::Timeout))
     })
-}
-
-/// Stops a spawned connection task when the call is over, whichever way it ends.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// `fut` within `limit` (none: as long as the call's deadline allows); `late` past it.
-async fn within<F: std::future::Future<Output = CallResult>>(
-    limit: Option<Duration>,
-    late: CallFailure,
-    fut: F,
-) -> CallResult {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, fut).await.unwrap_or(Err(late)),
-        None => fut.await,
-    }
 }
 
 /// A connected stream to `address` (`host:port`): resolved, then each address tried in order.
@@ -510,30 +522,134 @@ async fn connect(
     }
 }
 
-async fn exchange(
-    address: &str,
-    request: Request<Full<Bytes>>,
-    steps: Option<StepTimeouts>,
-    max_body: usize,
-) -> CallResult {
-    let stream = connect(address, steps).await?;
+/// The call on the kept connection to its address when there is one, else (or when that one
+/// turns out closed, see the module documentation) on a new connection; the connection is kept
+/// for the next call after a complete response.
+async fn exchange(pool: &mut Pool, call: &Call<'_>, request: Request<Full<Bytes>>) -> CallResult {
+    let exchange_limit = call.steps.map(|s| s.exchange);
+    let mut request = request;
+    if let Some(kept) = pool.take(call.address, Instant::now()) {
+        let replay = idempotent(request.method()).then(|| copy(&request));
+        let late = Sent::Answered(Err(CallFailure::Timeout), None);
+        match within(exchange_limit, late, send(kept, request, call.max_body)).await {
+            Sent::Answered(result, connection) => {
+                if let Some(connection) = connection {
+                    pool.put(call.address, connection, Instant::now());
+                }
+                return result;
+            }
+            Sent::Unsent(unsent) => request = unsent,
+            Sent::Lost => match replay {
+                Some(again) => request = again,
+                None => return Err(CallFailure::Protocol),
+            },
+        }
+    }
+    let stream = connect(call.address, call.steps).await?;
+    call.opened.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
-    within(steps.map(|s| s.exchange), CallFailure::Timeout, async {
-        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+    let connection = async {
+        let (sender, connection) = hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|_| CallFailure::Protocol)?;
-        let _driver = AbortOnDrop(tokio::spawn(async move {
+        let driver = AbortOnDrop(tokio::spawn(async move {
             let _ = connection.await;
         }));
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|_| CallFailure::Protocol)?;
-        read_response(response, max_body).await
-    })
-    .await
+        Ok(Connection {
+            sender,
+            _driver: driver,
+        })
+    };
+    let fresh = async {
+        let connection = connection.await?;
+        Ok(send(connection, request, call.max_body).await)
+    };
+    match within(exchange_limit, Err(CallFailure::Timeout), fresh).await {
+        Ok(Sent::Answered(result, connection)) => {
+            if let Some(connection) = connection {
+                pool.put(call.address, connection, Instant::now());
+            }
+            result
+        }
+        Ok(Sent::Unsent(_) | Sent::Lost) => Err(CallFailure::Protocol),
+        Err(failure) => Err(failure),
+    }
+}
+
+/// How a request on one connection ended.
+enum Sent {
+    /// A response (or a failure reading it); the connection when it can carry another call.
+    Answered(CallResult, Option<Connection>),
+    /// The connection was closed before the request went out: the request, untouched.
+    Unsent(Request<Full<Bytes>>),
+    /// The connection closed after the request went out and before any response.
+    Lost,
+}
+
+/// `request` on `connection`, and the response read whole.
+async fn send(mut connection: Connection, request: Request<Full<Bytes>>, max_body: usize) -> Sent {
+    // Lets the connection's driver see a close that arrived while the thread was idle.
+    tokio::task::yield_now().await;
+    if connection.sender.ready().await.is_err() {
+        return Sent::Unsent(request);
+    }
+    match connection.sender.try_send_request(request).await {
+        Ok(response) => {
+            let result = read_response(response, max_body).await;
+            let reusable = result.is_ok();
+            Sent::Answered(result, reusable.then_some(connection))
+        }
+        Err(mut e) => match e.take_message() {
+            Some(unsent) => Sent::Unsent(unsent),
+            None => {
+                // The connection failed under the request (closed, or reset because the
+                // server had closed it with the request unread); a malformed answer is not that.
+                let error = e.into_error();
+                if error.is_parse() || error.is_parse_status() || error.is_user() {
+                    Sent::Answered(Err(CallFailure::Protocol), None)
+                } else {
+                    Sent::Lost
+                }
+            }
+        },
+    }
+}
+
+/// `fut` within `limit` (none: as long as the call's deadline allows); `late` past it.
+async fn within<R, F: std::future::Future<Output = R>>(
+    limit: Option<Duration>,
+    late: R,
+    fut: F,
+) -> R {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, fut).await.unwrap_or(late),
+        None => fut.await,
+    }
+}
+
+/// RFC 9110 section 9.2.2: a request whose method is idempotent may be sent again when its
+/// connection closed before any response.
+fn idempotent(method: &Method) -> bool {
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
+}
+
+/// A copy of `request` for a replay (its body is a reference-counted `Bytes`).
+fn copy(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut again = Request::new(request.body().clone());
+    *again.method_mut() = request.method().clone();
+    *again.uri_mut() = request.uri().clone();
+    *again.headers_mut() = request.headers().clone();
+    again
 }
 
 async fn read_response(response: hyper::Response<Incoming>, max_body: usize) -> CallResult {
@@ -679,6 +795,186 @@ mod tests {
         out
     }
 
+    /// One request read from `s` (head and a `content-length` body); `None` when the client
+    /// closed first.
+    fn read_request(s: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                if got.len() >= end + 4 + len {
+                    return Some(got);
+                }
+            }
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// A server whose `i`-th connection (from 0) is handed to `script(i, stream)` on a thread of
+    /// its own; returns its address and the requests it read, in order.
+    fn serve_script(
+        script: impl Fn(usize, &mut std::net::TcpStream, &Sender<Vec<u8>>) + Send + Sync + 'static,
+    ) -> (String, Receiver<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = channel();
+        let script = Arc::new(script);
+        std::thread::spawn(move || {
+            for (i, conn) in listener.incoming().enumerate() {
+                let Ok(mut s) = conn else { return };
+                let (script, tx) = (Arc::clone(&script), tx.clone());
+                std::thread::spawn(move || script(i, &mut s, &tx));
+            }
+        });
+        (addr, rx)
+    }
+
+    /// Answers every request on the connection with `ok <n>` (n counts the connection's
+    /// requests), keeping it open, as HTTP/1.1 servers do.
+    fn keep_alive(_: usize, s: &mut std::net::TcpStream, seen: &Sender<Vec<u8>>) {
+        let mut n = 0;
+        while let Some(req) = read_request(s) {
+            let _ = seen.send(req);
+            n += 1;
+            let body = format!("ok {n}");
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            if s.write_all(format!("{head}{body}").as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn call_one(runner: &mut CallRunner<u32>, addr: &str, req: &HttpRequest) -> CallResult {
+        runner.dispatch(0, addr, req).unwrap();
+        wait_all(runner, 1).remove(0).1
+    }
+
+    #[test]
+    fn sequential_calls_to_one_address_share_one_connection() {
+        let (addr, seen) = serve_script(keep_alive);
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_threads: 1,
+            ..RunnerConfig::default()
+        });
+        for i in 1..=10 {
+            let method = if i % 2 == 0 { "POST" } else { "GET" };
+            let resp = call_one(&mut runner, &addr, &request(method, "/", &[], b"x", 2000));
+            // The server's count of requests on this connection: the same connection each time.
+            assert_eq!(resp.unwrap().body, format!("ok {i}").into_bytes());
+        }
+        assert_eq!(runner.connections_opened(), 1);
+        assert_eq!(seen.try_iter().count(), 10);
+    }
+
+    #[test]
+    fn a_kept_connection_closed_by_its_server_is_replaced_before_the_request_goes_out() {
+        // One request a connection, then the server closes it (an idle timeout of 0).
+        let (addr, seen) = serve_script(|_, s, seen| {
+            if let Some(req) = read_request(s) {
+                let _ = seen.send(req);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            }
+        });
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_threads: 1,
+            ..RunnerConfig::default()
+        });
+        for method in ["GET", "POST", "GET", "POST"] {
+            let resp = call_one(&mut runner, &addr, &request(method, "/", &[], b"x", 2000));
+            assert_eq!(resp.unwrap().body, b"ok");
+            // Time for the server's close to arrive before the next call.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(runner.connections_opened(), 4);
+        // Each request reached the server once: no POST sent twice.
+        assert_eq!(seen.try_iter().count(), 4);
+    }
+
+    /// A server that answers the first request of its first connection, then reads the
+    /// second and closes without an answer (the race of a keep-alive timeout, or a hostile
+    /// server); every later connection is [`keep_alive`].
+    fn drops_the_second_request() -> (String, Receiver<Vec<u8>>) {
+        serve_script(|i, s, seen| {
+            if i > 0 {
+                return keep_alive(i, s, seen);
+            }
+            if let Some(req) = read_request(s) {
+                let _ = seen.send(req);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst");
+            }
+            if let Some(req) = read_request(s) {
+                let _ = seen.send(req);
+            }
+        })
+    }
+
+    #[test]
+    fn a_request_lost_on_a_kept_connection_is_replayed_only_when_idempotent() {
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_threads: 1,
+            ..RunnerConfig::default()
+        });
+        let (addr, seen) = drops_the_second_request();
+        let get = request("GET", "/jwks", &[], b"", 2000);
+        assert_eq!(call_one(&mut runner, &addr, &get).unwrap().body, b"first");
+        assert_eq!(call_one(&mut runner, &addr, &get).unwrap().body, b"ok 1");
+        assert_eq!(seen.try_iter().count(), 3, "the GET was sent again");
+
+        let (addr, seen) = drops_the_second_request();
+        let post = request("POST", "/book", &[], b"1 unit", 2000);
+        assert_eq!(call_one(&mut runner, &addr, &post).unwrap().body, b"first");
+        assert_eq!(
+            call_one(&mut runner, &addr, &post),
+            Err(CallFailure::Protocol)
+        );
+        assert_eq!(seen.try_iter().count(), 2, "the POST was not sent again");
+        assert_eq!(runner.connections_opened(), 3);
+    }
+
+    #[test]
+    fn connection_close_and_failed_calls_do_not_keep_the_connection() {
+        // `connection: close` from the server; then a body over the cap on a keep-alive server.
+        let (addr, _) = serve_script(|_, s, _| {
+            if read_request(s).is_some() {
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+                );
+                // Held open: only the header tells the client not to reuse it.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_threads: 1,
+            max_body_bytes: 4,
+            ..RunnerConfig::default()
+        });
+        let get = request("GET", "/", &[], b"", 2000);
+        for _ in 0..3 {
+            assert_eq!(call_one(&mut runner, &addr, &get).unwrap().body, b"ok");
+        }
+        assert_eq!(runner.connections_opened(), 3);
+        let (big, _) = serve_script(|_, s, _| {
+            while read_request(s).is_some() {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ntoo large");
+            }
+        });
+        for _ in 0..2 {
+            assert_eq!(
+                call_one(&mut runner, &big, &get),
+                Err(CallFailure::TooLarge)
+            );
+        }
+        assert_eq!(runner.connections_opened(), 5);
+    }
+
     #[test]
     fn get_with_content_length() {
         let (addr, seen) = serve_once(
@@ -711,10 +1007,11 @@ mod tests {
             ]
         );
         assert_eq!(resp.body, b"{\"keys\":[]}");
+        // Persistent by default (RFC 9112 section 9.3): no `connection` header.
         let sent = String::from_utf8(seen.recv().unwrap()).unwrap();
         assert_eq!(
             sent,
-            "GET /.well-known/jwks.json HTTP/1.1\r\nhost: jwks.example\r\naccept: application/json\r\nconnection: close\r\n\r\n"
+            "GET /.well-known/jwks.json HTTP/1.1\r\nhost: jwks.example\r\naccept: application/json\r\n\r\n"
         );
     }
 

@@ -54,6 +54,7 @@ mod lock;
 pub mod exposition;
 pub mod grpc_client;
 pub mod http_client;
+mod http_pool;
 pub mod kv;
 pub mod metrics_zone;
 pub mod queue;

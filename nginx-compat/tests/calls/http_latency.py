@@ -2,10 +2,14 @@
 """The latency a filter's `dispatch_http_call` adds to a request, for one or more builds of the
 module: a real nginx (1 worker) with `http_guest.wat` (one HTTP call per request to an nginx
 `upstream {}` served by the same nginx with `return 200`), N sequential keep-alive requests,
-p50/p90 per build, interleaved in rounds so that machine noise falls on every build alike.
+p50/p90 per build, interleaved in rounds so that machine noise falls on every build alike; and
+how many TCP connections the calls opened (the backend logs `$connection` of each call).
 
 Usage: .venv/bin/python nginx-compat/tests/calls/http_latency.py [MODULE.so ...]
 (default: target/nginx/ngx_http_tollgate_wasm_module.so). Stops every nginx it starts.
+       .venv/bin/python nginx-compat/tests/calls/http_latency.py --check
+200 calls through the default build: exit status 1 unless they succeed on at most 4
+connections (the call threads of the worker; persistent connections, not one per call).
 """
 import http.client
 import pathlib
@@ -39,10 +43,15 @@ events {{ worker_connections 256; }}
 wasm {{ module h {wasm}; }}
 http {{
     access_log off;
+    log_format conn '$connection';
     client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f;
     uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
     upstream backend {{ server 127.0.0.1:{backend}; }}
-    server {{ listen 127.0.0.1:{backend}; location / {{ return 200 ok; }} }}
+    server {{
+        listen 127.0.0.1:{backend};
+        access_log {tmp}/backend.log conn;
+        location / {{ return 200 ok; }}
+    }}
     server {{ listen 127.0.0.1:{port}; location / {{ proxy_wasm h; return 204; }} }}
 }}
 """)
@@ -51,7 +60,7 @@ http {{
     for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, port
+            return proc, port, tmp
         except OSError:
             time.sleep(0.05)
     proc.kill()
@@ -72,27 +81,40 @@ def run(port, n):
     return out
 
 
+def connections(tmp):
+    """(calls the backend served, distinct connections they came on)."""
+    log = (tmp / "backend.log").read_text().split()
+    return len(log), len(set(log))
+
+
 def main():
-    modules = sys.argv[1:] or [str(ROOT / "target" / "nginx" / "ngx_http_tollgate_wasm_module.so")]
+    check = sys.argv[1:] == ["--check"]
+    default = [str(ROOT / "target" / "nginx" / "ngx_http_tollgate_wasm_module.so")]
+    modules = default if check else (sys.argv[1:] or default)
     wasm = pathlib.Path(tempfile.mkdtemp()) / "http_guest.wasm"
     subprocess.run(["cargo", "run", "-q", "--release", "-p", "tollgate-host", "--example", "wat2wasm",
                     str(HERE / "http_guest.wat"), str(wasm)], cwd=ROOT / "nginx-compat", check=True)
     started = [start(m, wasm) for m in modules]
     samples = {m: [] for m in modules}
     try:
-        for (_, port) in started:
+        for (_, port, _) in started:
             run(port, 50)  # warm-up
-        for _ in range(5):
-            for m, (_, port) in zip(modules, started):
-                samples[m] += run(port, 400)
+        for _ in range(1 if check else 5):
+            for m, (_, port, _) in zip(modules, started):
+                samples[m] += run(port, 150 if check else 400)
     finally:
-        for proc, _ in started:
+        for proc, _, _ in started:
             proc.terminate()
             proc.wait(10)
-    for m in modules:
+    for m, (_, _, tmp) in zip(modules, started):
         s = sorted(samples[m])
         q = lambda f: s[int(f * (len(s) - 1))] * 1000
-        print(f"{m}: {len(s)} requests, p50 {q(.5):.3f} ms, p90 {q(.9):.3f} ms, p99 {q(.99):.3f} ms")
+        calls, conns = connections(tmp)
+        print(f"{m}: {len(s)} requests, p50 {q(.5):.3f} ms, p90 {q(.9):.3f} ms, p99 {q(.99):.3f} ms;"
+              f" {calls} calls on {conns} connections")
+        if check and (calls != len(s) + 50 or conns > 4):
+            print("FAILED: HTTP calls should reuse at most 4 connections (one per call thread)")
+            sys.exit(1)
 
 
 if __name__ == "__main__":
