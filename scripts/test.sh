@@ -92,7 +92,10 @@ if [ $# -eq 0 ] && [[ ",$TOLLGATE_HOSTS," == *,nginx,* ]]; then
     test_nginx_metrics_overflow.py test_abi_compat.py test_shared_queues.py
 fi
 log "end-to-end tests"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# Failures reported as they happen, the tracebacks of a test still running after 10 min, and
+# the slowest tests (where the suite's time goes) at the end.
+TOLLGATE_REPORT_EARLY=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  -o faulthandler_timeout=600 --durations=15 "$@"
 
 # The images of docker/ built from their Dockerfiles with buildah (installed by the script; it
 # needs root), each run on its default configuration as its own user and checked on the demo

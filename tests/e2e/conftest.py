@@ -1,6 +1,7 @@
 import http.server
 import os
 import pathlib
+import sys
 import threading
 
 import pytest
@@ -21,6 +22,15 @@ def pytest_collection_modifyitems(config, items):
     keep = [item for item in items if "host" in getattr(item, "fixturenames", ())]
     config.hook.pytest_deselected(items=[item for item in items if item not in keep])
     items[:] = keep
+
+
+def pytest_runtest_logreport(report):
+    """TOLLGATE_REPORT_EARLY=1 (scripts/test.sh): a failed test's report is printed when it fails,
+    not only in the summary at the end, so that a run stopped at CI's time limit still says
+    which test failed and why."""
+    if report.failed and os.environ.get("TOLLGATE_REPORT_EARLY") == "1":
+        print(f"\n[FAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)]\n"
+              f"{report.longreprtext[-6000:]}\n", file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="session", params=selected_hosts())
