@@ -10,7 +10,7 @@
 # `cargo fuzz run TARGET` (cargo-fuzz, nightly, with ASan) works on the same crate too.
 #
 # Usage: scripts/fuzz.sh build
-#        scripts/fuzz.sh smoke [SECONDS]        every target for SECONDS (default 5) from its seeds
+#        scripts/fuzz.sh smoke [SECONDS]        every target for SECONDS (default 5) from its seeds, two at a time
 #        scripts/fuzz.sh run TARGET [libFuzzer options...]   e.g. -runs=10000000
 #        scripts/fuzz.sh list
 . "$(dirname "$0")/lib.sh"
@@ -41,21 +41,37 @@ run() {
   "$BIN/$t" -artifact_prefix="$artifacts/" -rss_limit_mb=2048 -timeout=10 "$@" "$corpus" "$ROOT/fuzz/corpus/$t"
 }
 
+smoke_one() {
+  local t=$1 seconds=$2 out
+  out=$(run "$t" -max_total_time="$seconds" -print_final_stats=1 2>&1 | grep -E '^(stat::number_of_executed_units|#[0-9]+ +DONE)' || true)
+  log "fuzzed $t for ${seconds}s: ${out//$'\n'/; }"
+  if ls "$FUZZ_TARGET_DIR/artifacts/$t/" | grep -qE '^(crash|timeout|oom|leak)-'; then
+    log "fuzz target $t failed: $(ls "$FUZZ_TARGET_DIR/artifacts/$t/")"
+    log "reproduce: $BIN/$t $FUZZ_TARGET_DIR/artifacts/$t/<file>"
+    return 1
+  fi
+}
+
 case "${1:-}" in
   build) build ;;
   list) targets ;;
   smoke)
     seconds=${2:-5}
     build
+    # Two targets at a time (a libFuzzer run uses one core; this machine has two), each for
+    # SECONDS; a failure (panic, timeout, out of memory) leaves its input in artifacts/ and
+    # fails the smoke run once every target has run.
+    failed=0 running=()
     for t in $(targets); do
-      log "fuzz $t for ${seconds}s"
-      run "$t" -max_total_time="$seconds" -print_final_stats=1 2>&1 | grep -E '^(stat::number_of_executed_units|#[0-9]+ +DONE)' || true
-      # A failure (panic, timeout, out of memory) ends the run and leaves the input in artifacts/.
-      if ls "$FUZZ_TARGET_DIR/artifacts/$t/" | grep -qE '^(crash|timeout|oom|leak)-'; then
-        log "fuzz target $t failed: $(ls "$FUZZ_TARGET_DIR/artifacts/$t/")"
-        log "reproduce: $BIN/$t $FUZZ_TARGET_DIR/artifacts/$t/<file>"; exit 1
+      smoke_one "$t" "$seconds" &
+      running+=("$!")
+      if [ "${#running[@]}" -ge 2 ]; then
+        wait "${running[0]}" || failed=1
+        running=("${running[@]:1}")
       fi
-    done ;;
+    done
+    for p in "${running[@]}"; do wait "$p" || failed=1; done
+    exit "$failed" ;;
   run) shift; t=${1:?usage: scripts/fuzz.sh run TARGET [options]}; shift; build; run "$t" "$@" ;;
   *) echo "usage: scripts/fuzz.sh build|list|smoke [SECONDS]|run TARGET [options]" >&2; exit 2 ;;
 esac

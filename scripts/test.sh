@@ -42,17 +42,17 @@ log "fuzz targets (fuzz/, its own workspace): fmt, clippy, then a short run of e
 log "nginx-compat: the module for Debian's nginx (glibc) and for nginx on musl"
 "$ROOT/scripts/build-nginx-module.sh"
 "$ROOT/scripts/build-nginx-musl.sh"
-log "nginx-compat: fmt, clippy, unit tests of the host and services"
+log "nginx-compat: fmt, clippy, unit tests of the host, the services and the module's nginx-free files"
 (cd nginx-compat && cargo fmt --all --check && cargo clippy -q --workspace --all-targets -- -D warnings)
-# Release: the tests compile the filters with cranelift, which is slow unoptimised, and the
-# release build of wasmtime is already there for the module.
-(cd nginx-compat && cargo test -q --release -p tollgate-host -p tollgate-services)
-# The module's nginx-free files, unit-tested on their own (module/tests/pure.rs; the library
-# itself needs nginx's symbols at load time). The same NGINX_* values as build-nginx-module.sh,
-# so that its release build of the library is reused (nginx-sys rebuilds when they change).
-(cd nginx-compat && NGINX_SOURCE_DIR="$ROOT/target/nginx-build/nginx-src" \
-  NGINX_BUILD_DIR="$ROOT/target/nginx-build/nginx-src/objs" \
-  cargo test -q --release -p tollgate-module --test pure)
+# The tests of the three crates in one `cargo test --workspace`, and the ABI fuzzer below with
+# the same arguments: tests build with panic=unwind, so wasmtime is compiled once more than for
+# the module (panic=abort), and one set of packages is one set of features, so that compile is
+# not repeated (each `-p` subset compiled wasmtime again: about 3 min a time here, three times).
+# Profile release-test (nginx-compat/Cargo.toml): release without LTO. The module's
+# nginx-free files are tested by module/tests/pure.rs (its library needs nginx's symbols at load
+# time), with the NGINX_* values of build-nginx-module.sh (nginx-sys rebuilds when they change).
+ngx_env=(NGINX_SOURCE_DIR="$ROOT/target/nginx-build/nginx-src" NGINX_BUILD_DIR="$ROOT/target/nginx-build/nginx-src/objs")
+(cd nginx-compat && env "${ngx_env[@]}" cargo test -q --profile release-test --workspace)
 # gRPC calls through a real nginx (a WAT guest, a grpcio server behind an upstream {}: replies,
 # statuses, the deadline, one HTTP/2 connection for many calls, the eventfd wake-up; about 2 min),
 # and a tick period that takes effect at once, as in Envoy.
@@ -68,8 +68,8 @@ python3 scripts/long-functions.py >/dev/null
 # The hostile-guest ABI fuzzer (tests/filters/abi-fuzz against the host core, in-process): a
 # fixed seed, 200,000 host calls (about 10-40 s). The long run: nginx-compat/README.md.
 log "nginx-compat: the hostile-guest ABI fuzzer"
-(cd nginx-compat && ABI_FUZZ_SEED=2 ABI_FUZZ_CALLS=200000 \
-  cargo test -q --release -p tollgate-host --test abi_fuzz -- --ignored hostile_guest_long_run)
+(cd nginx-compat && env "${ngx_env[@]}" ABI_FUZZ_SEED=2 ABI_FUZZ_CALLS=200000 \
+  cargo test -q --profile release-test --workspace --test abi_fuzz -- --ignored hostile_guest_long_run)
 
 log "demo upstream tests"
 (cd demo-upstream && go vet ./... && go test -count=1 ./...)
@@ -91,11 +91,20 @@ if [ $# -eq 0 ] && [[ ",$TOLLGATE_HOSTS," == *,nginx,* ]]; then
     test_nginx_module.py test_nginx_guest_limits.py test_nginx_fail_closed.py test_nginx_redirects.py \
     test_nginx_metrics_overflow.py test_abi_compat.py test_shared_queues.py
 fi
-log "end-to-end tests"
 # Failures reported as they happen, the tracebacks of a test still running after 10 min, and
 # the slowest tests (where the suite's time goes) at the end.
-TOLLGATE_REPORT_EARLY=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  -o faulthandler_timeout=600 --durations=15 "$@"
+e2e() { TOLLGATE_REPORT_EARLY=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider -o faulthandler_timeout=600 --durations=15 "$@"; }
+if [ $# -eq 0 ]; then
+  # Most tests wait on processes more than they compute: two at a time (pytest-xdist), then
+  # those that measure time or load (marked `serial`) alone.
+  log "end-to-end tests, two at a time (all but those marked serial)"
+  e2e -n 2 -m "not serial"
+  log "end-to-end tests marked serial (time or load measured), one at a time"
+  e2e -m serial
+else
+  log "end-to-end tests: $*"
+  e2e "$@"
+fi
 
 # The images of docker/ built from their Dockerfiles with buildah (installed by the script; it
 # needs root), each run on its default configuration as its own user and checked on the demo
