@@ -14,6 +14,13 @@ def workdir(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("e2e")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "serial: measures time or load, so it runs alone: scripts/test.sh runs the other tests two at "
+        "a time (pytest-xdist, -m 'not serial'), then these one at a time (-m serial)")
+
+
 def pytest_collection_modifyitems(config, items):
     """TOLLGATE_HOST_TESTS_ONLY=1: only the tests that run once per host (those taking the `host`
     fixture), e.g. the kong host's pass in scripts/test.sh; the others ran with the main hosts."""

@@ -7,6 +7,9 @@ import pytest
 
 from harness import ROOT, selected_hosts
 
+# Runs the benchmarks (load on both cores): run alone, in the serial pass of scripts/test.sh (conftest.py).
+pytestmark = pytest.mark.serial
+
 BENCHES = ["jwt_auth", "rate_limit", "sticky_upstream", "cost", "metrics", "libc"]
 
 

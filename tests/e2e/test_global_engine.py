@@ -20,6 +20,9 @@ import pytest
 
 from ratelimit_engine import (Code, DOMAIN, RatelimitEngine, RlsClient, Unit, descriptor)
 
+# The engine's timings (a frozen Redis, deadlines): run alone, in the serial pass of scripts/test.sh (conftest.py).
+pytestmark = pytest.mark.serial
+
 # utils.UnitToDivider (src/utils/utilities.go): the window length of each unit, in seconds.
 DIVIDERS = {
     Unit.SECOND: 1,

@@ -26,6 +26,9 @@ import requests
 from harness import HOSTS, FilterSpec, GatewaySpec, wait_until
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
+# Timeouts of 50 ms and recovery times under load: run alone, in the serial pass of scripts/test.sh (conftest.py).
+pytestmark = pytest.mark.serial
+
 KEY = "x-api-key"
 WORKERS = 2
 

@@ -16,7 +16,9 @@ import requests
 
 from harness import ABI_FUZZ_WASM, RawNginx, selected_nginx_hosts
 
-pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
+# Bounds on hangs and growth of workers under a fuzzer: run alone, in the serial pass of scripts/test.sh (conftest.py).
+pytestmark = [pytest.mark.serial,
+              pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")]
 
 REQUESTS = int(os.environ.get("ABI_FUZZ_REQUESTS", "3000"))
 WARMUP = 40

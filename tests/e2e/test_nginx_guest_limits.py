@@ -17,7 +17,9 @@ import requests
 
 from harness import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
 
-pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
+# The guests' CPU deadlines (fuel, epochs): run alone, in the serial pass of scripts/test.sh (conftest.py).
+pytestmark = [pytest.mark.serial,
+              pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")]
 
 PROBE = f"    module probe {PROBE_WASM};"
 
