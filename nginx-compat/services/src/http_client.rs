@@ -758,26 +758,7 @@ mod tests {
         let (tx, rx) = channel();
         std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            let mut got = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = s.read(&mut buf).unwrap();
-                got.extend_from_slice(&buf[..n]);
-                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
-                    let len = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length: "))
-                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                    if got.len() >= end + 4 + len || n == 0 {
-                        break;
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = tx.send(got);
+            let _ = tx.send(read_request(&mut s).unwrap_or_default());
             s.write_all(response).unwrap();
         });
         (addr, rx)
