@@ -533,10 +533,7 @@ async fn exchange(pool: &mut Pool, call: &Call<'_>, request: Request<Full<Bytes>
         let late = Sent::Answered(Err(CallFailure::Timeout), None);
         match within(exchange_limit, late, send(kept, request, call.max_body)).await {
             Sent::Answered(result, connection) => {
-                if let Some(connection) = connection {
-                    pool.put(call.address, connection, Instant::now());
-                }
-                return result;
+                return keep(pool, call.address, result, connection)
             }
             Sent::Unsent(unsent) => request = unsent,
             Sent::Lost => match replay {
@@ -548,34 +545,42 @@ async fn exchange(pool: &mut Pool, call: &Call<'_>, request: Request<Full<Bytes>
     let stream = connect(call.address, call.steps).await?;
     call.opened.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
-    let connection = async {
-        let (sender, connection) = hyper::client::conn::http1::Builder::new()
+    let fresh = async {
+        let handshake = hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD)
             .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|_| CallFailure::Protocol)?;
+            .await;
+        let Ok((sender, connection)) = handshake else {
+            return Sent::Answered(Err(CallFailure::Protocol), None);
+        };
         let driver = AbortOnDrop(tokio::spawn(async move {
             let _ = connection.await;
         }));
-        Ok(Connection {
+        let connection = Connection {
             sender,
             _driver: driver,
-        })
+        };
+        send(connection, request, call.max_body).await
     };
-    let fresh = async {
-        let connection = connection.await?;
-        Ok(send(connection, request, call.max_body).await)
-    };
-    match within(exchange_limit, Err(CallFailure::Timeout), fresh).await {
-        Ok(Sent::Answered(result, connection)) => {
-            if let Some(connection) = connection {
-                pool.put(call.address, connection, Instant::now());
-            }
-            result
-        }
-        Ok(Sent::Unsent(_) | Sent::Lost) => Err(CallFailure::Protocol),
-        Err(failure) => Err(failure),
+    let late = Sent::Answered(Err(CallFailure::Timeout), None);
+    match within(exchange_limit, late, fresh).await {
+        Sent::Answered(result, connection) => keep(pool, call.address, result, connection),
+        // A new connection that fails under its first request: nothing to send it again on.
+        Sent::Unsent(_) | Sent::Lost => Err(CallFailure::Protocol),
     }
+}
+
+/// `result`, once its connection (when it can carry another call) is back in `pool`.
+fn keep(
+    pool: &mut Pool,
+    address: &str,
+    result: CallResult,
+    connection: Option<Connection>,
+) -> CallResult {
+    if let Some(connection) = connection {
+        pool.put(address, connection, Instant::now());
+    }
+    result
 }
 
 /// How a request on one connection ended.
