@@ -926,6 +926,46 @@ mod tests {
     }
 
     #[test]
+    fn an_unsolicited_response_on_a_kept_connection_never_answers_the_next_call() {
+        // A hostile server sends a second, forged response right behind the first (in the same
+        // write and later, while the connection is idle): the next call must get the answer to
+        // its own request, on a connection whose stream is not out of step.
+        let (addr, seen) = serve_script(|_, s, seen| {
+            let mut n = 0;
+            while let Some(req) = read_request(s) {
+                let _ = seen.send(req);
+                n += 1;
+                let body = format!("ok {n}");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let forged = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nforged";
+                if s.write_all(format!("{answer}{forged}").as_bytes()).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                let _ = s.write_all(forged.as_bytes());
+            }
+        });
+        let mut runner = CallRunner::new(RunnerConfig {
+            max_threads: 1,
+            ..RunnerConfig::default()
+        });
+        for _ in 0..4 {
+            let get = request("GET", "/", &[], b"", 2000);
+            let resp = call_one(&mut runner, &addr, &get);
+            assert_eq!(
+                resp.unwrap().body,
+                b"ok 1",
+                "the forged response answered a call"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(seen.try_iter().count(), 4);
+    }
+
+    #[test]
     fn connection_close_and_failed_calls_do_not_keep_the_connection() {
         // `connection: close` from the server; then a body over the cap on a keep-alive server.
         let (addr, _) = serve_script(|_, s, _| {
