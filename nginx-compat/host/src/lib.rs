@@ -37,5 +37,7 @@ pub use embedder::{
 pub use engine::{AbiVersion, Engine, Module};
 pub use error::Error;
 pub use limits::{EpochTicker, GuestLimits, EPOCH_TICK};
-pub use stream::{Action, HeaderMap, LocalResponse, PropertySource, Stream, StreamCallback};
+pub use stream::{
+    Action, DeferredMap, HeaderMap, LocalResponse, PropertySource, Stream, StreamCallback,
+};
 pub use vm::Vm;

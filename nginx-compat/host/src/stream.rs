@@ -30,13 +30,30 @@ pub trait PropertySource {
     fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
 }
 
+/// A header map the embedding has not built yet: most filters read a few fields of a request
+/// and many none, so the embedding defers building its own header list into a [`HeaderMap`]
+/// (one allocation per name and value) until a filter first reads or writes the map. `len` is
+/// the map's entry count, which `proxy_on_request_headers` / `proxy_on_response_headers` get as
+/// `num_headers` without the map being built; `build` returns the map as the embedding has it
+/// when it is called (it must still describe the same request then).
+pub struct DeferredMap {
+    pub len: usize,
+    pub build: Box<dyn FnOnce() -> HeaderMap>,
+}
+
 /// Per-request state shared by the filters of a chain.
 #[derive(Default)]
 pub struct Stream {
+    /// The request's headers; while `request_headers_deferred` is set, not built yet (empty).
     pub request_headers: HeaderMap,
     pub request_trailers: HeaderMap,
+    /// The response's headers; while `response_headers_deferred` is set, not built yet (empty).
     pub response_headers: HeaderMap,
     pub response_trailers: HeaderMap,
+    /// Set by the embedding instead of `request_headers` / `response_headers`: the map is built
+    /// when a filter first reads or writes it ([`Stream::load_headers`]).
+    pub request_headers_deferred: Option<DeferredMap>,
+    pub response_headers_deferred: Option<DeferredMap>,
     /// The body chunk the current `on_*_body` callback sees (`proxy_get_buffer_bytes` of
     /// `HttpRequestBody`/`HttpResponseBody`); filters may replace it.
     pub request_body: Vec<u8>,
@@ -63,6 +80,38 @@ pub struct Stream {
     /// reads as empty and writes to it return `BadArgument`, Envoy's status for a trailer map
     /// the stream does not have. (Added.)
     pub request_trailers_unavailable: bool,
+}
+
+impl Stream {
+    /// Builds the request headers (`response: false`) or the response headers (`true`) if
+    /// their building was deferred, replacing whatever the map held.
+    pub fn load_headers(&mut self, response: bool) {
+        let (map, deferred) = if response {
+            (
+                &mut self.response_headers,
+                &mut self.response_headers_deferred,
+            )
+        } else {
+            (
+                &mut self.request_headers,
+                &mut self.request_headers_deferred,
+            )
+        };
+        if let Some(d) = deferred.take() {
+            *map = (d.build)();
+        }
+    }
+
+    /// The entry count of the request headers (`response: false`) or the response headers,
+    /// built or not.
+    pub fn headers_len(&self, response: bool) -> usize {
+        let (map, deferred) = if response {
+            (&self.response_headers, &self.response_headers_deferred)
+        } else {
+            (&self.request_headers, &self.request_headers_deferred)
+        };
+        deferred.as_ref().map_or(map.len(), |d| d.len)
+    }
 }
 
 /// The HTTP stream callbacks a module may export (proxy-wasm ABI 0.2.1, `proxy_on_<name>`). Every

@@ -537,10 +537,10 @@ impl Vm {
     ) -> Result<Action, Error> {
         let ctx = id.0;
         let n = match cb {
-            StreamCallback::RequestHeaders => stream.request_headers.len(),
+            StreamCallback::RequestHeaders => stream.headers_len(false),
             StreamCallback::RequestBody => stream.request_body.len(),
             StreamCallback::RequestTrailers => stream.request_trailers.len(),
-            StreamCallback::ResponseHeaders => stream.response_headers.len(),
+            StreamCallback::ResponseHeaders => stream.headers_len(true),
             StreamCallback::ResponseBody => stream.response_body.len(),
             StreamCallback::ResponseTrailers => stream.response_trailers.len(),
             StreamCallback::Log => {

@@ -166,6 +166,43 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
     (map, drops)
 }
 
+/// The entry count of [`request_map`] when the request has no hop-by-hop field (`connection`,
+/// `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`): then the map needs no
+/// decision about hidden fields and can be built later, when a filter first touches it.
+/// `None` when the request has such a field (build the map now, with its `drops`).
+///
+/// # Safety
+/// `r` must be a live request.
+pub unsafe fn plain_request_count(r: *mut ngx_http_request_t) -> Option<usize> {
+    // :authority, :path, :method, :scheme
+    let mut n: usize = 4;
+    // SAFETY: reading the live request's header list.
+    unsafe {
+        for h in table_elts(&raw mut (*r).headers_in.headers) {
+            if (*h).hash == 0 {
+                continue;
+            }
+            let key = bytes(&(*h).key);
+            let hop = match key.len() {
+                4 if key.eq_ignore_ascii_case(b"host") => continue,
+                7 => key.eq_ignore_ascii_case(b"upgrade"),
+                10 => {
+                    key.eq_ignore_ascii_case(b"connection")
+                        || key.eq_ignore_ascii_case(b"keep-alive")
+                }
+                16 => key.eq_ignore_ascii_case(b"proxy-connection"),
+                17 => key.eq_ignore_ascii_case(b"transfer-encoding"),
+                _ => false,
+            };
+            if hop {
+                return None;
+            }
+            n = n.saturating_add(1);
+        }
+    }
+    Some(n)
+}
+
 /// The request's hop-by-hop header fields (RFC 9110 §7.6.1), which filters do not see, as in
 /// Envoy (its connection manager removes them before the filters run): `connection`,
 /// `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade` (unless the request asks
@@ -346,7 +383,6 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
         let kept: Vec<(Vec<u8>, Vec<u8>)> = {
             let hop = HopByHop::of(hin);
             table_elts(list)
-                .into_iter()
                 .filter(|h| (**h).hash != 0)
                 .map(|h| {
                     (
@@ -417,6 +453,24 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
         push_list(&mut map, &raw mut out.headers);
     }
     map
+}
+
+/// The entry count of [`response_map`], without building it.
+///
+/// # Safety
+/// `r` must be a live request in its header filter.
+pub unsafe fn response_count(r: *mut ngx_http_request_t) -> usize {
+    // SAFETY: reading the live request.
+    unsafe {
+        let out = &mut (*r).headers_out;
+        let fields = usize::from(out.content_type.len > 0).saturating_add(usize::from(
+            out.content_length.is_null() && out.content_length_n >= 0,
+        ));
+        let listed = table_elts(&raw mut out.headers)
+            .filter(|h| (**h).hash != 0)
+            .count();
+        listed.saturating_add(fields).saturating_add(1) // :status
+    }
 }
 
 /// Appends the entries of an nginx header list to `map`, names lower-case, skipping removed

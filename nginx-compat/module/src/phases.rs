@@ -4,6 +4,7 @@
 //! is read, and after an internal redirect (see `request.rs`).
 
 use ngx::ffi::{ngx_http_core_main_conf_t, ngx_http_request_t, ngx_int_t};
+use tollgate_host::DeferredMap;
 
 use crate::actions::{pending_action, refuse, stop_action};
 use crate::base::{loc_conf, rc};
@@ -66,9 +67,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                 // Fresh, or an internal redirect added filters: they see the request as it is
                 // now. Hop-by-hop fields the upstream must not get are dropped by writing the
                 // map back.
-                let (map, drops) = crate::headers::request_map(r);
-                ctx.stream.request_headers = map;
-                ctx.stream.request_headers_changed = drops;
+                defer_request_headers(r, ctx);
             }
         }
         loop {
@@ -127,6 +126,29 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                 }
                 Phase::Forward => return rc::DECLINED,
             }
+        }
+    }
+}
+
+/// Points the stream's request headers at the request as it is now: deferred (built when a
+/// filter first touches them) unless the request has hop-by-hop fields, whose hiding and
+/// dropping is decided now.
+unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx) {
+    // SAFETY: a live request; the stream lives in the request's context, freed with its pool,
+    // so the deferred build runs while the request is live.
+    unsafe {
+        if let Some(len) = crate::headers::plain_request_count(r) {
+            ctx.stream.request_headers.clear();
+            ctx.stream.request_headers_changed = false;
+            ctx.stream.request_headers_deferred = Some(DeferredMap {
+                len,
+                build: Box::new(move || crate::headers::request_map(r).0),
+            });
+        } else {
+            let (map, drops) = crate::headers::request_map(r);
+            ctx.stream.request_headers = map;
+            ctx.stream.request_headers_changed = drops;
+            ctx.stream.request_headers_deferred = None;
         }
     }
 }

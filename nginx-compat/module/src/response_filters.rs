@@ -8,6 +8,8 @@ use ngx::ffi::{
     ngx_http_request_t, ngx_int_t,
 };
 
+use tollgate_host::DeferredMap;
+
 use crate::base::{ngx_http_tollgate_wasm_module, rc};
 use crate::request::{get_ctx, Outcome, RequestCtx, ResponseFailure};
 use crate::timers::run_chain;
@@ -44,7 +46,13 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         if ctx.started == 0 || ctx.finished || ctx.response_failed.is_some() {
             return call_next(r);
         }
-        ctx.stream.response_headers = crate::headers::response_map(r);
+        // Built when a filter first touches it (the request's pool, and so `r`, outlives
+        // the stream).
+        ctx.stream.response_headers.clear();
+        ctx.stream.response_headers_deferred = Some(DeferredMap {
+            len: crate::headers::response_count(r),
+            build: Box::new(move || crate::headers::response_map(r)),
+        });
         ctx.stream.response_trailers = crate::headers::trailers_map(r);
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {

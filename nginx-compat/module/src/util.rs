@@ -122,26 +122,45 @@ pub unsafe fn pool_str(pool: *mut ngx_pool_t, data: &[u8]) -> Option<ngx_str_t> 
     }
 }
 
-/// Iterates the elements of an `ngx_list_t` of `ngx_table_elt_t` (headers).
+/// Iterates the elements of an `ngx_list_t` of `ngx_table_elt_t` (headers), part by part as
+/// nginx's own loops do, without allocating.
 ///
 /// # Safety
-/// `list` must be an initialised list of `ngx_table_elt_t` that outlives the iteration.
-pub unsafe fn table_elts(list: *mut ngx_list_t) -> Vec<*mut ngx_table_elt_t> {
-    let mut out = Vec::new();
-    // SAFETY: walking the list's parts as nginx's own loops do.
-    unsafe {
-        let mut part: *mut ngx_list_part_t = &raw mut (*list).part;
-        while !part.is_null() {
-            let elts = (*part).elts.cast::<ngx_table_elt_t>();
-            if !elts.is_null() {
-                for i in 0..(*part).nelts {
-                    out.push(elts.add(i));
+/// `list` must be an initialised list of `ngx_table_elt_t` that outlives the iteration and is
+/// not changed during it.
+pub unsafe fn table_elts(list: *mut ngx_list_t) -> TableElts {
+    TableElts {
+        // SAFETY: the caller's live list.
+        part: unsafe { &raw mut (*list).part },
+        i: 0,
+    }
+}
+
+/// The iterator of [`table_elts`].
+pub struct TableElts {
+    part: *mut ngx_list_part_t,
+    i: usize,
+}
+
+impl Iterator for TableElts {
+    type Item = *mut ngx_table_elt_t;
+
+    fn next(&mut self) -> Option<*mut ngx_table_elt_t> {
+        // SAFETY: `table_elts`' caller keeps the list alive and unchanged while this iterates.
+        unsafe {
+            while !self.part.is_null() {
+                let elts = (*self.part).elts.cast::<ngx_table_elt_t>();
+                if !elts.is_null() && self.i < (*self.part).nelts {
+                    let h = elts.add(self.i);
+                    self.i = self.i.saturating_add(1);
+                    return Some(h);
                 }
+                self.part = (*self.part).next;
+                self.i = 0;
             }
-            part = (*part).next;
+            None
         }
     }
-    out
 }
 
 /// Lower-case ASCII copy.

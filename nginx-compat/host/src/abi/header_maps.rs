@@ -23,6 +23,7 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
     d.env(
         "proxy_get_header_map_pairs",
         |mut c: C<'_>, t: u32, ret_ptr: u32, ret_size: u32| -> R {
+            c.data_mut().load(t);
             let Some(map) = c.data().map(t) else {
                 return Ok(NOT_FOUND);
             };
@@ -37,6 +38,7 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
     d.env(
         "proxy_get_header_map_size",
         |mut c: C<'_>, t: u32, ret_size: u32| -> u32 {
+            c.data_mut().load(t);
             let Some(map) = c.data().map(t) else {
                 return NOT_FOUND;
             };
@@ -55,6 +57,7 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(key) = mem::slice(mem, key_ptr, key_len) else {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
+            state.load(t);
             let Some(map) = state.map(t) else {
                 return Ok(NOT_FOUND);
             };
@@ -110,6 +113,7 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_field(state, F, key, value) {
                 return code;
             }
+            state.load(t);
             let held = state.map(t).map_or(0, valid::map_bytes);
             let extra = key.len().saturating_add(value.len());
             if let Some(code) = refused_growth(state, F, held, extra) {
@@ -138,6 +142,7 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_field(state, F, key, value) {
                 return code;
             }
+            state.load(t);
             let held = state.map(t).map_or(0, valid::map_bytes);
             let extra = key.len().saturating_add(value.len());
             if let Some(code) = refused_growth(state, F, held, extra) {
@@ -179,6 +184,7 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if state.map_unavailable(t) {
                 return BAD_ARGUMENT;
             }
+            state.load(t);
             // Only a real change marks the map changed.
             let present = state.map(t).map(|m| m.iter().any(|(k, _)| eq_name(k, key)));
             match present {
@@ -197,6 +203,18 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
 }
 
 impl State {
+    /// Builds map `t` if the embedding deferred it (the request or response headers: see
+    /// [`crate::stream::DeferredMap`]); every function of this area calls it before it reads
+    /// or writes map `t`.
+    pub(crate) fn load(&mut self, t: u32) {
+        match t {
+            0 => self.stream.load_headers(false),
+            2 => self.stream.load_headers(true),
+            _ => {}
+        }
+    }
+
+    /// Map `t` as it is built (call [`State::load`] first).
     pub(crate) fn map(&self, t: u32) -> Option<&HeaderMap> {
         match t {
             0 => Some(&self.stream.request_headers),
@@ -216,6 +234,7 @@ impl State {
         if self.map_unavailable(t) {
             return Err(BAD_ARGUMENT);
         }
+        self.load(t);
         let s = &mut self.stream;
         match t {
             0 => {
@@ -261,7 +280,7 @@ mod tests {
 
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::MemoryHost;
-    use crate::{Stream, StreamCallback, Vm};
+    use crate::{DeferredMap, Stream, StreamCallback, Vm};
 
     #[test]
     fn request_trailers_the_embedding_does_not_have_refuse_writes() {
@@ -329,5 +348,60 @@ mod tests {
         assert_eq!(status(&s), "000000");
         assert!(s.request_trailers.is_empty(), "set_pairs emptied it last");
         assert!(s.request_trailers_changed);
+    }
+
+    #[test]
+    fn a_deferred_map_is_built_only_when_a_filter_touches_it() {
+        // on_request_headers gets the deferred map's count as num_headers; at the end of the
+        // stream it adds `x-n: <num_headers as a digit>` to the request headers, otherwise it
+        // does nothing.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "x-n")
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (if (local.get 2)
+                   (then
+                     (i32.store8 (i32.const 200) (i32.add (i32.const 48) (local.get 1)))
+                     (drop (call $add (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 200) (i32.const 1)))))
+                 (i32.const 0))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        let builds = Rc::new(std::cell::Cell::new(0));
+        let counted = builds.clone();
+        let mut s = Stream {
+            request_headers_deferred: Some(DeferredMap {
+                len: 3,
+                build: Box::new(move || {
+                    counted.set(counted.get() + 1);
+                    vec![
+                        (b":path".to_vec(), b"/".to_vec()),
+                        (b"x-a".to_vec(), b"1".to_vec()),
+                        (b"x-b".to_vec(), b"2".to_vec()),
+                    ]
+                }),
+            }),
+            ..Default::default()
+        };
+        let id = vm.create_http(root).unwrap();
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, false)
+            .unwrap();
+        assert_eq!(
+            builds.get(),
+            0,
+            "a filter that reads nothing builds nothing"
+        );
+        assert!(s.request_headers.is_empty() && !s.request_headers_changed);
+
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert_eq!(builds.get(), 1);
+        assert!(s.request_headers_deferred.is_none() && s.request_headers_changed);
+        assert_eq!(s.request_headers.len(), 4);
+        assert_eq!(s.request_headers[3], (b"x-n".to_vec(), b"3".to_vec()));
+        assert_eq!(s.headers_len(false), 4);
     }
 }
