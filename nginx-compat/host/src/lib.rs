@@ -30,6 +30,7 @@ mod valid;
 mod vm;
 mod wasi;
 
+pub use abi::log_time::tick_generation;
 pub use context_ids::{HttpId, RootId};
 pub use embedder::{
     GrpcCall, GrpcCallResult, Host, HttpCall, HttpCallResponse, LogLevel, MetricKind, Status,

@@ -619,6 +619,14 @@ impl Vm {
     }
 }
 
+impl Drop for Vm {
+    /// Its roots' tick periods end with it: an embedding that follows
+    /// [`crate::tick_generation`] re-reads the periods.
+    fn drop(&mut self) {
+        crate::abi::log_time::tick_periods_changed();
+    }
+}
+
 fn poisoned_error() -> Error {
     Error("the Vm trapped before and is poisoned: instantiate a new one".into())
 }

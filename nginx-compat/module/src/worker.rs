@@ -75,6 +75,9 @@ pub struct Worker {
     pub live: rustc_hash::FxHashMap<(usize, u32), RequestHandle>,
     /// Tick timers, one per filter that asked for one (boxed: nginx keeps the address).
     pub ticks: Vec<Box<TickTimer>>,
+    /// [`tollgate_host::tick_generation`] when the periods were last followed
+    /// ([`Worker::sync_ticks`]); `None` before that.
+    pub ticks_seen: Option<u64>,
     /// The HTTP call poll timer.
     pub poll: Box<ngx_event_t>,
     /// The worker's log.
@@ -189,6 +192,7 @@ impl Worker {
             filters,
             live: rustc_hash::FxHashMap::default(),
             ticks: Vec::new(),
+            ticks_seen: None,
             poll,
             log: log_ptr,
             ticker: None,
@@ -316,7 +320,14 @@ impl Worker {
     /// root that asked for a tick for the first time gets its timer ([`Worker::arm_ticks`]), a
     /// changed period re-arms the timer from now, 0 stops it. (Envoy also restarts the timer
     /// when the same period is set again; here only a change is seen.)
+    /// Walks the roots only when a period may have changed ([`tollgate_host::tick_generation`]
+    /// moved), so that the requests, which end here, do not pay a walk over every filter.
     pub fn sync_ticks(&mut self, handler: unsafe extern "C" fn(*mut ngx_event_t)) {
+        let generation = tollgate_host::tick_generation();
+        if self.ticks_seen == Some(generation) {
+            return;
+        }
+        self.ticks_seen = Some(generation);
         self.arm_ticks(handler);
         for t in &mut self.ticks {
             let period = match (

@@ -145,6 +145,7 @@ impl State {
         if let Some(r) = self.roots.iter_mut().find(|r| r.id == id) {
             r.configuration = Vec::new();
             r.tick_ms = 0;
+            crate::abi::log_time::tick_periods_changed();
         }
     }
 
