@@ -29,9 +29,12 @@ configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 | floor-1 | bench/wasm-floor (a filter that does nothing; its module exports only the stream callback proxy_on_request_headers, as scripts/build.sh trims it) |
 | floor-1-all | the same filter untrimmed: every stream callback exported, as the proxy-wasm Rust SDK does |
 | floor-5 | the same filter five times in the chain (`proxy_wasm wasm_floor` x5: one module, five filters) |
-| likely | gateway.py's tollgate-likely: metrics, jwt-auth, rate-limit, cost; the identities are the subject jwt-auth verified |
+| metrics, jwt-auth, rate-limit, cost, sticky-upstream | each filter alone, configured as in the likely stack but keyed by the headers as sent (nothing verifies them without jwt-auth); jwt-auth with its verified-token cache on |
+| likely | issue 20's likely stack, gateway.py's tollgate-likely with jwt-auth's verified-token cache on, as deployed: metrics, jwt-auth (HS256), rate-limit (allows), cost (a small non-streaming completion); the identities are the subject jwt-auth verified |
+| likely-uncached | the same with the cache off (every request's token verified: gateway.py's tollgate-likely) |
 | likely-dotted | the same, the request's path spelt `/v1/./chat//completions`: the filters' path normalisation takes its slow path and rewrites `:path` (not ordered with the others in the sanity check) |
-| full | gateway.py's tollgate-full: metrics, jwt-auth, rate-limit, cost, sticky-upstream (3 upstreams) |
+| full | the likely stack and sticky-upstream (3 upstreams), the cache on |
+| full-uncached | the same with the cache off (gateway.py's tollgate-full) |
 | cost-3 | only when named: bench/cost.py's cost filter (x-tenant as sent) with a 3-model price table |
 | cost-litellm | only when named: the same with LiteLLM's whole price file (tests/e2e/litellm.py, 3.2 MB, 3,676 models priced; nginx reads it with `tollgate_proxy_wasm_file`) |
 
@@ -105,10 +108,15 @@ MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
 # configuration rendered for it (harness.nginx_config(kong=True)); its own code (C, with Wasmtime
 # 26 linked in statically) is the layer "kong module", Wasmtime's functions in it "wasmtime".
 KONG_FILE = "ngx_wasmx_module.so"
-VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", "likely", "likely-dotted", "full", "cost-3", "cost-litellm"]
+FILTERS = ["metrics", "jwt-auth", "rate-limit", "cost", "sticky-upstream"]
+VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", *FILTERS, "likely", "likely-uncached", "likely-dotted",
+            "full", "full-uncached", "cost-3", "cost-litellm"]
 # Variants the sanity check does not order (same chain as another, another request, or a
 # comparison of their own).
-UNORDERED = {"likely-dotted", "cost-3", "cost-litellm"}
+UNORDERED = {*FILTERS, "likely-uncached", "likely-dotted", "full-uncached", "cost-3", "cost-litellm"}
+# Issue 20's targets, instructions per request: (variant, what, the limit). "minus": the
+# variant minus proxy-only at most the limit; "ratio": the variant / proxy-only at most the limit.
+TARGETS = [("floor-1", "minus", 4000), ("likely", "ratio", 1.5), ("full", "ratio", 2.0)]
 # Run only when asked for (--variants): the cost filter alone with a 3-model price table and
 # with LiteLLM's whole price file (issue 22: the lookup must stay O(1)).
 PRICE_VARIANTS = ["cost-3", "cost-litellm"]
@@ -210,13 +218,20 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
         return spec([floor(True)], blue)
     if name == "floor-5":
         return spec([floor() for _ in range(5)], blue)
+    sticky = lambda chain: spec(chain, sticky_upstream.tollgate_upstreams(ports), route_header=sticky_upstream.ROUTE_HEADER)
+    alone = {"metrics": metrics.tollgate(), "jwt-auth": jwt_auth.tollgate(keys, True), "rate-limit": rate_limit.tollgate(False),
+             "cost": cost.tollgate()}
+    if name in alone:
+        return spec([alone[name]], blue)
+    if name == "sticky-upstream":
+        return sticky([sticky_upstream.tollgate()])
     # As gateway.py's stacks: the identities are the subject jwt-auth verified.
-    likely = [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True)]
-    if name in ("likely", "likely-dotted"):
+    cached = not name.endswith("-uncached")
+    likely = [metrics.tollgate(True), jwt_auth.tollgate(keys, cached), rate_limit.tollgate(False, True), cost.tollgate(True)]
+    if name in ("likely", "likely-uncached", "likely-dotted"):
         return spec(likely, blue)
-    if name == "full":
-        chain = likely + [sticky_upstream.tollgate()]
-        return spec(chain, sticky_upstream.tollgate_upstreams(ports), route_header=sticky_upstream.ROUTE_HEADER)
+    if name in ("full", "full-uncached"):
+        return sticky(likely + [sticky_upstream.tollgate()])
     if name in PRICE_VARIANTS:
         import litellm  # tests/e2e/litellm.py: the pinned file, fetched from PyPI once
         base = cost.tollgate(False)
@@ -676,6 +691,22 @@ def markdown(res: dict) -> str:
         row += [fmt(minus.get((x, v))) if v != "proxy-only" else "0" for x in labels]
         row += [f"{minus[(x, v)] / minus[(labels[0], v)]:.3f}" if minus.get((x, v)) and minus.get((labels[0], v)) else "–" for x in labels[1:]]
         lines.append(f"| {v} | " + " | ".join(row) + " |")
+    target_rows = [(v, what, limit) for v, what, limit in TARGETS if v in variants and "proxy-only" in variants]
+    if target_rows:
+        lines += ["", "## Issue 20's targets (nginx, one worker)", "",
+                  "| variant | target | " + " | ".join(labels) + " |", "|---" * (len(labels) + 2) + "|"]
+        for v, what, limit in target_rows:
+            def reached(x):
+                c, base = get(x, v), get(x, "proxy-only")
+                if not c or not base:
+                    return "–"
+                if what == "minus":
+                    got = c["per_request"] - base["per_request"]
+                    return f"{fmt(got)} ({'met' if got <= limit else 'missed'})"
+                got = c["per_request"] / base["per_request"]
+                return f"{got:.2f}x ({'met' if got <= limit else 'missed'})"
+            goal = f"at most +{fmt(limit)} over proxy-only" if what == "minus" else f"at most {limit}x proxy-only"
+            lines.append(f"| {v} | {goal} | " + " | ".join(reached(x) for x in labels) + " |")
     if res["repeat"] > 1:
         lines += ["", f"## Spread over the {res['repeat']} runs (instructions per request, sorted; max/min − 1)", "",
                   "| variant | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
