@@ -28,7 +28,7 @@ configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 | proxy-only | none |
 | floor-1 | bench/wasm-floor (a filter that does nothing; its module exports only the stream callback proxy_on_request_headers, as scripts/build.sh trims it) |
 | floor-1-all | the same filter untrimmed: every stream callback exported, as the proxy-wasm Rust SDK does |
-| floor-5 | the same filter five times in the chain (`proxy_wasm wasm_floor` x5: one module, five filters) |
+| floor-5 | the same filter five times in the chain (`proxy_wasm wasm_floor` x5, each with its own configuration: one module, five filters) |
 | metrics, jwt-auth, rate-limit, cost, sticky-upstream | each filter alone, configured as in the likely stack but keyed by the headers as sent (nothing verifies them without jwt-auth); jwt-auth with its verified-token cache on |
 | likely | issue 20's likely stack, gateway.py's tollgate-likely with jwt-auth's verified-token cache on, as deployed: metrics, jwt-auth (HS256), rate-limit (allows), cost (a small non-streaming completion); the identities are the subject jwt-auth verified |
 | likely-uncached | the same with the cache off (every request's token verified: gateway.py's tollgate-likely) |
@@ -67,7 +67,7 @@ and, through the functions' crate names, its filter.
         --variants proxy-only,likely,likely-dotted,full      # what the filters' changes cost per request
 
 Output: bench/results/instructions.{md,json} (smoke: instructions.smoke.*; only cost-3 and
-cost-litellm: instructions_prices.*); the callgrind
+cost-litellm: instructions_prices.*; `--name NAME`: NAME.*, so that two runs can go on at once); the callgrind
 files stay in bench/results/tmp/instructions/<module>/<variant>/run<k>/callgrind.out.1 for
 callgrind_annotate or kcachegrind.
 """
@@ -217,7 +217,9 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
     if name == "floor-1-all":
         return spec([floor(True)], blue)
     if name == "floor-5":
-        return spec([floor() for _ in range(5)], blue)
+        # Five plugin configurations (the filter ignores its configuration): the module runs
+        # one filter once per request however often the same configuration stands in a chain.
+        return spec([dataclasses.replace(floor(), config={"instance": i}) for i in range(5)], blue)
     sticky = lambda chain: spec(chain, sticky_upstream.tollgate_upstreams(ports), route_header=sticky_upstream.ROUTE_HEADER)
     alone = {"metrics": metrics.tollgate(), "jwt-auth": jwt_auth.tollgate(keys, True), "rate-limit": rate_limit.tollgate(False),
              "cost": cost.tollgate()}
@@ -573,6 +575,8 @@ def options() -> argparse.Namespace:
     ap.add_argument("--requests", type=int, default=None, help="measured requests (default 200; smoke 5)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per cell (each from a fresh nginx); the report gives the median run and the spread")
     ap.add_argument("--smoke", action="store_true", help="W=3, N=5, proxy-only and floor-1: checks that it runs")
+    ap.add_argument("--name", default=None, help="the report's and the work directory's name (default: instructions, "
+                    "instructions.smoke or instructions_prices): runs with different names can go on side by side")
     a = ap.parse_args()
     a.warmup = a.warmup if a.warmup is not None else (3 if a.smoke else 50)
     a.requests = a.requests if a.requests is not None else (5 if a.smoke else 200)
@@ -804,8 +808,10 @@ def main() -> int:
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is missing: scripts/apt.sh valgrind")
-    name = "instructions.smoke" if a.smoke else (
-        "instructions_prices" if set(a.variants) <= set(PRICE_VARIANTS) else "instructions")
+    name = a.name or ("instructions.smoke" if a.smoke else (
+        "instructions_prices" if set(a.variants) <= set(PRICE_VARIANTS) else "instructions"))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise SystemExit(f"--name {name!r}: letters, digits, '_', '.', '-' only")
     workdir = BENCH / "results" / "tmp" / name
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
