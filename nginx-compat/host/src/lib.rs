@@ -17,6 +17,7 @@
 
 mod abi;
 mod context_ids;
+mod deferred_headers;
 mod embedder;
 mod engine;
 mod error;
@@ -32,13 +33,12 @@ mod wasi;
 
 pub use abi::log_time::tick_generation;
 pub use context_ids::{HttpId, RootId};
+pub use deferred_headers::{DeferredMap, HeaderEdit, HeaderSource, MAX_EDITS};
 pub use embedder::{
     GrpcCall, GrpcCallResult, Host, HttpCall, HttpCallResponse, LogLevel, MetricKind, Status,
 };
 pub use engine::{AbiVersion, Engine, Module};
 pub use error::Error;
 pub use limits::{EpochTicker, GuestLimits, EPOCH_TICK};
-pub use stream::{
-    Action, DeferredMap, HeaderMap, LocalResponse, PropertySource, Stream, StreamCallback,
-};
+pub use stream::{Action, HeaderMap, LocalResponse, PropertySource, Stream, StreamCallback};
 pub use vm::Vm;

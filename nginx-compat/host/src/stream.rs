@@ -9,6 +9,8 @@ pub enum Action {
     Pause,
 }
 
+use crate::deferred_headers::DeferredMap;
+
 /// Header map (spec: `proxy_map_type_t` values), names lower-case, in order; duplicates allowed.
 pub type HeaderMap = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -30,28 +32,18 @@ pub trait PropertySource {
     fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
 }
 
-/// A header map the embedding has not built yet: most filters read a few fields of a request
-/// and many none, so the embedding defers building its own header list into a [`HeaderMap`]
-/// (one allocation per name and value) until a filter first reads or writes the map. `len` is
-/// the map's entry count, which `proxy_on_request_headers` / `proxy_on_response_headers` get as
-/// `num_headers` without the map being built; `build` returns the map as the embedding has it
-/// when it is called (it must still describe the same request then).
-pub struct DeferredMap {
-    pub len: usize,
-    pub build: Box<dyn FnOnce() -> HeaderMap>,
-}
-
 /// Per-request state shared by the filters of a chain.
 #[derive(Default)]
 pub struct Stream {
-    /// The request's headers; while `request_headers_deferred` is set, not built yet (empty).
+    /// The request's headers; while `request_headers_deferred` is set, not built (empty).
     pub request_headers: HeaderMap,
     pub request_trailers: HeaderMap,
-    /// The response's headers; while `response_headers_deferred` is set, not built yet (empty).
+    /// The response's headers; while `response_headers_deferred` is set, not built (empty).
     pub response_headers: HeaderMap,
     pub response_trailers: HeaderMap,
-    /// Set by the embedding instead of `request_headers` / `response_headers`: the map is built
-    /// when a filter first reads or writes it ([`Stream::load_headers`]).
+    /// Set by the embedding instead of `request_headers` / `response_headers`: the map read in
+    /// place from the embedding's list, with the filters' edits, until a filter needs it built
+    /// ([`Stream::load_headers`]; see [`crate::deferred_headers`]).
     pub request_headers_deferred: Option<DeferredMap>,
     pub response_headers_deferred: Option<DeferredMap>,
     /// The body chunk the current `on_*_body` callback sees (`proxy_get_buffer_bytes` of
@@ -84,7 +76,8 @@ pub struct Stream {
 
 impl Stream {
     /// Builds the request headers (`response: false`) or the response headers (`true`) if
-    /// their building was deferred, replacing whatever the map held.
+    /// they are deferred (the source's map with the edits applied), replacing whatever the map
+    /// held.
     pub fn load_headers(&mut self, response: bool) {
         let (map, deferred) = if response {
             (
@@ -98,7 +91,7 @@ impl Stream {
             )
         };
         if let Some(d) = deferred.take() {
-            *map = (d.build)();
+            *map = d.build();
         }
     }
 
@@ -110,7 +103,7 @@ impl Stream {
         } else {
             (&self.request_headers, &self.request_headers_deferred)
         };
-        deferred.as_ref().map_or(map.len(), |d| d.len)
+        deferred.as_ref().map_or(map.len(), DeferredMap::len)
     }
 }
 

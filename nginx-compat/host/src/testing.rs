@@ -5,7 +5,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
+use crate::deferred_headers::HeaderSource;
 use crate::embedder::{GrpcCall, Host, HttpCall, LogLevel, MetricKind, Status};
+use crate::stream::HeaderMap;
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,6 +294,47 @@ mod tests {
 }
 
 /// Hand-written modules (WAT) for the host's unit tests (each ABI area tests its edges).
+/// A [`HeaderSource`] over a built map, as an embedding's own header list would serve it
+/// (names lower-case), counting how often the whole map was built.
+pub struct MapSource {
+    pub map: HeaderMap,
+    /// Builds so far (shared, so that a test keeps a handle after the source moved).
+    pub builds: std::rc::Rc<Cell<usize>>,
+}
+
+impl MapSource {
+    /// A source over `map` with a fresh build counter.
+    pub fn new(map: HeaderMap) -> MapSource {
+        MapSource {
+            map,
+            builds: std::rc::Rc::default(),
+        }
+    }
+}
+
+impl HeaderSource for MapSource {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn first(&self, name: &[u8]) -> Option<&[u8]> {
+        self.map
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+    fn count(&self, name: &[u8]) -> usize {
+        self.map.iter().filter(|(k, _)| k == name).count()
+    }
+    fn bytes(&self) -> usize {
+        crate::valid::map_bytes(&self.map)
+    }
+    fn build(&self) -> HeaderMap {
+        self.builds.set(self.builds.get().saturating_add(1));
+        self.map.clone()
+    }
+    fn edits_applied(&mut self, _len: usize) {}
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod wat_fixtures {

@@ -25,10 +25,10 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tollgate_host::testing::MemoryHost;
+use tollgate_host::testing::{MapSource, MemoryHost};
 use tollgate_host::{
-    Engine, GuestLimits, HeaderMap, Host, HttpCall, HttpCallResponse, HttpId, LogLevel, MetricKind,
-    Module, RootId, Status, Stream, StreamCallback, Vm,
+    DeferredMap, Engine, GuestLimits, HeaderMap, Host, HttpCall, HttpCallResponse, HttpId,
+    LogLevel, MetricKind, Module, RootId, Status, Stream, StreamCallback, Vm,
 };
 
 /// The host's caps on what one stream's filters may make it hold (nginx-compat/host/src/valid.rs).
@@ -197,13 +197,29 @@ fn body(rng: &mut Rng) -> Vec<u8> {
     vec![b'b'; len]
 }
 
+/// Half the time a map the embedding serves in place (deferred: read and edited without being
+/// built, as nginx's header lists are), else a built one.
+fn headers(rng: &mut Rng, fixed: &[(&str, &str)]) -> (HeaderMap, Option<DeferredMap>) {
+    let map = pairs(rng, fixed);
+    if rng.percent(50) {
+        (
+            Vec::new(),
+            Some(DeferredMap::new(Box::new(MapSource::new(map)))),
+        )
+    } else {
+        (map, None)
+    }
+}
+
 fn request(rng: &mut Rng) -> Stream {
     let path = ["/", "/fuzz?x=1", "/a/b", ""][rng.below(4)];
+    let (request_headers, request_headers_deferred) = headers(
+        rng,
+        &[(":method", "POST"), (":path", path), (":authority", "fuzz")],
+    );
     Stream {
-        request_headers: pairs(
-            rng,
-            &[(":method", "POST"), (":path", path), (":authority", "fuzz")],
-        ),
+        request_headers,
+        request_headers_deferred,
         request_body: body(rng),
         request_trailers: if rng.percent(20) {
             pairs(rng, &[("x-trailer", "1")])
@@ -221,14 +237,33 @@ fn map_bytes(m: &HeaderMap) -> usize {
 }
 
 fn check_caps(stream: &Stream) -> Result<(), String> {
+    let built =
+        |d: &Option<DeferredMap>, m: &HeaderMap| d.as_ref().map_or(m.clone(), |d| d.build());
     for (name, m) in [
-        ("request headers", &stream.request_headers),
+        (
+            "request headers",
+            &built(&stream.request_headers_deferred, &stream.request_headers),
+        ),
         ("request trailers", &stream.request_trailers),
-        ("response headers", &stream.response_headers),
+        (
+            "response headers",
+            &built(&stream.response_headers_deferred, &stream.response_headers),
+        ),
         ("response trailers", &stream.response_trailers),
     ] {
         if map_bytes(m) > MAX_MAP_BYTES {
             return Err(format!("{name}: {} bytes", map_bytes(m)));
+        }
+    }
+    for d in [
+        &stream.request_headers_deferred,
+        &stream.response_headers_deferred,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if d.edits.len() > tollgate_host::MAX_EDITS {
+            return Err(format!("{} edits kept on a deferred map", d.edits.len()));
         }
     }
     let props: usize = stream
@@ -344,7 +379,9 @@ impl Driver {
                 match cb {
                     StreamCallback::RequestBody => live.stream.request_body = body(&mut self.rng),
                     StreamCallback::ResponseHeaders => {
-                        live.stream.response_headers = pairs(&mut self.rng, &[(":status", "200")]);
+                        let (map, deferred) = headers(&mut self.rng, &[(":status", "200")]);
+                        live.stream.response_headers = map;
+                        live.stream.response_headers_deferred = deferred;
                     }
                     StreamCallback::ResponseBody => {
                         live.stream.response_body = body(&mut self.rng);

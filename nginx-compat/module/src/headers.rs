@@ -283,7 +283,7 @@ impl HopByHop {
 ///
 /// # Safety
 /// `r` must be a live request.
-unsafe fn request_target(r: *mut ngx_http_request_t) -> Vec<u8> {
+pub(crate) unsafe fn request_target(r: *mut ngx_http_request_t) -> Vec<u8> {
     // SAFETY: reading the live request; ngx_escape_uri with a null destination only counts.
     unsafe {
         if (*r).valid_unparsed_uri() != 0 {
@@ -309,7 +309,7 @@ unsafe fn request_target(r: *mut ngx_http_request_t) -> Vec<u8> {
 }
 
 /// A fresh header list element for `name: value` in `list` (name lower-case).
-unsafe fn push_elt(
+pub(crate) unsafe fn push_elt(
     list: *mut ngx_list_t,
     pool: *mut ngx_pool_t,
     name: &[u8],
@@ -368,6 +368,91 @@ unsafe fn reset_list(list: *mut ngx_list_t, pool: *mut ngx_pool_t, n: usize) -> 
     }
 }
 
+/// Links a new element `h` of `headers_in`'s list named `name` (lower-case) where nginx keeps
+/// typed access to it: the `cookies` and `x_forwarded_for` arrays, or the typed pointer of its
+/// name when that is still unset (nginx's parser links the first of several too).
+///
+/// # Safety
+/// `hin` must be a live request's `headers_in`, `h` an element of its list.
+pub(crate) unsafe fn link_request_field(
+    hin: *mut ngx_http_headers_in_t,
+    pool: *mut ngx_pool_t,
+    name: &[u8],
+    h: *mut ngx_table_elt_t,
+) {
+    // SAFETY: the caller's live `headers_in`; offsets from `offset_of!` on its type.
+    unsafe {
+        if name == b"cookie" {
+            array_push_ptr(&raw mut (*hin).cookies, pool, h);
+        } else if name == b"x-forwarded-for" {
+            array_push_ptr(&raw mut (*hin).x_forwarded_for, pool, h);
+        } else if let Some((_, off)) = IN_FIELDS.iter().find(|(n, _)| *n == name) {
+            let field = hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
+            if (*field).is_null() {
+                *field = h;
+            }
+        }
+    }
+}
+
+/// Links every element of `headers_in`'s list again (after its elements moved): typed pointers
+/// and arrays emptied, then each element linked as [`link_request_field`] does.
+///
+/// # Safety
+/// `hin` must be a live main request's `headers_in` (its arrays are its own).
+pub(crate) unsafe fn relink_request_fields(hin: *mut ngx_http_headers_in_t, pool: *mut ngx_pool_t) {
+    // SAFETY: the caller's live `headers_in` and its list.
+    unsafe {
+        for (_, off) in IN_FIELDS {
+            *hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>() = std::ptr::null_mut();
+        }
+        (*hin).cookies.nelts = 0;
+        (*hin).x_forwarded_for.nelts = 0;
+        for h in table_elts(&raw mut (*hin).headers) {
+            // `lowcase_key`: nginx's parser and `push_elt` set it (`key.len` bytes).
+            if (*h).hash != 0 && !(*h).lowcase_key.is_null() {
+                let name = std::slice::from_raw_parts((*h).lowcase_key, (*h).key.len);
+                link_request_field(hin, pool, name, h);
+            } else if (*h).hash != 0 {
+                let name = bytes(&(*h).key).to_ascii_lowercase();
+                link_request_field(hin, pool, &name, h);
+            }
+        }
+    }
+}
+
+/// Links a new element `h` of `headers_out`'s list named `name` (lower-case): the
+/// `cache_control` and `link` arrays, or the typed pointer of its name when still unset.
+///
+/// # Safety
+/// `out` must be a live request's `headers_out`, `h` an element of its list.
+pub(crate) unsafe fn link_response_field(
+    out: *mut ngx_http_headers_out_t,
+    pool: *mut ngx_pool_t,
+    name: &[u8],
+    h: *mut ngx_table_elt_t,
+) {
+    // SAFETY: the caller's live `headers_out`; offsets from `offset_of!` on its type.
+    unsafe {
+        if name == b"cache-control" {
+            array_push_ptr(&raw mut (*out).cache_control, pool, h);
+        } else if name == b"link" {
+            array_push_ptr(&raw mut (*out).link, pool, h);
+        } else if let Some((_, off)) = OUT_FIELDS.iter().find(|(n, _)| *n == name) {
+            let field = out.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
+            if (*field).is_null() {
+                *field = h;
+            }
+        }
+    }
+}
+
+/// Whether `name` (lower-case) has a typed pointer in `headers_out` (nginx reads those fields
+/// with its own meaning: dates, `Location`, `Server`...).
+pub(crate) fn typed_response_field(name: &[u8]) -> bool {
+    OUT_FIELDS.iter().any(|(n, _)| *n == name)
+}
+
 /// Writes a changed request map back to `headers_in` (pseudo-headers: `:authority` becomes
 /// the Host header; `:path`, `:method`, `:scheme` changes are not applied).
 ///
@@ -410,16 +495,7 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
             }
             let name = name.to_ascii_lowercase();
             let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
-            if name == b"cookie" {
-                array_push_ptr(&raw mut (*hin).cookies, pool, h);
-            } else if name == b"x-forwarded-for" {
-                array_push_ptr(&raw mut (*hin).x_forwarded_for, pool, h);
-            } else if let Some((_, off)) = IN_FIELDS.iter().find(|(n, _)| *n == name.as_slice()) {
-                let field = hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
-                if (*field).is_null() {
-                    *field = h;
-                }
-            }
+            link_request_field(hin, pool, &name, h);
         }
         // The request line's Host (absolute URI) stays authoritative for `server` (routing).
         Ok(())
@@ -437,12 +513,7 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
         let out = &mut (*r).headers_out;
         map.push((b":status".to_vec(), out.status.to_string().into_bytes()));
         if out.content_type.len > 0 {
-            let mut ct = bytes(&out.content_type).to_vec();
-            if out.charset.len > 0 && !ct.windows(8).any(|w| w.eq_ignore_ascii_case(b"charset=")) {
-                ct.extend_from_slice(b"; charset=");
-                ct.extend_from_slice(bytes(&out.charset));
-            }
-            map.push((b"content-type".to_vec(), ct));
+            map.push((b"content-type".to_vec(), content_type_value(out)));
         }
         if out.content_length.is_null() && out.content_length_n >= 0 {
             map.push((
@@ -453,6 +524,17 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
         push_list(&mut map, &raw mut out.headers);
     }
     map
+}
+
+/// The response map's `content-type`: nginx's `content_type` with its `charset` when that is
+/// set and the type does not name one.
+pub(crate) fn content_type_value(out: &ngx_http_headers_out_t) -> Vec<u8> {
+    let mut ct = bytes(&out.content_type).to_vec();
+    if out.charset.len > 0 && !ct.windows(8).any(|w| w.eq_ignore_ascii_case(b"charset=")) {
+        ct.extend_from_slice(b"; charset=");
+        ct.extend_from_slice(bytes(&out.charset));
+    }
+    ct
 }
 
 /// The entry count of [`response_map`], without building it.
@@ -557,18 +639,7 @@ pub unsafe fn apply_response_map(
                 b"upgrade" if (*out).status != 101 => {}
                 _ => {
                     let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
-                    if name == b"cache-control" {
-                        array_push_ptr(&raw mut (*out).cache_control, pool, h);
-                    } else if name == b"link" {
-                        array_push_ptr(&raw mut (*out).link, pool, h);
-                    } else if let Some((_, off)) =
-                        OUT_FIELDS.iter().find(|(n, _)| *n == name.as_slice())
-                    {
-                        let field = out.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
-                        if (*field).is_null() {
-                            *field = h;
-                        }
-                    }
+                    link_response_field(out, pool, &name, h);
                 }
             }
         }

@@ -33,7 +33,8 @@
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
 //   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
-// - nginx data: `headers.rs`, `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
+// - nginx data: `headers.rs`, `headers_in_place.rs` (the header lists read and edited in place
+//   while the filters' maps are deferred), `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
 //   `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
 //   configuration access).
 pub mod actions;
@@ -47,6 +48,7 @@ pub mod core;
 pub mod directives;
 pub mod grpc_calls;
 pub mod headers;
+pub mod headers_in_place;
 pub mod http_module;
 pub mod kong_directives;
 pub mod lifecycle;

@@ -6,6 +6,8 @@
 use ngx::ffi::{ngx_http_core_main_conf_t, ngx_http_request_t, ngx_int_t};
 use tollgate_host::DeferredMap;
 
+use crate::headers_in_place::RequestSource;
+
 use crate::actions::{pending_action, refuse, stop_action};
 use crate::base::{loc_conf, rc};
 use crate::request::{get_ctx, Phase, RequestCtx};
@@ -83,9 +85,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         return code;
                     }
                     if std::mem::take(&mut ctx.stream.request_headers_changed) {
-                        if let Err(e) =
-                            crate::headers::apply_request_map(r, &ctx.stream.request_headers)
-                        {
+                        if let Err(e) = write_request_headers(r, ctx) {
                             ctx.phase = Phase::Forward;
                             return refuse(r, &format!("request headers: {e}"));
                         }
@@ -130,26 +130,44 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
     }
 }
 
-/// Points the stream's request headers at the request as it is now: deferred (built when a
-/// filter first touches them) unless the request has hop-by-hop fields, whose hiding and
-/// dropping is decided now.
+/// Points the stream's request headers at the request as it is now: read in place (deferred:
+/// built only when a filter needs the whole map) unless the request has hop-by-hop fields, whose
+/// hiding and dropping is decided now.
 unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx) {
     // SAFETY: a live request; the stream lives in the request's context, freed with its pool,
-    // so the deferred build runs while the request is live.
+    // so the source reads the request while it is live.
     unsafe {
         if let Some(len) = crate::headers::plain_request_count(r) {
             ctx.stream.request_headers.clear();
             ctx.stream.request_headers_changed = false;
-            ctx.stream.request_headers_deferred = Some(DeferredMap {
-                len,
-                build: Box::new(move || crate::headers::request_map(r).0),
-            });
+            ctx.stream.request_headers_deferred =
+                Some(DeferredMap::new(Box::new(RequestSource::new(r, len))));
         } else {
             let (map, drops) = crate::headers::request_map(r);
             ctx.stream.request_headers = map;
             ctx.stream.request_headers_changed = drops;
             ctx.stream.request_headers_deferred = None;
         }
+    }
+}
+
+/// Writes the filters' changes of the request headers back to `headers_in`: a deferred map's
+/// edits in place where they can be (then the map reads the changed list afresh), otherwise
+/// the whole map, built.
+unsafe fn write_request_headers(
+    r: *mut ngx_http_request_t,
+    ctx: &mut RequestCtx,
+) -> Result<(), String> {
+    // SAFETY: a live request before its upstream request is created.
+    unsafe {
+        if let Some(d) = ctx.stream.request_headers_deferred.as_mut() {
+            if crate::headers_in_place::apply_request_edits(r, &d.edits)? {
+                d.applied();
+                return Ok(());
+            }
+        }
+        ctx.stream.load_headers(false);
+        crate::headers::apply_request_map(r, &ctx.stream.request_headers)
     }
 }
 

@@ -10,6 +10,8 @@ use ngx::ffi::{
 
 use tollgate_host::DeferredMap;
 
+use crate::headers_in_place::ResponseSource;
+
 use crate::base::{ngx_http_tollgate_wasm_module, rc};
 use crate::request::{get_ctx, Outcome, RequestCtx, ResponseFailure};
 use crate::timers::run_chain;
@@ -46,13 +48,12 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         if ctx.started == 0 || ctx.finished || ctx.response_failed.is_some() {
             return call_next(r);
         }
-        // Built when a filter first touches it (the request's pool, and so `r`, outlives
-        // the stream).
+        // Read in place, built only when a filter needs the whole map (the request's pool,
+        // and so `r`, outlives the stream).
         ctx.stream.response_headers.clear();
-        ctx.stream.response_headers_deferred = Some(DeferredMap {
-            len: crate::headers::response_count(r),
-            build: Box::new(move || crate::headers::response_map(r)),
-        });
+        ctx.stream.response_headers_deferred = Some(DeferredMap::new(Box::new(
+            ResponseSource::new(r, crate::headers::response_count(r)),
+        )));
         ctx.stream.response_trailers = crate::headers::trailers_map(r);
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {
@@ -83,7 +84,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             _ => {}
         }
         if std::mem::take(&mut ctx.stream.response_headers_changed) {
-            if let Err(e) = crate::headers::apply_response_map(r, &ctx.stream.response_headers) {
+            if let Err(e) = write_response_headers(r, ctx) {
                 log(
                     level::ERR,
                     (*(*r).connection).log,
@@ -101,6 +102,26 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             (*r).set_expect_trailers(1);
         }
         call_next(r)
+    }
+}
+
+/// Writes the filters' changes of the response headers back to `headers_out`: a deferred
+/// map's edits in place where they can be (then the map reads the changed list afresh),
+/// otherwise the whole map, built.
+unsafe fn write_response_headers(
+    r: *mut ngx_http_request_t,
+    ctx: &mut RequestCtx,
+) -> Result<(), String> {
+    // SAFETY: a live request in its header filter.
+    unsafe {
+        if let Some(d) = ctx.stream.response_headers_deferred.as_mut() {
+            if crate::headers_in_place::apply_response_edits(r, &d.edits)? {
+                d.applied();
+                return Ok(());
+            }
+        }
+        ctx.stream.load_headers(true);
+        crate::headers::apply_response_map(r, &ctx.stream.response_headers)
     }
 }
 

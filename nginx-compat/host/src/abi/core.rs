@@ -84,6 +84,9 @@ pub(crate) struct State {
     pub(crate) stderr: Vec<u8>,
     /// A reused buffer (property paths).
     pub(crate) scratch: Vec<u8>,
+    /// The lower-case name of the header `proxy_get_header_map_value` returns from a deferred
+    /// map (read again after the guest's allocator ran).
+    pub(crate) header_key: Vec<u8>,
     /// The instance's memory and table caps (the store's `ResourceLimiter`).
     pub(crate) limiter: Limiter,
 }
@@ -121,6 +124,7 @@ impl State {
             stdout: Vec::new(),
             stderr: Vec::new(),
             scratch: Vec::new(),
+            header_key: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ use crate::abi::core::{
     eq_name, ms, refused_field, refused_growth, refused_map, return_u32, return_with, Def, State,
     BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };
+use crate::deferred_headers::{DeferredMap, HeaderEdit, MAX_EDITS};
 use crate::error::Error;
 use crate::mem;
 use crate::stream::HeaderMap;
@@ -57,7 +58,20 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(key) = mem::slice(mem, key_ptr, key_len) else {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
-            state.load(t);
+            if state.deferred(t).is_some() {
+                // Read in place; the name is kept for the copy after the guest's allocator ran.
+                state.header_key.clear();
+                state
+                    .header_key
+                    .extend(key.iter().map(u8::to_ascii_lowercase));
+                let found = state.deferred(t).and_then(|d| d.first(&state.header_key));
+                let Some(len) = found.map(<[u8]>::len) else {
+                    return Ok(NOT_FOUND);
+                };
+                return return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
+                    mem::copy(dst, s.deferred(t)?.first(&s.header_key)?)
+                });
+            }
             let Some(map) = state.map(t) else {
                 return Ok(NOT_FOUND);
             };
@@ -113,19 +127,11 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_field(state, F, key, value) {
                 return code;
             }
-            state.load(t);
-            let held = state.map(t).map_or(0, valid::map_bytes);
             let extra = key.len().saturating_add(value.len());
-            if let Some(code) = refused_growth(state, F, held, extra) {
+            if let Some(code) = refused_growth(state, F, state.held_bytes(t), extra) {
                 return code;
             }
-            match state.map_mut(t) {
-                Ok(map) => {
-                    map.push((key.to_ascii_lowercase(), value.to_vec()));
-                    OK
-                }
-                Err(code) => code,
-            }
+            state.edit(t, HeaderEdit::Add(key.to_ascii_lowercase(), value.to_vec()))
         },
     )?;
     d.env(
@@ -142,34 +148,14 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_field(state, F, key, value) {
                 return code;
             }
-            state.load(t);
-            let held = state.map(t).map_or(0, valid::map_bytes);
             let extra = key.len().saturating_add(value.len());
-            if let Some(code) = refused_growth(state, F, held, extra) {
+            if let Some(code) = refused_growth(state, F, state.held_bytes(t), extra) {
                 return code;
             }
-            let map = match state.map_mut(t) {
-                Ok(map) => map,
-                Err(code) => return code,
-            };
-            // Envoy's setCopy: the first entry takes the value, later duplicates go.
-            let mut found = false;
-            map.retain_mut(|(k, v)| {
-                if !eq_name(k, key) {
-                    return true;
-                }
-                if found {
-                    return false;
-                }
-                found = true;
-                v.clear();
-                v.extend_from_slice(value);
-                true
-            });
-            if !found {
-                map.push((key.to_ascii_lowercase(), value.to_vec()));
-            }
-            OK
+            state.edit(
+                t,
+                HeaderEdit::Replace(key.to_ascii_lowercase(), value.to_vec()),
+            )
         },
     )?;
     d.env(
@@ -184,18 +170,18 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if state.map_unavailable(t) {
                 return BAD_ARGUMENT;
             }
-            state.load(t);
+            let key = key.to_ascii_lowercase();
             // Only a real change marks the map changed.
-            let present = state.map(t).map(|m| m.iter().any(|(k, _)| eq_name(k, key)));
+            let present = match state.deferred(t) {
+                Some(d) => Some(d.count(&key) > 0),
+                None => state
+                    .map(t)
+                    .map(|m| m.iter().any(|(k, _)| eq_name(k, &key))),
+            };
             match present {
                 None => NOT_FOUND,
                 Some(false) => OK,
-                Some(true) => {
-                    if let Ok(map) = state.map_mut(t) {
-                        map.retain(|(k, _)| !eq_name(k, key));
-                    }
-                    OK
-                }
+                Some(true) => state.edit(t, HeaderEdit::Remove(key)),
             }
         },
     )?;
@@ -203,14 +189,73 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
 }
 
 impl State {
-    /// Builds map `t` if the embedding deferred it (the request or response headers: see
-    /// [`crate::stream::DeferredMap`]); every function of this area calls it before it reads
-    /// or writes map `t`.
+    /// Builds map `t` if it is deferred (the request or response headers: see
+    /// [`crate::deferred_headers`]); every function of this area that needs the whole map
+    /// calls it first.
     pub(crate) fn load(&mut self, t: u32) {
         match t {
             0 => self.stream.load_headers(false),
             2 => self.stream.load_headers(true),
             _ => {}
+        }
+    }
+
+    /// Map `t` while it is deferred (read in place, not built).
+    pub(crate) fn deferred(&self, t: u32) -> Option<&DeferredMap> {
+        match t {
+            0 => self.stream.request_headers_deferred.as_ref(),
+            2 => self.stream.response_headers_deferred.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The bytes map `t` holds, for the size limit (a deferred map's bound: see
+    /// [`DeferredMap::bytes`]).
+    fn held_bytes(&self, t: u32) -> usize {
+        match self.deferred(t) {
+            Some(d) => d.bytes(),
+            None => self.map(t).map_or(0, valid::map_bytes),
+        }
+    }
+
+    /// Makes `edit` to map `t` and marks it changed: kept on the deferred map while it has
+    /// fewer than [`MAX_EDITS`], else applied to the built map. The status `map_mut` gives
+    /// for a map type without a map.
+    fn edit(&mut self, t: u32, edit: HeaderEdit) -> u32 {
+        if self.map_unavailable(t) {
+            return BAD_ARGUMENT;
+        }
+        let s = &mut self.stream;
+        let (deferred, changed) = match t {
+            0 => (
+                &mut s.request_headers_deferred,
+                &mut s.request_headers_changed,
+            ),
+            2 => (
+                &mut s.response_headers_deferred,
+                &mut s.response_headers_changed,
+            ),
+            _ => {
+                return match self.map_mut(t) {
+                    Ok(map) => {
+                        edit.apply(map);
+                        OK
+                    }
+                    Err(code) => code,
+                }
+            }
+        };
+        if let Some(d) = deferred.as_mut().filter(|d| d.edits.len() < MAX_EDITS) {
+            d.edits.push(edit);
+            *changed = true;
+            return OK;
+        }
+        match self.map_mut(t) {
+            Ok(map) => {
+                edit.apply(map);
+                OK
+            }
+            Err(code) => code,
         }
     }
 
@@ -279,8 +324,8 @@ mod tests {
     use std::rc::Rc;
 
     use crate::testing::wat_fixtures::{compile, wat};
-    use crate::testing::MemoryHost;
-    use crate::{DeferredMap, Stream, StreamCallback, Vm};
+    use crate::testing::{MapSource, MemoryHost};
+    use crate::{DeferredMap, HeaderEdit, Stream, StreamCallback, Vm};
 
     #[test]
     fn request_trailers_the_embedding_does_not_have_refuse_writes() {
@@ -351,57 +396,81 @@ mod tests {
     }
 
     #[test]
-    fn a_deferred_map_is_built_only_when_a_filter_touches_it() {
-        // on_request_headers gets the deferred map's count as num_headers; at the end of the
-        // stream it adds `x-n: <num_headers as a digit>` to the request headers, otherwise it
-        // does nothing.
+    fn a_deferred_map_is_read_and_edited_in_place_and_built_only_for_the_whole_map() {
+        // on_request_headers gets num_headers; at the end of the stream it reads x-a, writes
+        // `x-n: <num_headers><x-a's value>` with an add and removes x-b; then, on a second
+        // end-of-stream call with a trailing `x-n` present, it asks for the map's size (which
+        // needs the whole map).
         let m = compile(&wat(
             "0_2_1",
-            r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))"#,
+            r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_remove_header_map_value" (func $remove (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_header_map_size" (func $size (param i32 i32) (result i32)))"#,
             r#"(data (i32.const 100) "x-n")
+               (data (i32.const 110) "X-A")
+               (data (i32.const 120) "x-b")
                (func (export "proxy_on_context_create") (param i32 i32))
                (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
                  (if (local.get 2)
                    (then
+                     (if (i32.eqz (call $get (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 300) (i32.const 304)))
+                       (then (drop (call $size (i32.const 0) (i32.const 308))) (return (i32.const 0))))
+                     (drop (call $get (i32.const 0) (i32.const 110) (i32.const 3) (i32.const 300) (i32.const 304)))
                      (i32.store8 (i32.const 200) (i32.add (i32.const 48) (local.get 1)))
-                     (drop (call $add (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 200) (i32.const 1)))))
+                     (i32.store8 (i32.const 201) (i32.load8_u (i32.load (i32.const 300))))
+                     (drop (call $add (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 200) (i32.const 2)))
+                     (drop (call $remove (i32.const 0) (i32.const 120) (i32.const 3)))))
                  (i32.const 0))"#,
         ))
         .unwrap();
         let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
         let root = vm.create_root("p", b"").unwrap();
-        let builds = Rc::new(std::cell::Cell::new(0));
-        let counted = builds.clone();
+        let source = MapSource::new(vec![
+            (b":path".to_vec(), b"/".to_vec()),
+            (b"x-a".to_vec(), b"7".to_vec()),
+            (b"x-b".to_vec(), b"2".to_vec()),
+        ]);
+        let builds = source.builds.clone();
         let mut s = Stream {
-            request_headers_deferred: Some(DeferredMap {
-                len: 3,
-                build: Box::new(move || {
-                    counted.set(counted.get() + 1);
-                    vec![
-                        (b":path".to_vec(), b"/".to_vec()),
-                        (b"x-a".to_vec(), b"1".to_vec()),
-                        (b"x-b".to_vec(), b"2".to_vec()),
-                    ]
-                }),
-            }),
+            request_headers_deferred: Some(DeferredMap::new(Box::new(source))),
             ..Default::default()
         };
         let id = vm.create_http(root).unwrap();
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, false)
             .unwrap();
-        assert_eq!(
-            builds.get(),
-            0,
-            "a filter that reads nothing builds nothing"
-        );
-        assert!(s.request_headers.is_empty() && !s.request_headers_changed);
+        assert!(!s.request_headers_changed);
 
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();
+        assert_eq!(
+            builds.get(),
+            0,
+            "reads and edits of one field build nothing"
+        );
+        assert!(s.request_headers_changed);
+        let d = s.request_headers_deferred.as_ref().unwrap();
+        assert_eq!(
+            d.edits,
+            vec![
+                HeaderEdit::Add(b"x-n".to_vec(), b"37".to_vec()),
+                HeaderEdit::Remove(b"x-b".to_vec())
+            ]
+        );
+        assert_eq!(s.headers_len(false), 3);
+
+        // The map's size needs the whole map: built once, with the edits applied.
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
         assert_eq!(builds.get(), 1);
-        assert!(s.request_headers_deferred.is_none() && s.request_headers_changed);
-        assert_eq!(s.request_headers.len(), 4);
-        assert_eq!(s.request_headers[3], (b"x-n".to_vec(), b"3".to_vec()));
-        assert_eq!(s.headers_len(false), 4);
+        assert!(s.request_headers_deferred.is_none());
+        assert_eq!(
+            s.request_headers,
+            vec![
+                (b":path".to_vec(), b"/".to_vec()),
+                (b"x-a".to_vec(), b"7".to_vec()),
+                (b"x-n".to_vec(), b"37".to_vec()),
+            ]
+        );
     }
 }
