@@ -180,6 +180,61 @@ def test_a_field_nominated_by_connection_never_reaches_the_upstream_unseen(
         assert "x-forged" not in seen and "proxy-connection" not in seen, seen
 
 
+def test_header_edits_reach_the_upstream_and_the_client_as_written(host, gateways, upstream, answer_server):
+    """Each kind of header write a filter makes, request and response, ends as written on every
+    host. nginx-compat applies a replaced field present once and an added one to nginx's lists
+    in place, and a replaced field present twice or a removal by rewriting the list: both ways
+    must give the upstream and the client the same fields (a second request on the same
+    connection too)."""
+    writes = [
+        {"map": "request", "op": "replace", "name": "x-once", "value": "replaced"},
+        {"map": "request", "op": "add", "name": "X-Added", "value": "1"},
+        {"map": "request", "op": "replace", "name": "x-absent", "value": "set"},
+        {"map": "request", "op": "add", "name": "x-twice", "value": "b"},
+        {"map": "request", "op": "replace", "name": "x-dup", "value": "one"},
+        {"map": "request", "op": "remove", "name": "x-gone"},
+        {"map": "request", "op": "remove", "name": "x-never-sent"},
+        {"map": "response", "op": "replace", "name": "x-upstream-name", "value": "renamed"},
+        {"map": "response", "op": "add", "name": "x-resp", "value": "r"},
+        {"map": "response", "op": "add", "name": "x-resp-gone", "value": "g"},
+        {"map": "response", "op": "remove", "name": "x-resp-gone"},
+    ]
+    # nginx keeps request headers in parts of 20 elements: 30 more fields put X-Dup's second
+    # copy and X-Keep in a later part than the fields removed before them.
+    fill = b"".join(b"X-Fill-%02d: %d\r\n" % (i, i) for i in range(30))
+    request = (b"GET /edits HTTP/1.1\r\nHost: t\r\nX-Once: original\r\nX-Twice: a\r\nX-Dup: 1\r\n"
+               b"X-Gone: bye\r\nCookie: c=1\r\n" + fill + b"X-Dup: 2\r\nX-Keep: k\r\n\r\n")
+    in_place = [w for w in writes if w["name"] not in ("x-dup", "x-gone", "x-never-sent")]
+    for chosen in (in_place, writes):
+        g = probe_gateway(host, gateways, upstream, answer_server, request_headers="write_headers", writes=chosen)
+        port = int(g.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            for _ in range(2):
+                s.sendall(request)
+                data = b""
+                while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+                    chunk = s.recv(65536)
+                    assert chunk, data
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                fields = {}
+                for line in head.decode().split("\r\n")[1:]:
+                    k, _, v = line.partition(":")
+                    fields.setdefault(k.strip().lower(), []).append(v.strip())
+                seen = json.loads(body.decode())["headers"]
+                assert seen["x-once"] == ["replaced"] and seen["x-added"] == ["1"], seen
+                assert seen["x-absent"] == ["set"] and seen["x-twice"] == ["a", "b"], seen
+                assert seen["x-keep"] == ["k"] and seen["cookie"] == ["c=1"], seen
+                assert [k for k in seen if k.startswith("x-fill-")] == [f"x-fill-{i:02d}" for i in range(30)], seen
+                assert all(seen[f"x-fill-{i:02d}"] == [str(i)] for i in range(30)), seen
+                if chosen is writes:
+                    assert seen["x-dup"] == ["one"] and "x-gone" not in seen, seen
+                else:
+                    assert seen["x-dup"] == ["1", "2"] and seen["x-gone"] == ["bye"], seen
+                assert fields["x-upstream-name"] == ["renamed"] and fields["x-resp"] == ["r"], fields
+                assert fields["x-probe-status"] == ["0,0,0,0"] and "x-resp-gone" not in fields, fields
+
+
 OK, BAD = 0, 2  # proxy-wasm statuses: Ok, BadArgument
 WRITES = [
     ({"name": "x-ok", "value": "fine"}, OK),

@@ -18,8 +18,9 @@
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
 //! - `call_timeout_ms`: the call's timeout (default 5000; 0 asks for the host's default).
-//! - `writes`: `[{"map": "request"|"response"|"local", "op": "add"|"replace", "name": "..",
-//!   "value": ".."}]`, done with the raw ABI; the statuses go out as the response header
+//! - `writes`: `[{"map": "request"|"response"|"local", "op": "add"|"replace"|"remove", "name":
+//!   "..", "value": ".."}]`, done with the raw ABI (`remove` needs no value; not for `local`);
+//!   the statuses go out as the response header
 //!   `x-probe-status` (comma-separated, in order) of a local response or of the response.
 //! - `configure`: `ok` (default), `loop`, `fail`, `once:<key>` (fails when the shared-data key
 //!   `probe-configured-<key>` exists, else sets it: the first instance in the gateway configures,
@@ -62,6 +63,7 @@ struct Write {
     map: String,
     op: String,
     name: String,
+    #[serde(default)]
     value: String,
 }
 
@@ -167,6 +169,7 @@ extern "C" {
         vp: *const u8,
         vl: usize,
     ) -> u32;
+    fn proxy_remove_header_map_value(t: u32, kp: *const u8, kl: usize) -> u32;
 }
 
 /// Runs the raw writes of `map` ("request" = map type 0, "response" = 2); returns their statuses.
@@ -179,10 +182,14 @@ fn raw_writes(config: &Config, map: &str, t: u32) -> Vec<u32> {
             let (k, v) = (w.name.as_bytes(), w.value.as_bytes());
             // SAFETY: pointers and lengths of live byte slices.
             unsafe {
-                if w.op == "add" {
-                    proxy_add_header_map_value(t, k.as_ptr(), k.len(), v.as_ptr(), v.len())
-                } else {
-                    proxy_replace_header_map_value(t, k.as_ptr(), k.len(), v.as_ptr(), v.len())
+                match w.op.as_str() {
+                    "add" => {
+                        proxy_add_header_map_value(t, k.as_ptr(), k.len(), v.as_ptr(), v.len())
+                    }
+                    "remove" => proxy_remove_header_map_value(t, k.as_ptr(), k.len()),
+                    _ => {
+                        proxy_replace_header_map_value(t, k.as_ptr(), k.len(), v.as_ptr(), v.len())
+                    }
                 }
             }
         })
