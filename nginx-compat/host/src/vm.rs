@@ -91,6 +91,9 @@ pub struct Vm {
     vm_started: bool,
     poisoned: bool,
     limits: GuestLimits,
+    /// The epoch deadlines of `limits` in ticks (`Call`, `Startup`), computed once: the
+    /// conversion divides 128-bit integers, on every call into the guest otherwise.
+    ticks: (u64, u64),
 }
 
 fn action(v: u32) -> Action {
@@ -101,22 +104,31 @@ fn action(v: u32) -> Action {
     }
 }
 
-/// A call into the guest: the export's name, its deadline and the context it runs for.
+/// A call into the guest: the export's name, its deadline (and in epoch ticks) and the context
+/// it runs for.
 struct Guest {
     name: &'static str,
     deadline: std::time::Duration,
+    ticks: u64,
     ctx: u32,
 }
 
 impl Guest {
-    fn new(name: &'static str, limits: &GuestLimits, kind: CallKind, ctx: u32) -> Guest {
-        let deadline = match kind {
-            CallKind::Startup => limits.configure_deadline,
-            CallKind::Call => limits.call_deadline,
+    fn new(
+        name: &'static str,
+        limits: &GuestLimits,
+        ticks: (u64, u64),
+        kind: CallKind,
+        ctx: u32,
+    ) -> Guest {
+        let (deadline, ticks) = match kind {
+            CallKind::Startup => (limits.configure_deadline, ticks.1),
+            CallKind::Call => (limits.call_deadline, ticks.0),
         };
         Guest {
             name,
             deadline,
+            ticks,
             ctx,
         }
     }
@@ -131,13 +143,14 @@ macro_rules! call_export {
             exports,
             poisoned,
             limits,
+            ticks,
             ..
         } = &mut *$vm;
         match &exports.$field {
             None => None,
             Some(f) => {
                 let name = concat!("proxy_", stringify!($field));
-                let guest = Guest::new(name, limits, $kind, $ctx);
+                let guest = Guest::new(name, limits, *ticks, $kind, $ctx);
                 Some(enter(store, poisoned, &guest, $stream, |s| {
                     f.call(s, $args)
                 }))
@@ -250,6 +263,10 @@ impl Vm {
             vm_started: false,
             poisoned: false,
             limits: *limits,
+            ticks: (
+                limits::ticks(limits.call_deadline),
+                limits::ticks(limits.configure_deadline),
+            ),
         })
     }
 
@@ -556,9 +573,10 @@ impl Vm {
             exports,
             poisoned,
             limits,
+            ticks,
             ..
         } = self;
-        let guest = || Guest::new(cb.name(), limits, CallKind::Call, ctx);
+        let guest = || Guest::new(cb.name(), limits, *ticks, CallKind::Call, ctx);
         let r = match exports.stream(cb) {
             None if *poisoned => return Err(poisoned_error()),
             None => return Ok(Action::Continue),
@@ -679,7 +697,7 @@ fn enter<R>(
     let has_stream = stream.is_some();
     data.stream_loaded = has_stream;
     if !cfg!(feature = "unbounded-guests") {
-        store.set_epoch_deadline(limits::ticks(guest.deadline));
+        store.set_epoch_deadline(guest.ticks);
     }
     let result = match stream {
         Some(stream) => {
