@@ -92,15 +92,30 @@ fn value(r: &mut Rng, names: &[&str], depth: usize, out: &mut Vec<u8>) {
             out.push(b'"');
         }
         6 | 7 => {
-            let n = r.pick(&[
-                "0", "-0", "12", "120", "-3.5e+7", "1E2", "0.25", "7e-3", "1e1",
-            ]);
-            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(r.pick(NUMBERS).as_bytes());
         }
         _ => out.extend_from_slice(r.pick(&["true", "false", "null"]).as_bytes()),
     }
     ws(r, out);
 }
+
+/// Numbers of every form: integers, the u64 bounds, signs, fractions, exponents.
+const NUMBERS: &[&str] = &[
+    "0",
+    "-0",
+    "12",
+    "120",
+    "-1",
+    "1.0",
+    "-3.5e+7",
+    "1E2",
+    "0.25",
+    "7e-3",
+    "1e1",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999",
+];
 
 /// A generated document, sometimes damaged (up to two bytes removed, inserted or changed, or
 /// the text cut).
