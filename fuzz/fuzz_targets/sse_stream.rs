@@ -35,7 +35,7 @@ fn run(pieces: &[&[u8]]) -> Run {
                 e.done,
                 e.head.to_vec(),
                 e.mentions_usage,
-                e.json,
+                e.json.cloned(),
             ));
         });
         base += piece.len();

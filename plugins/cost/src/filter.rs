@@ -632,6 +632,7 @@ impl RootContext for CostRoot {
             shared: self.shared.clone(),
             tenant: String::new(),
             spend: None,
+            ledger_key: None,
             budgeted: false,
             hold_request: false,
             completions_path: false,
@@ -651,11 +652,14 @@ impl RootContext for CostRoot {
     }
 }
 
+// The scanner (~200 bytes, fixed) lives in the context, itself one allocation: boxed, it cost an
+// allocation and a free per JSON response.
+#[allow(clippy::large_enum_variant)]
 enum Mode {
     /// No response yet, or one whose content type carries no usage.
     Off,
     /// A JSON document, scanned as it passes.
-    Json(Box<JsonScan>),
+    Json(JsonScan),
     /// Server-sent events.
     Stream(Box<StreamState>),
 }
@@ -670,6 +674,8 @@ struct CostHttp {
     tenant: String,
     /// The tenant's spend read at the request headers.
     spend: Option<Spend>,
+    /// The tenant's ledger key, made at the request headers (taken by the booking).
+    ledger_key: Option<String>,
     /// Whether the tenant has a budget.
     budgeted: bool,
     /// The request body is being held to be read.
@@ -786,10 +792,14 @@ impl CostHttp {
                 if let Some(model) = &usage.model {
                     signals::set(signals::COST_MODEL, model);
                 }
-                signals::set(signals::COST_INPUT_TOKENS, &usage.input_tokens.to_string());
+                let mut digits = itoa::Buffer::new();
+                signals::set(
+                    signals::COST_INPUT_TOKENS,
+                    digits.format(usage.input_tokens),
+                );
                 signals::set(
                     signals::COST_OUTPUT_TOKENS,
-                    &usage.output_tokens.to_string(),
+                    digits.format(usage.output_tokens),
                 );
                 count(shared.counters.priced);
                 (nano, "priced")
@@ -826,7 +836,11 @@ impl CostHttp {
                 (nano, "estimated")
             }
         };
-        let key = config.ledger.key(&self.tenant);
+        // The key read at the request headers (the tenant is the same).
+        let key = self
+            .ledger_key
+            .take()
+            .unwrap_or_else(|| config.ledger.key(&self.tenant));
         match config
             .ledger
             .book(&HostSharedData, &key, now_unix_millis(), nano)
@@ -866,7 +880,7 @@ impl CostHttp {
                 }
             }
         }
-        signals::set(signals::COST_NANO_USD, &nano.to_string());
+        signals::set(signals::COST_NANO_USD, itoa::Buffer::new().format(nano));
         signals::set(signals::COST_STATUS, status);
     }
 
@@ -877,13 +891,13 @@ impl CostHttp {
     fn read_spend(
         &self,
         shared: &Shared,
+        key: &str,
         limited: bool,
         now_ms: u64,
         now: &Periods,
     ) -> Result<Spend, u32> {
         let ledger = &shared.config.ledger;
-        let key = ledger.key(&self.tenant);
-        let lookup = match ledger.spend(&HostSharedData, &key, now) {
+        let lookup = match ledger.spend(&HostSharedData, key, now) {
             Ok(lookup) => lookup,
             Err(_) if !limited => return Ok(Spend::default()),
             Err(e) => return Err(status_of(e)),
@@ -896,7 +910,7 @@ impl CostHttp {
             Lookup { spend, .. } => return Ok(spend),
         }
         let mut stats = BookStats::default();
-        let opened = ledger.open(&HostSharedData, &key, now_ms, &mut stats);
+        let opened = ledger.open(&HostSharedData, key, now_ms, &mut stats);
         shared.counters.add(&stats);
         // The tenant shares the overflow record: `max_tenants` reached, or its record refused
         // and `store_full` pools it.
@@ -1169,7 +1183,10 @@ impl HttpContext for CostHttp {
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();
-        let spend = match self.read_spend(&shared, self.budgeted, now_ms, &now) {
+        let key = config.ledger.key(&self.tenant);
+        let spend = self.read_spend(&shared, &key, self.budgeted, now_ms, &now);
+        self.ledger_key = Some(key);
+        let spend = match spend {
             Ok(spend) => spend,
             Err(status) => {
                 shared.store_failed(
@@ -1301,9 +1318,15 @@ impl HttpContext for CostHttp {
             .split(|&b| b == b';')
             .next()
             .unwrap_or_default()
-            .trim_ascii()
-            .to_ascii_lowercase();
-        if media == b"text/event-stream" {
+            .trim_ascii();
+        // Media types are case-insensitive (RFC 9110 section 8.3.1).
+        let json = media.eq_ignore_ascii_case(b"application/json")
+            || media
+                .len()
+                .checked_sub(5)
+                .and_then(|at| media.get(at..))
+                .is_some_and(|suffix| suffix.eq_ignore_ascii_case(b"+json"));
+        if media.eq_ignore_ascii_case(b"text/event-stream") {
             self.mode = Mode::Stream(Box::new(StreamState::new(config.max_event_bytes)));
             if self.strip_usage && coding == Coding::Identity {
                 self.strip = Some(Strip { held: Vec::new() });
@@ -1312,8 +1335,8 @@ impl HttpContext for CostHttp {
                     host::set_header(H, "content-length", None);
                 }
             }
-        } else if media == b"application/json" || media.ends_with(b"+json") {
-            self.mode = Mode::Json(Box::new(JsonScan::new(config.max_event_bytes)));
+        } else if json {
+            self.mode = Mode::Json(JsonScan::new(config.max_event_bytes));
         }
         Action::Continue
     }

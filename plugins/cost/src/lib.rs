@@ -24,6 +24,8 @@ pub mod config;
 pub mod counters;
 pub mod decode;
 pub mod global;
+#[cfg(test)]
+mod json_gen;
 pub mod json_scan;
 pub mod ledger;
 pub mod period;

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -95,32 +95,105 @@ impl Members {
     }
 }
 
-/// What the filter reads from a request body.
+/// What the filter reads from a request body: the raw values of `model`, `stream` and
+/// `stream_options` (the last of each name given), borrowed from the body.
+///
+/// Read with `serde_json` as a map whose names are compared as they are decoded and whose other
+/// values are skipped (`IgnoredAny`), not kept: a body is accepted exactly when `serde_json`
+/// reads it as an object of [`Members`] (the same grammar, names decoded alike, and the whole
+/// body valid UTF-8, checked once), without a `String` per name or a value per member.
 #[derive(Debug)]
-pub struct RequestBody {
-    members: Members,
+pub struct RequestBody<'a> {
+    /// The body.
+    text: &'a str,
+    model: Option<&'a RawValue>,
+    stream: Option<&'a RawValue>,
+    stream_options: Option<&'a RawValue>,
 }
 
-impl RequestBody {
-    /// The body as a JSON object; `None` when it is not one.
-    pub fn parse(body: &[u8]) -> Option<RequestBody> {
-        Some(RequestBody {
-            members: serde_json::from_slice(body).ok()?,
-        })
-    }
+/// The members [`RequestBody`] reads.
+enum Name {
+    Model,
+    Stream,
+    StreamOptions,
+    Other,
+}
 
-    fn read<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
-        serde_json::from_str(self.members.get(name)?.get()).ok()
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl Visitor<'_> for NameVisitor {
+            type Value = Name;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Name, E> {
+                Ok(match name {
+                    "model" => Name::Model,
+                    "stream" => Name::Stream,
+                    "stream_options" => Name::StreamOptions,
+                    _ => Name::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(NameVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestBody<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = RequestBody<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RequestBody<'de>, A::Error> {
+                let mut body = RequestBody {
+                    text: "",
+                    model: None,
+                    stream: None,
+                    stream_options: None,
+                };
+                while let Some(name) = map.next_key::<Name>()? {
+                    let slot = match name {
+                        Name::Model => &mut body.model,
+                        Name::Stream => &mut body.stream,
+                        Name::StreamOptions => &mut body.stream_options,
+                        Name::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<&RawValue>()?);
+                }
+                Ok(body)
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+impl<'a> RequestBody<'a> {
+    /// The body as a JSON object; `None` when it is not one.
+    pub fn parse(body: &'a [u8]) -> Option<RequestBody<'a>> {
+        let text = std::str::from_utf8(body).ok()?;
+        let mut read: RequestBody<'a> = serde_json::from_str(text).ok()?;
+        read.text = text;
+        Some(read)
     }
 
     /// `model`, when it is a string.
     pub fn model(&self) -> Option<String> {
-        self.read("model")
+        serde_json::from_str(self.model?.get()).ok()
     }
 
     /// Whether `stream` is `true`.
     pub fn stream(&self) -> bool {
-        self.read::<bool>("stream").unwrap_or(false)
+        self.stream.is_some_and(|raw| raw.get() == "true")
     }
 
     /// `stream_options.include_usage` when it is a boolean.
@@ -130,24 +203,27 @@ impl RequestBody {
             #[serde(default)]
             include_usage: Option<bool>,
         }
-        self.read::<Option<StreamOptions>>("stream_options")
+        serde_json::from_str::<Option<StreamOptions>>(self.stream_options?.get())
+            .ok()
             .flatten()?
             .include_usage
     }
 
     /// The body with `stream_options.include_usage` set to `true` (the other members of
-    /// `stream_options` kept). `None` when `stream_options` is there but not an object (the
-    /// upstream refuses such a request anyway).
-    pub fn with_stream_usage(mut self) -> Option<Vec<u8>> {
-        let mut options = match self.members.get("stream_options") {
+    /// `stream_options` kept): the body read again as [`Members`], written back. `None` when
+    /// `stream_options` is there but not an object (the upstream refuses such a request
+    /// anyway).
+    pub fn with_stream_usage(self) -> Option<Vec<u8>> {
+        let mut members: Members = serde_json::from_str(self.text).ok()?;
+        let mut options = match self.stream_options {
             None => Members::default(),
             Some(raw) if raw.get() == "null" => Members::default(),
             Some(raw) => serde_json::from_str::<Members>(raw.get()).ok()?,
         };
         options.set("include_usage", RawValue::from_string("true".into()).ok()?);
         let options = RawValue::from_string(String::from_utf8(options.to_json()).ok()?).ok()?;
-        self.members.set("stream_options", options);
-        Some(self.members.to_json())
+        members.set("stream_options", options);
+        Some(members.to_json())
     }
 }
 
@@ -220,6 +296,92 @@ mod tests {
             rewrite(r#"{"mod\u0065l":"a","model":"b"}"#).unwrap(),
             r#"{"model":"b","stream_options":{"include_usage":true}}"#
         );
+    }
+
+    /// The reading of the whole body as [`Members`] (what `parse` did before it skipped the
+    /// values it does not read): whether it is an object, its model, stream flag and
+    /// `include_usage`.
+    fn through_members(body: &[u8]) -> Option<(Option<String>, bool, Option<bool>)> {
+        let members: Members = serde_json::from_slice(body).ok()?;
+        let read = |name: &str| members.get(name).map(RawValue::get);
+        let model = read("model").and_then(|raw| serde_json::from_str(raw).ok());
+        let stream = read("stream").and_then(|raw| serde_json::from_str(raw).ok());
+        #[derive(Deserialize)]
+        struct StreamOptions {
+            #[serde(default)]
+            include_usage: Option<bool>,
+        }
+        let include_usage = read("stream_options")
+            .and_then(|raw| serde_json::from_str::<Option<StreamOptions>>(raw).ok())
+            .flatten()
+            .and_then(|o| o.include_usage);
+        Some((model, stream.unwrap_or(false), include_usage))
+    }
+
+    /// The borrowed reading agrees with the reading through [`Members`] on generated bodies
+    /// (valid and damaged: invalid UTF-8, lone surrogates, escaped and repeated names), and
+    /// its rewrite is the one made from that reading.
+    #[test]
+    fn agrees_with_the_reading_through_members() {
+        use crate::json_gen::{document, Rng};
+        const NAMES: &[&str] = &[
+            "model",
+            "stream",
+            "stream_options",
+            "include_usage",
+            "messages",
+            "mod\\u0065l",
+            "stre\\u0061m",
+            "n",
+            "\\ud800",
+            "",
+        ];
+        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        let (mut objects, mut others) = (0, 0);
+        let mut bodies: Vec<Vec<u8>> = (0..30_000).map(|_| document(&mut r, NAMES)).collect();
+        bodies.extend([
+            br#"{"model":"m","x":"\xff"}"#.to_vec(),
+            b"{\"model\":\"m\",\"x\":\"\xff\"}".to_vec(),
+            br#"{"model":"m","x":"\ud800"}"#.to_vec(),
+            br#"{"\ud800":1}"#.to_vec(),
+            br#"{"model":"\ud800"}"#.to_vec(),
+            br#"{"stream": true ,"stream":true}"#.to_vec(),
+            br#"{"model":"a"} x"#.to_vec(),
+        ]);
+        for body in &bodies {
+            let text = String::from_utf8_lossy(body);
+            let old = through_members(body);
+            let new = RequestBody::parse(body);
+            assert_eq!(
+                new.as_ref()
+                    .map(|b| (b.model(), b.stream(), b.include_usage())),
+                old,
+                "{text}"
+            );
+            match new {
+                Some(b) => {
+                    objects += 1;
+                    let want = RequestBody::parse(body).and_then(|_| {
+                        let members: Members = serde_json::from_slice(body).ok()?;
+                        let mut options = match members.get("stream_options").map(RawValue::get) {
+                            None | Some("null") => Members::default(),
+                            Some(raw) => serde_json::from_str::<Members>(raw).ok()?,
+                        };
+                        options.set("include_usage", RawValue::from_string("true".into()).ok()?);
+                        let mut members = members;
+                        members.set(
+                            "stream_options",
+                            RawValue::from_string(String::from_utf8(options.to_json()).ok()?)
+                                .ok()?,
+                        );
+                        Some(members.to_json())
+                    });
+                    assert_eq!(b.with_stream_usage(), want, "{text}");
+                }
+                None => others += 1,
+            }
+        }
+        assert!(objects > 5_000 && others > 5_000, "{objects} {others}");
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub struct Event<'a> {
     /// Whether the payload contains `"usage"`.
     pub mentions_usage: bool,
     /// The payload scanned as JSON.
-    pub json: Result<Captured, ScanError>,
+    pub json: Result<&'a Captured, ScanError>,
 }
 
 /// The incremental event-stream parser (bounded state, see the module docs).
@@ -82,8 +82,8 @@ pub struct SseParser {
     /// The last bytes of the payload, to find `"usage"` across chunks.
     tail: Vec<u8>,
     mentions_usage: bool,
+    /// The current event's payload, scanned (reset, its buffer kept, for each event).
     scan: JsonScan,
-    max: usize,
 }
 
 impl SseParser {
@@ -103,7 +103,6 @@ impl SseParser {
             tail: Vec::new(),
             mentions_usage: false,
             scan: JsonScan::new(max_event_bytes),
-            max: max_event_bytes,
         }
     }
 
@@ -286,7 +285,7 @@ impl SseParser {
                     done: self.data_len == 6 && self.data_head.as_slice() == b"[DONE]",
                     head: &self.data_head,
                     mentions_usage: self.mentions_usage,
-                    json: self.scan.finish(),
+                    json: self.scan.finished(),
                 },
             );
         }
@@ -296,7 +295,7 @@ impl SseParser {
         self.data_len = 0;
         self.tail.clear();
         self.mentions_usage = false;
-        self.scan = JsonScan::new(self.max);
+        self.scan.reset();
     }
 }
 

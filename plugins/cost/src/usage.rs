@@ -214,9 +214,14 @@ impl Body {
     /// that is not a string, counts that are not whole numbers, ...).
     pub fn from_captured(c: &Captured) -> Option<Body> {
         fn read<T: serde::de::DeserializeOwned>(raw: Option<&[u8]>) -> Option<Option<T>> {
-            match raw {
-                None => Some(None),
-                Some(raw) => serde_json::from_slice::<Option<T>>(raw).ok(),
+            let Some(raw) = raw else {
+                return Some(None);
+            };
+            // Valid UTF-8 (the usual case) is read as text: `serde_json` then checks no string
+            // again (one check of the whole value, not one per member name); the same result.
+            match std::str::from_utf8(raw) {
+                Ok(text) => serde_json::from_str::<Option<T>>(text).ok(),
+                Err(_) => serde_json::from_slice::<Option<T>>(raw).ok(),
             }
         }
         let inner = |model: Field, usage: Field| -> Option<Option<Inner>> {
