@@ -90,6 +90,15 @@ pub trait SharedStore {
     /// # Errors
     /// [`StoreError::CasMismatch`]; [`StoreError::Failed`] (nothing was written).
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError>;
+
+    /// A monotonic-enough clock in milliseconds, for bounding how long a caller waits on
+    /// another worker ([`create_once`]); the host's wall clock (WASI `clock_time_get` in a
+    /// filter). Tests may replace it.
+    fn clock_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 /// The host's shared data through the proxy-wasm ABI, never trapping (module documentation).
@@ -418,6 +427,14 @@ impl<A> StoreFull<A> {
 /// between taking the lease and releasing it can lose it to another worker.
 pub const CREATION_LEASE_MS: u64 = 2_000;
 
+/// How long [`create_once`] keeps trying, past its `attempts`, while another worker holds the
+/// lease within its time (ms). The holder needs three host calls to create a key and release
+/// the lease, but the system may deschedule it in between (a loaded machine: several ms); a
+/// waiter that gave up after its attempts alone, a fraction of a millisecond, booked spend to the
+/// overflow record instead of the tenant's. Well under the 100 ms a guest call may run in the
+/// nginx host (`GuestLimits::call_deadline`).
+pub const LEASE_WAIT_MS: u64 = 50;
+
 /// How far another worker's clock may run ahead of ours (ms): a lease ending further ahead than
 /// one lease plus this is stale (a clock was set back) and is taken over.
 pub const CLOCK_TOLERANCE_MS: u64 = 1_000;
@@ -585,9 +602,10 @@ pub enum CreateError {
 /// second write is a mismatch instead.
 ///
 /// # Errors
-/// [`CreateError::Contended`] after `attempts` failed tries, e.g. while another worker holds
-/// the lease (the key may exist by then: re-read it); [`CreateError::Failed`] when the zone
-/// record cannot be read, created or locked.
+/// [`CreateError::Contended`] after `attempts` failed tries, and, while another worker holds
+/// the lease within its time, after [`LEASE_WAIT_MS`] more of trying (the key may exist by
+/// then: re-read it); [`CreateError::Failed`] when the zone record cannot be read, created or
+/// locked.
 pub fn create_once<S: SharedStore + ?Sized>(
     store: &S,
     zone: &Zone<'_>,
@@ -600,8 +618,12 @@ pub fn create_once<S: SharedStore + ?Sized>(
     let mut out = Creation::default();
     let mut failures = 0u32;
     let failed = |e: StoreError| CreateError::Failed(code(e));
-    // One more turn for creating a missing zone record.
-    for _ in 0..attempts.saturating_add(1) {
+    // Past the attempts, while a live holder keeps the lease: until this clock time.
+    let mut wait_until: Option<u64> = None;
+    // One more turn for creating a missing zone record; the waiting turns beyond.
+    let mut turns = 0u32;
+    while turns <= attempts || wait_until.is_some() {
+        turns = turns.saturating_add(1);
         let (value, zone_cas) = match store.get(zone_key) {
             Ok(read) => read,
             Err(e) => return (Err(failed(e)), out),
@@ -645,7 +667,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
         if !taken {
             out.cas_retries = out.cas_retries.saturating_add(1);
             failures = failures.saturating_add(1);
-            if failures >= attempts {
+            if failures >= attempts && !(held && still_waiting(store, &mut wait_until, failures)) {
                 return (Err(CreateError::Contended), out);
             }
             continue;
@@ -687,6 +709,27 @@ pub fn create_once<S: SharedStore + ?Sized>(
     (Err(CreateError::Contended), out)
 }
 
+/// Whether a creation that ran out of attempts while a live holder keeps the lease goes on
+/// trying: for [`LEASE_WAIT_MS`] from the first such turn, the clock read every 16th turn.
+fn still_waiting<S: SharedStore + ?Sized>(
+    store: &S,
+    wait_until: &mut Option<u64>,
+    failures: u32,
+) -> bool {
+    match *wait_until {
+        None => {
+            *wait_until = Some(store.clock_ms().saturating_add(LEASE_WAIT_MS));
+            true
+        }
+        Some(_) if failures % 16 != 0 => true,
+        Some(until) if store.clock_ms() < until => true,
+        Some(_) => {
+            *wait_until = None;
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,6 +766,60 @@ mod tests {
         let pending = ZoneRecord { pending: true, ..z };
         assert_eq!(pending.encode()[17], 3);
         assert_eq!(ZoneRecord::decode(&pending.encode()), Some(pending));
+    }
+
+    /// A store whose clock advances one ms at each reading and which, at the `n`-th reading
+    /// (`.2`), plays another worker that creates `k` and releases the lease.
+    struct Ticking<'a>(&'a MemoryStore, std::cell::Cell<u64>, Option<u64>);
+
+    impl SharedStore for Ticking<'_> {
+        fn get(&self, key: &str) -> Result<Read, StoreError> {
+            self.0.get(key)
+        }
+        fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+            self.0.set(key, value, cas)
+        }
+        fn clock_ms(&self) -> u64 {
+            let now = self.1.get() + 1;
+            self.1.set(now);
+            if Some(now) == self.2 {
+                self.0.set("k", b"theirs", None).unwrap();
+                let free = ZoneRecord {
+                    keys: 1,
+                    locked_until_ms: 0,
+                    store_full: false,
+                    pending: false,
+                };
+                let cas = self.0.get("z").unwrap().1;
+                self.0.set("z", &free.encode(), cas).unwrap();
+            }
+            now
+        }
+    }
+
+    /// The holder of the lease is descheduled longer than the waiter's attempts last (a loaded
+    /// machine), then creates the key and releases the lease: the waiter, still trying, finds
+    /// the key there (it used to give up after its attempts, and the ledger then booked to the
+    /// overflow record instead of the tenant's).
+    #[test]
+    fn a_creation_waits_for_a_live_holder_that_is_slow() {
+        for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
+            let s = MemoryStore::new(semantics);
+            let held = ZoneRecord {
+                keys: 0,
+                locked_until_ms: 5_000,
+                store_full: false,
+                pending: true,
+            };
+            s.set("z", &held.encode(), None).unwrap();
+            let ticking = Ticking(&s, std::cell::Cell::new(0), Some(LEASE_WAIT_MS / 2));
+            let (r, c) = create_once(&ticking, &zone(9), "k", b"mine", true, 4_000);
+            assert_eq!(r, Ok(Created::Ready), "{semantics:?}");
+            assert!(!c.created && c.cas_retries > 3, "{c:?}");
+            assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"theirs"[..]));
+            let zone_now = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            assert_eq!((zone_now.keys, zone_now.locked_until_ms), (1, 0));
+        }
     }
 
     /// Kong's module answers a write to a full `eviction=none` zone with a host trap: the guest
@@ -848,8 +945,14 @@ mod tests {
             pending: false,
         };
         s.set("z", &held.encode(), None).unwrap();
-        let (r, c) = create_once(&s, &zone(9), "k2", b"i", true, 4_000);
-        assert_eq!((r, c.cas_retries), (Err(CreateError::Contended), 3));
+        // A live holder: tried past the attempts for LEASE_WAIT_MS of the store's clock (here
+        // one ms per reading of it), then given up.
+        let ticking = Ticking(&s, std::cell::Cell::new(0), None);
+        let (r, c) = create_once(&ticking, &zone(9), "k2", b"i", true, 4_000);
+        assert_eq!(r, Err(CreateError::Contended));
+        assert!(ticking.1.get() > LEASE_WAIT_MS, "the clock ran past the wait");
+        // Every 16th turn reads the clock: 16 turns a ms here.
+        assert_eq!(c.cas_retries, 16 * u32::try_from(LEASE_WAIT_MS).unwrap());
         assert!(s.get("k2").unwrap().0.is_none());
         // A lease ending further ahead than a lease plus the clock tolerance is stale.
         let stale = ZoneRecord {
