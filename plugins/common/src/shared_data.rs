@@ -721,7 +721,7 @@ fn still_waiting<S: SharedStore + ?Sized>(
             *wait_until = Some(store.clock_ms().saturating_add(LEASE_WAIT_MS));
             true
         }
-        Some(_) if failures % 16 != 0 => true,
+        Some(_) if !failures.is_multiple_of(16) => true,
         Some(until) if store.clock_ms() < until => true,
         Some(_) => {
             *wait_until = None;
@@ -780,7 +780,7 @@ mod tests {
             self.0.set(key, value, cas)
         }
         fn clock_ms(&self) -> u64 {
-            let now = self.1.get() + 1;
+            let now = self.1.get().saturating_add(1);
             self.1.set(now);
             if Some(now) == self.2 {
                 self.0.set("k", b"theirs", None).unwrap();
@@ -950,7 +950,10 @@ mod tests {
         let ticking = Ticking(&s, std::cell::Cell::new(0), None);
         let (r, c) = create_once(&ticking, &zone(9), "k2", b"i", true, 4_000);
         assert_eq!(r, Err(CreateError::Contended));
-        assert!(ticking.1.get() > LEASE_WAIT_MS, "the clock ran past the wait");
+        assert!(
+            ticking.1.get() > LEASE_WAIT_MS,
+            "the clock ran past the wait"
+        );
         // Every 16th turn reads the clock: 16 turns a ms here.
         assert_eq!(c.cas_retries, 16 * u32::try_from(LEASE_WAIT_MS).unwrap());
         assert!(s.get("k2").unwrap().0.is_none());
