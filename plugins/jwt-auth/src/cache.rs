@@ -1,17 +1,57 @@
 //! The per-VM cache of verified tokens, so that a client reusing its token does not pay a
 //! signature check on every request. Bounded (LRU, `lru` crate); an entry is dropped once its
 //! token's `exp` has passed, and the whole cache when a provider's keys change.
+//!
+//! The keys are tokens, which clients choose: the map hashes them with std's keyed SipHash-1-3
+//! (`RandomState`, random keys per VM), so that a client cannot aim tokens at one bucket, and
+//! only tokens that verified are ever inserted. Keys compare with
+//! [`tollgate_common::bytes::same_bytes`] (8 bytes a step), not `==` (wasi-libc's `memcmp`, one
+//! byte a step: 5,000 instructions per request for a 240-byte token).
 
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::rc::Rc;
 
 use lru::LruCache;
+use tollgate_common::bytes::same_bytes;
 
 use crate::verify::Verified;
 
+/// A token as a cache key: hashed as its `str`, compared with [`same_bytes`] (the same
+/// equality as `str`'s, so `Hash` and `Eq` agree).
+#[derive(Debug, Clone)]
+pub struct TokenKey(String);
+
+impl TokenKey {
+    /// The token (the compact serialization).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for TokenKey {
+    fn from(token: String) -> Self {
+        Self(token)
+    }
+}
+
+impl PartialEq for TokenKey {
+    fn eq(&self, other: &Self) -> bool {
+        same_bytes(self.0.as_bytes(), other.0.as_bytes())
+    }
+}
+
+impl Eq for TokenKey {}
+
+impl Hash for TokenKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
 /// Verified tokens by their compact serialization.
 pub struct VerifiedCache {
-    entries: Option<LruCache<String, Rc<Verified>>>,
+    entries: Option<LruCache<TokenKey, Rc<Verified>>>,
 }
 
 impl VerifiedCache {
@@ -23,7 +63,7 @@ impl VerifiedCache {
     }
 
     /// The verified token, if cached and not past its `exp` at `now` (Unix seconds).
-    pub fn get(&mut self, token: &str, now: u64) -> Option<Rc<Verified>> {
+    pub fn get(&mut self, token: &TokenKey, now: u64) -> Option<Rc<Verified>> {
         let entries = self.entries.as_mut()?;
         let hit = entries.get(token)?;
         if hit.expires_at.is_some_and(|exp| now > exp) {
@@ -34,9 +74,9 @@ impl VerifiedCache {
     }
 
     /// Remembers a verified token.
-    pub fn insert(&mut self, token: &str, verified: &Rc<Verified>) {
+    pub fn insert(&mut self, token: TokenKey, verified: &Rc<Verified>) {
         if let Some(entries) = self.entries.as_mut() {
-            entries.put(token.to_string(), Rc::clone(verified));
+            entries.put(token, Rc::clone(verified));
         }
     }
 
@@ -71,24 +111,65 @@ mod tests {
         })
     }
 
+    fn k(token: &str) -> TokenKey {
+        TokenKey::from(token.to_string())
+    }
+
     #[test]
     fn bounded_and_never_past_exp() {
         let mut c = VerifiedCache::new(2);
-        c.insert("a", &verified(Some(100)));
-        c.insert("b", &verified(None));
-        c.insert("c", &verified(Some(100)));
+        c.insert(k("a"), &verified(Some(100)));
+        c.insert(k("b"), &verified(None));
+        c.insert(k("c"), &verified(Some(100)));
         assert_eq!(c.len(), 2);
         assert!(
-            c.get("a", 50).is_none(),
+            c.get(&k("a"), 50).is_none(),
             "least recently used entry evicted"
         );
-        assert!(c.get("c", 100).is_some());
-        assert!(c.get("c", 101).is_none());
+        assert!(c.get(&k("c"), 100).is_some());
+        assert!(c.get(&k("c"), 101).is_none());
         assert_eq!(c.len(), 1, "expired entry removed");
         c.clear();
         assert!(c.is_empty());
         let mut off = VerifiedCache::new(0);
-        off.insert("a", &verified(None));
-        assert!(off.get("a", 0).is_none());
+        off.insert(k("a"), &verified(None));
+        assert!(off.get(&k("a"), 0).is_none());
+    }
+
+    #[test]
+    fn only_the_exact_token_hits() {
+        // A token of realistic length (the word-wise comparison decides), and every token one
+        // byte away from it: changed at any position, cut short, or extended.
+        let token = "eyJhbGciOiJIUzI1NiIsImtpZCI6ImhzIn0.eyJzdWIiOiJiZW5jaC11c2VyIn0.\
+                     c2lnbmF0dXJlLXNpZ25hdHVyZS1zaWduYXR1cmUtc2ln";
+        let mut c = VerifiedCache::new(1024);
+        c.insert(k(token), &verified(None));
+        assert!(c.get(&k(token), 0).is_some());
+        let bytes = token.as_bytes();
+        for at in 0..bytes.len() {
+            let mut other = bytes.to_vec();
+            other[at] = if other[at] == b'A' { b'B' } else { b'A' };
+            let other = String::from_utf8(other).unwrap();
+            assert!(c.get(&k(&other), 0).is_none(), "{other}");
+            assert!(
+                c.get(&k(token.get(..at).unwrap()), 0).is_none(),
+                "prefix of {at}"
+            );
+        }
+        assert!(c.get(&k(&format!("{token}A")), 0).is_none());
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn key_equality_is_str_equality() {
+        for (a, b) in [
+            ("", ""),
+            ("abc", "abc"),
+            ("abc", "abd"),
+            ("0123456789", "0123456789"),
+        ] {
+            assert_eq!(k(a) == k(b), a == b, "{a:?} {b:?}");
+        }
+        assert!(k("0123456789abcdefX") != k("0123456789abcdefY"));
     }
 }
