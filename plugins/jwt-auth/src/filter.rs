@@ -314,7 +314,7 @@ impl HttpContext for JwtAuthHttp {
         }
         let provider = config.providers.get(verified.provider);
         if let (false, TokenLocation::Header { name, .. }) =
-            (provider.is_some_and(|p| p.forward), &location)
+            (provider.is_some_and(|p| p.forward), location)
         {
             set_request_header(name, None);
         }
