@@ -196,10 +196,9 @@ fn choose(
 /// Decides where a request goes.
 ///
 /// `cache`: this configuration's verified values; `cookie_header`: the request's `Cookie` field
-/// value; `now`: Unix seconds; `key`: the value of
-/// the `hash_header`, as bytes (asked only when a choice is made by hash); `draw`: a uniformly
-/// random `u64` (asked only for a choice by weight). `None` only if no upstream can be chosen, which a
-/// valid configuration rules out.
+/// value; `now`: Unix seconds; `key`: the value of the `hash_header`, as bytes (asked only when
+/// a choice is made by hash); `draw`: a uniformly random `u64` (asked only for a choice by
+/// weight). `None` only if no upstream can be chosen, which a valid configuration rules out.
 pub fn decide(
     config: &Config,
     cache: &mut VerifiedCookies,
