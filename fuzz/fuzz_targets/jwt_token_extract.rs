@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         (None, None) => {}
         (Some(f), Some((i, token))) => {
             assert!(!f.token.is_empty());
-            assert_eq!(f.location, locations[i]);
+            assert_eq!(f.location, &locations[i]);
             assert_eq!(f.token, token);
         }
         (f, w) => panic!("extract gave {f:?}, expected {w:?}"),

@@ -7,13 +7,18 @@
 //! - signed: a value is minted for a configured upstream and an expiry from the input, then one
 //!   byte is changed: it must not verify (the tag covers the upstream and the expiry), and
 //!   reading it never honours it.
+//!
+//! Every read is made twice: without a cache, and with the verified-value cache the filter keeps
+//! (`cookie_cache`), one for the whole run in a small size, so that it holds genuine values that
+//! later inputs collide with: both reads must give the same answer.
 #![no_main]
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use tollgate_sticky_upstream::config::Config;
-use tollgate_sticky_upstream::sticky::{read_cookie, CookieState};
+use tollgate_sticky_upstream::cookie_cache::VerifiedCookies;
+use tollgate_sticky_upstream::sticky::{self, CookieState};
 
 const NOW: u64 = 1_800_000_000;
 
@@ -27,6 +32,17 @@ fn config() -> &'static Config {
         )
         .unwrap()
     })
+}
+
+/// `sticky::read_cookie` without a cache and with the run's cache, which must agree.
+fn read_cookie(c: &Config, header: Option<&str>, now: u64) -> CookieState {
+    static CACHE: OnceLock<Mutex<VerifiedCookies>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(VerifiedCookies::new(8)));
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let uncached = sticky::read_cookie(c, &mut VerifiedCookies::new(0), header, now);
+    let cached = sticky::read_cookie(c, &mut cache, header, now);
+    assert_eq!(cached, uncached, "the cache changed the answer: {header:?}");
+    uncached
 }
 
 fn honoured(state: CookieState) -> Option<usize> {
@@ -75,6 +91,10 @@ fuzz_target!(|data: &[u8]| {
     let expiry = NOW + u64::from(u32::from_le_bytes([*e0, *e1, *e2, *e3]) % 7200);
     let value = c.signer.sign(upstream, expiry);
     assert!(c.signer.verify(&value).is_ok());
+    // The genuine value is read first, so that the cache holds it (when it is honoured: its
+    // expiry may be too far ahead) when its change is read.
+    let genuine = format!("{}={value}", c.cookie.name);
+    let _ = read_cookie(c, Some(&genuine), NOW);
     let mut changed = value.clone().into_bytes();
     let at = usize::from(*pos) % changed.len();
     changed[at] ^= xor | 1;

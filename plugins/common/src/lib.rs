@@ -5,6 +5,7 @@
 //! [`host`] is the thin layer over the proxy-wasm ABI; it compiles only for `wasm32`.
 
 pub mod abi_codec;
+pub mod bytes;
 pub mod config;
 pub mod http;
 pub mod identity;

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType};
+use tollgate_common::bytes::same_bytes;
 use tollgate_common::host::{
     count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_path, request_header,
     send_json_error, set_request_header,
@@ -15,7 +16,7 @@ use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::signals;
 
-use crate::cache::VerifiedCache;
+use crate::cache::{TokenKey, VerifiedCache};
 use crate::config::{Action, Config, KeySource, JWKS_NAMESPACE};
 use crate::counters::Counters;
 use crate::keys::KeySet;
@@ -284,12 +285,14 @@ impl HttpContext for JwtAuthHttp {
             return self.deny(&shared, Reason::MissingToken, &method, path);
         };
         let now = now_unix_secs();
-        let cached = shared.cache.borrow_mut().get(&found.token, now);
+        let location = found.location;
+        let token = TokenKey::from(found.token);
+        let cached = shared.cache.borrow_mut().get(&token, now);
         let verified = match cached {
             Some(v) => v,
-            None => match self.verify_uncached(&shared, &found.token, now) {
+            None => match self.verify_uncached(&shared, token.as_str(), now) {
                 Ok(v) => {
-                    shared.cache.borrow_mut().insert(&found.token, &v);
+                    shared.cache.borrow_mut().insert(token, &v);
                     v
                 }
                 Err(reason) => return self.deny(&shared, reason, &method, path),
@@ -305,20 +308,21 @@ impl HttpContext for JwtAuthHttp {
             let value = verified
                 .headers
                 .iter()
-                .find(|(name, _)| name == h)
+                .find(|(name, _)| same_bytes(name.as_bytes(), h.as_bytes()))
                 .map(|(_, v)| v.as_str());
             set_request_header(h, value);
         }
         let provider = config.providers.get(verified.provider);
         if let (false, TokenLocation::Header { name, .. }) =
-            (provider.is_some_and(|p| p.forward), &found.location)
+            (provider.is_some_and(|p| p.forward), location)
         {
             set_request_header(name, None);
         }
         // The verified claim headers, for later filters that take an identity from them
         // (tollgate_common::identity): a property, which a client cannot set.
         for c in provider.map_or(&[][..], |p| &p.claim_to_headers) {
-            if let Some((_, value)) = verified.headers.iter().find(|(n, _)| *n == c.header) {
+            let same = |(n, _): &&(String, String)| same_bytes(n.as_bytes(), c.header.as_bytes());
+            if let Some((_, value)) = verified.headers.iter().find(same) {
                 signals::set(&c.property, value);
             }
         }

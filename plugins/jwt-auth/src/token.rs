@@ -21,27 +21,28 @@ pub enum TokenLocation {
     Cookie(String),
 }
 
-/// A token found in a request, and where.
+/// A token found in a request, and where (one of the configured locations, borrowed: nothing
+/// is copied per request).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FoundToken {
+pub struct FoundToken<'l> {
     /// The compact JWS.
     pub token: String,
     /// Where it was.
-    pub location: TokenLocation,
+    pub location: &'l TokenLocation,
 }
 
 /// Looks in `locations`, in order, for a token. `header` returns a request header's value;
 /// `query` is the request's query string, if any.
-pub fn extract(
-    locations: &[TokenLocation],
+pub fn extract<'l>(
+    locations: &'l [TokenLocation],
     mut header: impl FnMut(&str) -> Option<String>,
     query: Option<&str>,
-) -> Option<FoundToken> {
+) -> Option<FoundToken<'l>> {
     let mut cookie_header: Option<Option<String>> = None;
     for location in locations {
         let token = match location {
             TokenLocation::Header { name, prefix } => {
-                header(name).and_then(|v| strip_prefix_ci(&v, prefix))
+                header(name).and_then(|v| strip_prefix_ci(v, prefix))
             }
             TokenLocation::Param(name) => query.and_then(|q| query_param(q, name)),
             TokenLocation::Cookie(name) => {
@@ -50,22 +51,29 @@ pub fn extract(
             }
         };
         if let Some(token) = token.filter(|t| !t.is_empty()) {
-            return Some(FoundToken {
-                token,
-                location: location.clone(),
-            });
+            return Some(FoundToken { token, location });
         }
     }
     None
 }
 
-fn strip_prefix_ci(value: &str, prefix: &str) -> Option<String> {
+/// `value` after `prefix` (compared case-insensitively), trimmed (`str::trim`), in `value`'s own
+/// buffer: the header's copy is the token's, no second allocation.
+fn strip_prefix_ci(mut value: String, prefix: &str) -> Option<String> {
     let head = value.get(..prefix.len())?;
-    if head.eq_ignore_ascii_case(prefix) {
-        value.get(prefix.len()..).map(|t| t.trim().to_string())
-    } else {
-        None
+    if !head.eq_ignore_ascii_case(prefix) {
+        return None;
     }
+    let rest = value.get(prefix.len()..)?;
+    let token = rest.trim();
+    // Where the trimmed token starts and ends in `value` (both on character boundaries).
+    let start = prefix
+        .len()
+        .checked_add(rest.len().checked_sub(rest.trim_start().len())?)?;
+    let end = start.checked_add(token.len())?;
+    value.truncate(end);
+    value.replace_range(..start, "");
+    Some(value)
 }
 
 /// The value of cookie `name` in a `Cookie` header (RFC 6265 section 4.2; quotes removed).
@@ -98,8 +106,9 @@ mod tests {
 
     #[test]
     fn bearer_header_case_insensitive_scheme() {
+        let locations = [bearer()];
         let found = extract(
-            &[bearer()],
+            &locations,
             headers(&[("authorization", "bearer abc.def.ghi")]),
             None,
         )
@@ -123,14 +132,45 @@ mod tests {
             TokenLocation::Cookie("jwt".into()),
         ];
         let f = extract(&locs, headers(&[]), Some("x=1&access_token=a.b.c")).unwrap();
-        assert_eq!((f.token.as_str(), &f.location), ("a.b.c", &locs[1]));
+        assert_eq!((f.token.as_str(), f.location), ("a.b.c", &locs[1]));
         let f = extract(
             &locs,
             headers(&[("cookie", "a=1; jwt=\"x.y.z\";  other=2")]),
             None,
         )
         .unwrap();
-        assert_eq!((f.token.as_str(), &f.location), ("x.y.z", &locs[2]));
+        assert_eq!((f.token.as_str(), f.location), ("x.y.z", &locs[2]));
         assert!(extract(&locs, headers(&[("cookie", ";;=;jwt")]), None).is_none());
+    }
+
+    #[test]
+    fn prefix_stripped_as_slicing_and_trimming_would() {
+        // The in-place strip against the plain definition: the rest after the prefix, trimmed
+        // (Unicode whitespace included), for values around every prefix and whitespace shape.
+        let reference = |value: &str, prefix: &str| {
+            let head = value.get(..prefix.len())?;
+            head.eq_ignore_ascii_case(prefix)
+                .then(|| value.get(prefix.len()..).map(|t| t.trim().to_string()))?
+        };
+        let spaces = ["", " ", "\t", "  \t ", "\u{a0}", "\u{2003} ", "\u{3000}"];
+        let bodies = ["", "a", "a.b.c", "é.ü", "a b", "\u{a0}x\u{a0}y"];
+        for prefix in ["", "Bearer ", "bearer ", "Bearer", "é"] {
+            for head in [
+                "", "Bearer ", "BEARER ", "Bearer", "Bear", "é", "éé", "Basic ",
+            ] {
+                for lead in spaces {
+                    for body in bodies {
+                        for trail in spaces {
+                            let value = format!("{head}{lead}{body}{trail}");
+                            assert_eq!(
+                                strip_prefix_ci(value.clone(), prefix),
+                                reference(&value, prefix),
+                                "{value:?} after {prefix:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

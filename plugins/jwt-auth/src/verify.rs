@@ -171,13 +171,21 @@ fn parse_header(token: &str) -> Result<JwsHeader, Reason> {
     // the members it skips. Found by fuzz/fuzz_targets/jwt_compact.rs.
     let text = std::str::from_utf8(&bytes).map_err(|_| Reason::Malformed)?;
     let header: JwsHeader = serde_json::from_str(text).map_err(|_| Reason::Malformed)?;
-    if let Some(typ) = &header.typ {
-        let typ = typ.to_ascii_uppercase();
-        if typ != "JWT" && !typ.ends_with("+JWT") {
-            return Err(Reason::Malformed);
-        }
+    if header.typ.as_deref().is_some_and(|typ| !is_jwt_type(typ)) {
+        return Err(Reason::Malformed);
     }
     Ok(header)
+}
+
+/// Whether a `typ` is `JWT` or ends in `+JWT`, ASCII case-insensitively (media types are,
+/// RFC 2045 section 5.1), without an upper-cased copy.
+fn is_jwt_type(typ: &str) -> bool {
+    let bytes = typ.as_bytes();
+    let suffix = bytes
+        .len()
+        .checked_sub(4)
+        .and_then(|start| bytes.get(start..));
+    typ.eq_ignore_ascii_case("JWT") || suffix.is_some_and(|s| s.eq_ignore_ascii_case(b"+JWT"))
 }
 
 #[derive(Deserialize)]
@@ -275,12 +283,19 @@ pub fn verify<'k>(
     Ok(Verified {
         provider: provider_id,
         expires_at: claims.expires_at.map(|t| t.as_secs()),
-        audiences: claims
-            .audiences
-            .map(|a| a.into_set().into_iter().collect())
-            .unwrap_or_default(),
+        audiences: claims.audiences.map(audience_list).unwrap_or_default(),
         headers,
     })
+}
+
+/// The `aud` values as a list: jwt-simple's `Audiences::into_set` (a string is one audience, an
+/// empty string none) without building a `HashSet` for the usual single string.
+fn audience_list(audiences: Audiences) -> Vec<String> {
+    match audiences {
+        Audiences::AsString(one) if one.is_empty() => Vec::new(),
+        Audiences::AsString(one) => vec![one],
+        Audiences::AsSet(set) => set.into_iter().collect(),
+    }
 }
 
 /// RFC 7519 section 4.1 checks against `now` (Unix seconds), with the provider's clock skew.
@@ -415,7 +430,43 @@ pub type AudienceSet = HashSet<String>;
 
 #[cfg(test)]
 mod tests {
-    use super::well_formed;
+    use super::{audience_list, is_jwt_type, well_formed};
+    use jwt_simple::prelude::Audiences;
+    use std::collections::HashSet;
+
+    #[test]
+    fn jwt_types_as_upper_casing_would_accept() {
+        // The test before this check existed: upper-case, then `JWT` or a `+JWT` suffix.
+        let reference = |typ: &str| {
+            let upper = typ.to_ascii_uppercase();
+            upper == "JWT" || upper.ends_with("+JWT")
+        };
+        let parts = [
+            "", "j", "J", "w", "t", "+", "jwt", "JWT", "jWt", "+jwt", "at+JWT", "é", "ǰ", "x",
+        ];
+        for a in parts {
+            for b in parts {
+                for c in parts {
+                    let typ = format!("{a}{b}{c}");
+                    assert_eq!(is_jwt_type(&typ), reference(&typ), "{typ:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn audience_list_is_into_set() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<HashSet<_>>();
+        for a in [
+            Audiences::AsString(String::new()),
+            Audiences::AsString("bench".into()),
+            Audiences::AsSet(set(&[])),
+            Audiences::AsSet(set(&["a", "b", ""])),
+        ] {
+            let list: HashSet<String> = audience_list(a.clone()).into_iter().collect();
+            assert_eq!(list, a.into_set());
+        }
+    }
 
     /// RFC 7515 section 7.1 read literally: split at dots, three parts, each non-empty base64url.
     fn by_split(token: &str) -> bool {

@@ -96,7 +96,8 @@ pub fn client_key(parts: &[KeyPart], req: &impl RequestView) -> Option<String> {
     for part in parts {
         match part_value(part, req)? {
             PartValue::Value(value) => {
-                let _ = write!(Bytes(&mut joined), "{}:", value.len());
+                joined.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                joined.push(b':');
                 joined.extend_from_slice(&value);
             }
             PartValue::Unauthenticated => joined.extend_from_slice(UNAUTHENTICATED_PART),
@@ -238,16 +239,6 @@ fn bound(joined: Vec<u8>) -> String {
         let _ = write!(out, "{b:02x}");
     }
     out
-}
-
-/// `fmt::Write` into a byte vector (for the decimal lengths).
-struct Bytes<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for Bytes<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,17 @@
 //! context (one request), a thin shell over [`crate::sticky`].
 //!
 //! Per request on the sticky-read path (a valid cookie): one `Cookie` header read, one cookie
-//! parse, one HMAC verification, one request-header write (`proxy_replace_header_map_value`, which
+//! parse, one cache lookup (an HMAC verification the first time a value is seen, see
+//! [`crate::cookie_cache`]), one request-header write (`proxy_replace_header_map_value`, which
 //! also overwrites a copy sent by the client), one counter increment; on the response, one
 //! `:status` read (skipped when `repin_statuses` is empty).
 //!
 //! Header values are read as bytes (`proxy_get_header_map_value` gives bytes; the SDK's `String`
 //! getters unwrap `String::from_utf8` and would trap on a non-UTF-8 value, which HTTP allows as
 //! obs-text, and a trap leaves Envoy's VM failed: every later request on that worker gets 503).
-//! The `Cookie` value is converted lossily: the filter's own cookie is ASCII, so replacing
-//! invalid sequences elsewhere in the header cannot change it.
+//! The `Cookie` value is converted lossily (`abi_codec::text`: valid UTF-8, the usual case, is
+//! kept as it is): the filter's own cookie is ASCII, so replacing invalid sequences elsewhere in
+//! the header cannot change it.
 //!
 //! Routing: Envoy resolves the route before the filter chain runs and caches it, but its Wasm
 //! host clears the route cache whenever a filter adds, replaces or removes a request header
@@ -23,10 +25,12 @@ use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
+use tollgate_common::abi_codec::text;
 use tollgate_common::host::{self as host, count, now_unix_secs, send_json_error};
 
 use crate::choose::Draws;
 use crate::config::{ChooseBy, Config};
+use crate::cookie_cache::{VerifiedCookies, SLOTS};
 use crate::counters::Counters;
 use crate::sticky::{after_response, decide, Decision, Outcome, ResponseAction};
 
@@ -40,6 +44,8 @@ struct Shared {
     config: Config,
     counters: Counters,
     draws: RefCell<Draws>,
+    /// Cookie values of this configuration that verified.
+    verified: RefCell<VerifiedCookies>,
 }
 
 impl Shared {
@@ -74,6 +80,7 @@ impl RootContext for StickyRoot {
             config,
             counters: Counters::define(),
             draws: RefCell::new(Draws::from_platform()),
+            verified: RefCell::new(VerifiedCookies::new(SLOTS)),
         }));
         true
     }
@@ -120,10 +127,10 @@ impl HttpContext for StickyHttp {
             return Action::Pause;
         };
         let config = &shared.config;
-        let cookie = host::request_header_bytes("cookie");
-        let cookie = cookie.as_deref().map(String::from_utf8_lossy);
+        let cookie = host::request_header_bytes("cookie").map(text);
         let decision = decide(
             config,
+            &mut shared.verified.borrow_mut(),
             cookie.as_deref(),
             now_unix_secs(),
             || self.hash_key(config),

@@ -7,6 +7,7 @@
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`cookie_value`]: the cookie value (upstream, expiry, HMAC-SHA256 tag), signing and
 //!   verification.
+//! - [`cookie_cache`]: the per-VM cache of values that verified, bounded and keyed.
 //! - [`choose`]: weighted and hash-of-key choice of an upstream; the random source.
 //! - [`counters`]: the filter's counters, declared once.
 //! - [`sticky`]: the request and response decisions (cookie parsing, expiry, re-pinning).
@@ -14,6 +15,7 @@
 
 pub mod choose;
 pub mod config;
+pub mod cookie_cache;
 pub mod cookie_value;
 pub mod counters;
 pub mod sticky;

@@ -14,6 +14,10 @@
 //! the hash of the configured header), and the response sets a cookie for it. Nothing about a
 //! cookie is ever an error for the client.
 //!
+//! Values that verified and were honoured are remembered in a [`VerifiedCookies`] cache (one per
+//! configuration), so that a pinned client's cookie is verified once, not on every request; the
+//! outcome is the same with or without it (see [`crate::cookie_cache`]).
+//!
 //! A honoured cookie whose remaining lifetime is below half of `max_age_seconds` is renewed (the
 //! response sets a fresh cookie for the same upstream), so an active client stays pinned without
 //! a `Set-Cookie` on every response.
@@ -25,8 +29,11 @@
 //! response (still the error; the proxy does not retry elsewhere) sets a cookie for it, so the
 //! client's next request goes there. If no other upstream can take new clients, nothing changes.
 
+use tollgate_common::bytes::same_bytes;
+
 use crate::choose::key_hash;
 use crate::config::{ChooseBy, Config};
+use crate::cookie_cache::{Pin, VerifiedCookies};
 use crate::cookie_value::Malformed;
 
 /// Accepted difference between gateways' clocks (seconds) when checking that an expiry is not
@@ -94,19 +101,25 @@ pub enum CookieState {
     Rejected(Outcome),
 }
 
-/// Reads the filter's cookie from a `Cookie` field value. Never panics, whatever the input; the
-/// work is linear in the header's length plus at most [`MAX_SAME_NAME_COOKIES`] HMAC checks.
-pub fn read_cookie(config: &Config, cookie_header: Option<&str>, now: u64) -> CookieState {
+/// Reads the filter's cookie from a `Cookie` field value, with `cache` (of this configuration)
+/// remembering the values honoured. Never panics, whatever the input; the work is linear in the
+/// header's length plus at most [`MAX_SAME_NAME_COOKIES`] cache lookups and HMAC checks.
+pub fn read_cookie(
+    config: &Config,
+    cache: &mut VerifiedCookies,
+    cookie_header: Option<&str>,
+    now: u64,
+) -> CookieState {
     let Some(header) = cookie_header else {
         return CookieState::Absent;
     };
     let mut first_rejection = None;
     let candidates = cookie::Cookie::split_parse(header)
         .filter_map(Result::ok)
-        .filter(|c| c.name() == config.cookie.name)
+        .filter(|c| same_bytes(c.name().as_bytes(), config.cookie.name.as_bytes()))
         .take(MAX_SAME_NAME_COOKIES);
     for c in candidates {
-        match check_value(config, c.value_trimmed(), now) {
+        match check_value(config, cache, c.value_trimmed(), now) {
             Ok(state) => return state,
             Err(why) => {
                 first_rejection.get_or_insert(why);
@@ -116,23 +129,37 @@ pub fn read_cookie(config: &Config, cookie_header: Option<&str>, now: u64) -> Co
     first_rejection.map_or(CookieState::Absent, CookieState::Rejected)
 }
 
-fn check_value(config: &Config, value: &str, now: u64) -> Result<CookieState, Outcome> {
-    let signed = config.signer.verify(value).map_err(|e| match e {
-        Malformed::Syntax | Malformed::BadTag => Outcome::InvalidCookie,
-    })?;
+/// One cookie value: its tag (or the cache), its expiry against `now`, then its upstream.
+fn check_value(
+    config: &Config,
+    cache: &mut VerifiedCookies,
+    value: &str,
+    now: u64,
+) -> Result<CookieState, Outcome> {
+    let cached = cache.get(value);
+    let (expiry, upstream) = match cached {
+        Some(pin) => (pin.expiry, Some(pin.upstream)),
+        None => {
+            let signed = config.signer.verify(value).map_err(|e| match e {
+                Malformed::Syntax | Malformed::BadTag => Outcome::InvalidCookie,
+            })?;
+            (signed.expiry, config.upstream_index(signed.upstream))
+        }
+    };
     let max_age = config.cookie.max_age_seconds;
-    if signed.expiry <= now
-        || signed.expiry
+    if expiry <= now
+        || expiry
             > now
                 .saturating_add(max_age)
                 .saturating_add(CLOCK_SKEW_SECONDS)
     {
         return Err(Outcome::Expired);
     }
-    let upstream = config
-        .upstream_index(signed.upstream)
-        .ok_or(Outcome::UnknownUpstream)?;
-    let remaining = signed.expiry.saturating_sub(now);
+    let upstream = upstream.ok_or(Outcome::UnknownUpstream)?;
+    if cached.is_none() {
+        cache.insert(value, Pin { upstream, expiry });
+    }
+    let remaining = expiry.saturating_sub(now);
     Ok(CookieState::Valid {
         upstream,
         renew: remaining < max_age / 2,
@@ -168,18 +195,19 @@ fn choose(
 
 /// Decides where a request goes.
 ///
-/// `cookie_header`: the request's `Cookie` field value; `now`: Unix seconds; `key`: the value of
-/// the `hash_header`, as bytes (asked only when a choice is made by hash); `draw`: a uniformly
-/// random `u64` (asked only for a choice by weight). `None` only if no upstream can be chosen, which a
-/// valid configuration rules out.
+/// `cache`: this configuration's verified values; `cookie_header`: the request's `Cookie` field
+/// value; `now`: Unix seconds; `key`: the value of the `hash_header`, as bytes (asked only when
+/// a choice is made by hash); `draw`: a uniformly random `u64` (asked only for a choice by
+/// weight). `None` only if no upstream can be chosen, which a valid configuration rules out.
 pub fn decide(
     config: &Config,
+    cache: &mut VerifiedCookies,
     cookie_header: Option<&str>,
     now: u64,
     key: impl FnOnce() -> Option<Vec<u8>>,
     draw: impl FnOnce() -> u64,
 ) -> Option<Decision> {
-    let outcome = match read_cookie(config, cookie_header, now) {
+    let outcome = match read_cookie(config, cache, cookie_header, now) {
         CookieState::Valid { upstream, renew } => {
             return Some(Decision {
                 upstream,

@@ -14,9 +14,9 @@
 
 use serde_json::json;
 use tollgate_sticky_upstream::config::Config;
+use tollgate_sticky_upstream::cookie_cache::{VerifiedCookies, SLOTS};
 use tollgate_sticky_upstream::sticky::{
-    after_response, decide, read_cookie, CookieState, Decision, Outcome, ResponseAction,
-    CLOCK_SKEW_SECONDS,
+    self, after_response, CookieState, Decision, Outcome, ResponseAction, CLOCK_SKEW_SECONDS,
 };
 
 const NOW: u64 = 1_767_225_600;
@@ -40,6 +40,28 @@ fn config_with(extra: serde_json::Value) -> Config {
 
 fn config() -> Config {
     config_with(json!({}))
+}
+
+/// `sticky::read_cookie` three ways, which must agree: without a cache, with a cold one, and
+/// again with the same one (now warm: a value honoured the first time comes from it).
+fn read_cookie(c: &Config, header: Option<&str>, now: u64) -> CookieState {
+    let uncached = sticky::read_cookie(c, &mut VerifiedCookies::new(0), header, now);
+    let mut cache = VerifiedCookies::new(SLOTS);
+    assert_eq!(sticky::read_cookie(c, &mut cache, header, now), uncached);
+    let again = sticky::read_cookie(c, &mut cache, header, now);
+    assert_eq!(again, uncached, "from the cache");
+    uncached
+}
+
+/// `sticky::decide` with a cache of its own.
+fn decide(
+    c: &Config,
+    header: Option<&str>,
+    now: u64,
+    key: impl FnOnce() -> Option<Vec<u8>>,
+    draw: impl FnOnce() -> u64,
+) -> Option<Decision> {
+    sticky::decide(c, &mut VerifiedCookies::new(SLOTS), header, now, key, draw)
 }
 
 fn cookie(c: &Config, upstream: &str, expiry: u64) -> String {
@@ -410,4 +432,175 @@ fn outcomes_index_their_counters() {
     }
     let labels: std::collections::HashSet<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
     assert_eq!(labels.len(), Outcome::ALL.len());
+}
+
+/// A small deterministic generator (SplitMix64) for the cache's randomised tests.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn a_cached_value_never_stands_for_another() {
+    // The genuine value is cached, in a cache of one slot (every value lands on it) and in a full
+    // size one; then every value one change away from it, each still shaped like a cookie value,
+    // must be refused exactly as without a cache: an invalid tag, not a pin.
+    let c = config();
+    let genuine = cookie(&c, "green", NOW + MAX_AGE);
+    for slots in [1, SLOTS] {
+        let mut cache = VerifiedCookies::new(slots);
+        let header = format!("sticky={genuine}");
+        assert_eq!(
+            sticky::read_cookie(&c, &mut cache, Some(&header), NOW),
+            valid(1, false)
+        );
+        assert_eq!(cache.len(), 1);
+        let bytes = genuine.as_bytes();
+        let mut changed = Vec::new();
+        for at in 0..bytes.len() {
+            for replacement in [b'A', b'B', b'0', b'.', b'-', b'_'] {
+                let mut other = bytes.to_vec();
+                if other[at] != replacement {
+                    other[at] = replacement;
+                    changed.push(String::from_utf8(other).unwrap());
+                }
+            }
+            changed.push(genuine[..at].to_string());
+            changed.push(format!("{}{}", &genuine[..at], &genuine[at + 1..]));
+        }
+        changed.push(format!("{genuine}A"));
+        changed.push(format!("{genuine}.{genuine}"));
+        changed.push(genuine.replace("green", "blue"));
+        changed.push(cookie(&c, "green", NOW + MAX_AGE).replace("green", "red"));
+        for other in &changed {
+            let header = format!("sticky={other}");
+            let without = sticky::read_cookie(&c, &mut VerifiedCookies::new(0), Some(&header), NOW);
+            assert!(!matches!(without, CookieState::Valid { .. }), "{other}");
+            assert_eq!(
+                sticky::read_cookie(&c, &mut cache, Some(&header), NOW),
+                without,
+                "{other} against the cached {genuine}"
+            );
+        }
+        assert_eq!(cache.len(), 1, "nothing else was remembered");
+        assert_eq!(
+            sticky::read_cookie(&c, &mut cache, Some(&format!("sticky={genuine}")), NOW),
+            valid(1, false),
+            "the genuine value is still honoured"
+        );
+    }
+}
+
+#[test]
+fn the_cache_does_not_outlive_expiry_nor_its_configuration() {
+    let c = config();
+    let mut cache = VerifiedCookies::new(SLOTS);
+    let value = format!("sticky={}", cookie(&c, "blue", NOW + MAX_AGE));
+    let read = |cache: &mut VerifiedCookies, now| sticky::read_cookie(&c, cache, Some(&value), now);
+    assert_eq!(read(&mut cache, NOW), valid(0, false));
+    assert_eq!(
+        read(&mut cache, NOW + MAX_AGE / 2 + 1),
+        valid(0, true),
+        "renewal still due"
+    );
+    assert_eq!(
+        read(&mut cache, NOW + MAX_AGE),
+        CookieState::Rejected(Outcome::Expired),
+        "expired while cached"
+    );
+    assert_eq!(
+        read(&mut cache, NOW - CLOCK_SKEW_SECONDS - 1),
+        CookieState::Rejected(Outcome::Expired),
+        "further away than the lifetime, for a clock behind the one that cached it"
+    );
+    // The same value under another secret, or with its upstream gone, is read with that
+    // configuration's own (empty) cache: the filter keeps one cache per configuration.
+    let rotated = config_with(json!({"secret": "another secret, 32 bytes or more...."}));
+    let mut rotated_cache = VerifiedCookies::new(SLOTS);
+    assert_eq!(
+        sticky::read_cookie(&rotated, &mut rotated_cache, Some(&value), NOW),
+        CookieState::Rejected(Outcome::InvalidCookie)
+    );
+    let fewer = config_with(json!({"upstreams": [{"name": "green"}]}));
+    assert_eq!(
+        sticky::read_cookie(&fewer, &mut VerifiedCookies::new(SLOTS), Some(&value), NOW),
+        CookieState::Rejected(Outcome::UnknownUpstream)
+    );
+}
+
+#[test]
+fn cached_and_uncached_reads_agree_on_random_traffic() {
+    // Headers drawn from genuine values (several upstreams and expiries, some past, some too far
+    // ahead, one for an unknown upstream), their one-byte changes, values of another secret and
+    // junk, one to three cookies per header, read at moving times by one long-lived small cache
+    // (collisions and replacements) and one full-size cache; each answer must equal the
+    // uncached one.
+    let c = config();
+    let other = config_with(json!({"secret": "another secret, 32 bytes or more...."}));
+    let mut rng = Rng(7);
+    let mut values = Vec::new();
+    for upstream in ["blue", "green", "red", "purple"] {
+        for offset in [
+            0,
+            1,
+            30,
+            MAX_AGE / 2,
+            MAX_AGE,
+            MAX_AGE + CLOCK_SKEW_SECONDS + 5,
+        ] {
+            values.push(cookie(&c, upstream, NOW + offset));
+            values.push(other.signer.sign(upstream, NOW + offset));
+        }
+    }
+    let genuine = values.len();
+    for i in 0..genuine {
+        let mut v = values[i].clone().into_bytes();
+        let at = rng.below(v.len() as u64) as usize;
+        v[at] = if v[at] == b'x' { b'y' } else { b'x' };
+        values.push(String::from_utf8(v).unwrap());
+    }
+    values.push("junk".into());
+    values.push(String::new());
+    let (mut small, mut full) = (VerifiedCookies::new(4), VerifiedCookies::new(SLOTS));
+    let mut honoured = 0;
+    for _ in 0..20_000 {
+        let cookies = 1 + rng.below(3);
+        let header = (0..cookies)
+            .map(|_| {
+                let v = &values[rng.below(values.len() as u64) as usize];
+                let name = if rng.below(8) == 0 { "other" } else { "sticky" };
+                format!("{name}={v}")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let now = NOW - 100 + rng.below(MAX_AGE + 300);
+        let uncached = sticky::read_cookie(&c, &mut VerifiedCookies::new(0), Some(&header), now);
+        assert_eq!(
+            sticky::read_cookie(&c, &mut small, Some(&header), now),
+            uncached,
+            "{header} at {now}"
+        );
+        assert_eq!(
+            sticky::read_cookie(&c, &mut full, Some(&header), now),
+            uncached,
+            "{header} at {now}"
+        );
+        honoured += usize::from(matches!(uncached, CookieState::Valid { .. }));
+    }
+    assert!(
+        honoured > 1000,
+        "the traffic exercises the cache: {honoured}"
+    );
+    assert!(small.len() <= 4);
 }
