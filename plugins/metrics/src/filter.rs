@@ -19,8 +19,8 @@ use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
 use crate::config::{Config, OTHER};
-use crate::labels::{method_label, route_label};
-use crate::record::{record, CostSignals, Observation};
+use crate::labels::{method_label, route_label, Label};
+use crate::record::{record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE};
 use crate::series::{Kind, SeriesCache};
 use crate::tenants::Tenants;
 
@@ -90,8 +90,9 @@ fn now() -> Option<SystemTime> {
 }
 
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
-fn int_property(path: Vec<&str>) -> Option<u64> {
-    let bytes = tollgate_common::host::property(&path)?;
+/// `path` is the attribute's path already encoded for the ABI (`crate::record::RESPONSE_CODE`).
+fn int_property(path: &str) -> Option<u64> {
+    let bytes = tollgate_common::host::property(&[path])?;
     let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
@@ -123,8 +124,18 @@ impl MetricsHttp {
             cache,
             tenants,
         } = state;
-        let method = request_header_bytes(":method").unwrap_or_default();
-        let path = request_header_bytes(":path").unwrap_or_default();
+        // Headers are read only for the labels that use them.
+        let method = if config.method {
+            request_header_bytes(":method").map_or(Label::OTHER, |m| method_label(&m))
+        } else {
+            Label::OTHER
+        };
+        let route = if config.routes.is_empty() {
+            Label::OTHER
+        } else {
+            let path = request_header_bytes(":path").unwrap_or_default();
+            route_label(&config.routes, &path, &config.paths)
+        };
         let end = now();
         let now_secs = end
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -152,7 +163,10 @@ impl MetricsHttp {
         };
         let auth = signals::get(signals::JWT_AUTH_RESULT);
         let decision = signals::get(signals::RATE_LIMIT_DECISION);
-        let rule = signals::get(signals::RATE_LIMIT_RULE);
+        // Without a decision the rule is not recorded: not read.
+        let rule = decision
+            .as_ref()
+            .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
         let cost_status = signals::get(signals::COST_STATUS);
         let (cost_model, cost_tenant) = if cost_status.is_some() {
             let model = signals::get(signals::COST_MODEL);
@@ -184,13 +198,13 @@ impl MetricsHttp {
             status: Some(status),
         });
         let obs = Observation {
-            method: method_label(&method),
-            route: route_label(&config.routes, &path, &config.paths),
+            method,
+            route,
             tenant: tenant.as_deref(),
-            status: int_property(vec!["response", "code"]).unwrap_or(0),
+            status: int_property(RESPONSE_CODE).unwrap_or(0),
             duration_us,
-            request_bytes: int_property(vec!["request", "size"]).unwrap_or(0),
-            response_bytes: int_property(vec!["response", "size"]).unwrap_or(0),
+            request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
+            response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
             auth_result: auth.as_deref(),
             rate_limit: match (&rule, &decision) {
                 (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),

@@ -37,13 +37,16 @@
 //! `max_tenants` entries, cleared when the generation changes). Otherwise one read per probe,
 //! about 1.5 on average at the table's load of at most 1/2; a new tenant adds two CAS writes.
 
-use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
 use tollgate_common::identity::{Identity, UNAUTHENTICATED};
 use tollgate_common::shared_data::{cas_update, SharedStore};
 
 use crate::config::{Tenant, NONE, OTHER};
-use crate::labels::sanitize;
+use crate::labels::sanitize_bytes;
+use crate::series::same_bytes;
 
 /// CAS attempts to reserve a slot; when they run out the request is labelled `other`.
 pub const RESERVE_ATTEMPTS: u32 = 8;
@@ -62,7 +65,10 @@ pub struct Tenants {
     max_age_seconds: u64,
     /// The generation `admitted` and `full` belong to.
     generation: u64,
-    admitted: HashSet<String>,
+    /// The labels admitted in `generation` that this VM has seen, by a SipHash keyed per VM
+    /// (`hasher`: tenants can be client-chosen, see `IdentitySource::Unverified`).
+    admitted: HashTable<Box<str>>,
+    hasher: RandomState,
     /// This VM saw the count at the cap in this generation: skip reservation attempts.
     full: bool,
 }
@@ -118,7 +124,8 @@ impl Tenants {
             slots: tenant.max_tenants.saturating_mul(2),
             max_age_seconds: tenant.max_age_seconds.max(1),
             generation: 0,
-            admitted: HashSet::new(),
+            admitted: HashTable::new(),
+            hasher: RandomState::new(),
             full: false,
         }
     }
@@ -154,10 +161,10 @@ impl Tenants {
         if raw.len() > MAX_TENANT_BYTES {
             return OTHER;
         }
-        let value = sanitize(&String::from_utf8_lossy(raw));
+        let value = sanitize_bytes(raw);
         // Reserved label values: a tenant literally named so shares them.
         for reserved in [OTHER, NONE, UNAUTHENTICATED] {
-            if value == reserved {
+            if same_bytes(value.as_bytes(), reserved.as_bytes()) {
                 return reserved;
             }
         }
@@ -167,10 +174,18 @@ impl Tenants {
             self.admitted.clear();
             self.full = false;
         }
-        if !self.admitted.contains(&value) && !self.find(store, &value, may_admit) {
+        // One hash for both lookups (the second borrows the label returned).
+        let hash = self.hasher.hash_one(value.as_bytes());
+        let cached = self
+            .admitted
+            .find(hash, |a| same_bytes(a.as_bytes(), value.as_bytes()))
+            .is_some();
+        if !cached && !self.find(store, &value, may_admit) {
             return OTHER;
         }
-        self.admitted.get(&value).map_or(OTHER, String::as_str)
+        self.admitted
+            .find(hash, |a| same_bytes(a.as_bytes(), value.as_bytes()))
+            .map_or(OTHER, |a| a)
     }
 
     /// Whether `value` is (now) admitted in the current generation; caches it if so.
@@ -258,7 +273,11 @@ impl Tenants {
             // Cannot happen while the registry holds (admitted ⊆ registry ≤ max); stay bounded.
             return false;
         }
-        self.admitted.insert(value.to_string());
+        let hasher = &self.hasher;
+        self.admitted
+            .insert_unique(hasher.hash_one(value.as_bytes()), value.into(), |a| {
+                hasher.hash_one(a.as_bytes())
+            });
         true
     }
 }

@@ -14,9 +14,9 @@ use serde_json::json;
 use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_metrics::config::Config;
-use tollgate_metrics::labels::{method_label, route_label, status_class};
+use tollgate_metrics::labels::{method_label, route_label, status_class, Label};
 use tollgate_metrics::record::{record, CostSignals, Observation};
-use tollgate_metrics::series::{Kind, SeriesCache, FAMILIES, LABELS, REQUESTS};
+use tollgate_metrics::series::{Family, Kind, SeriesCache, Value, FAMILIES, LABELS};
 use tollgate_metrics::tenants::Tenants;
 
 fn err_field(doc: serde_json::Value) -> String {
@@ -336,8 +336,8 @@ fn a_request_records_its_series() {
     .unwrap();
     let mut cache = SeriesCache::new(100);
     let obs = Observation {
-        method: "post",
-        route: "chat",
+        method: method_label(b"POST"),
+        route: route_label(&c.routes, b"/v1/chat/completions", &c.paths),
         tenant: Some("acme"),
         status: 200,
         duration_us: Some(1234),
@@ -389,8 +389,8 @@ fn a_request_records_its_series() {
     // An unknown model and a local reply without duration, labels subset.
     let c2 = Config::parse(br#"{"labels": ["status_class"], "models": ["a"]}"#).unwrap();
     let obs2 = Observation {
-        method: "get",
-        route: "other",
+        method: method_label(b"GET"),
+        route: Label::OTHER,
         status: 0,
         cost: Some(CostSignals {
             model: Some("b"),
@@ -423,33 +423,33 @@ fn counting_host() -> impl FnMut(Kind, &str) -> Option<u32> {
 fn series_cache_is_bounded() {
     let mut cache = SeriesCache::new(2);
     let mut define = counting_host();
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
-        Some(1)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "2")], &mut define),
-        Some(2)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
-        Some(1)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "3")], &mut define),
-        None
-    );
+    let result = |r: &'static str| [("result", Value::Text(r))];
+    assert_eq!(cache.id(Family::Auth, &result("1"), &mut define), Some(1));
+    assert_eq!(cache.id(Family::Auth, &result("2"), &mut define), Some(2));
+    assert_eq!(cache.id(Family::Auth, &result("1"), &mut define), Some(1));
+    assert_eq!(cache.id(Family::Auth, &result("3"), &mut define), None);
     assert_eq!(cache.refused(), 1);
-    assert_eq!(cache.names(), ["f.a.1", "f.a.2"]);
+    assert_eq!(
+        cache.names(),
+        [
+            "tollgate_auth_total.result.1",
+            "tollgate_auth_total.result.2"
+        ]
+    );
 }
 
 #[test]
 fn series_differing_in_one_byte_are_two_series() {
-    // Names over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
+    // Texts over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
     let mut cache = SeriesCache::new(10);
     let mut define = counting_host();
-    let mut id =
-        |tenant: &str| cache.id(Kind::Counter, REQUESTS, &[("tenant", tenant)], &mut define);
+    let mut id = |tenant: &str| {
+        cache.id(
+            Family::Requests,
+            &[("tenant", Value::Text(tenant))],
+            &mut define,
+        )
+    };
     assert_eq!(
         (id("acme-00001"), id("acme-00002"), id("acme-00001")),
         (Some(1), Some(2), Some(1))
