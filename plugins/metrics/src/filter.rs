@@ -18,11 +18,13 @@ use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
-use crate::config::{Config, OTHER};
+use crate::config::Config;
 use crate::labels::{method_label, route_label, Label};
-use crate::record::{record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE};
+use crate::record::{
+    decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
+};
 use crate::series::{Kind, SeriesCache};
-use crate::tenants::Tenants;
+use crate::tenants::{Tenants, NONE_LABEL};
 
 /// Upper bound on the series one VM defines (a safety net; the configuration bounds them).
 const MAX_SERIES: usize = 100_000;
@@ -37,6 +39,11 @@ struct State {
     config: Config,
     cache: SeriesCache,
     tenants: Option<Tenants>,
+    /// The request's tenant label and the cost filter's, copied out of the registry (which
+    /// lends one at a time) into buffers kept from request to request: no allocation once they
+    /// have grown to the longest label (64 bytes at most).
+    tenant_label: String,
+    cost_tenant_label: String,
 }
 
 #[derive(Default)]
@@ -63,6 +70,8 @@ impl RootContext for MetricsRoot {
             config,
             cache: SeriesCache::new(MAX_SERIES),
             tenants,
+            tenant_label: String::new(),
+            cost_tenant_label: String::new(),
         })));
         true
     }
@@ -92,14 +101,14 @@ fn now() -> Option<SystemTime> {
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
 /// `path` is the attribute's path already encoded for the ABI (`crate::record::RESPONSE_CODE`).
 fn int_property(path: &str) -> Option<u64> {
-    let bytes = tollgate_common::host::property(&[path])?;
+    let bytes = tollgate_common::host::property_encoded(path.as_bytes())?;
     let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
 
 /// A signal holding a decimal integer.
 fn int_signal(name: &str) -> Option<u64> {
-    signals::get(name).and_then(|s| s.trim().parse().ok())
+    tollgate_common::host::property_encoded(name.as_bytes()).and_then(|b| decimal(&b))
 }
 
 fn define(kind: Kind, name: &str) -> Option<u32> {
@@ -123,6 +132,8 @@ impl MetricsHttp {
             config,
             cache,
             tenants,
+            tenant_label,
+            cost_tenant_label,
         } = state;
         // Headers are read only for the labels that use them.
         let method = if config.method {
@@ -150,7 +161,14 @@ impl MetricsHttp {
                     IdentitySource::Unverified { .. } => true,
                 };
                 let label = reg.label(&HostSharedData, &identity, now_secs, true);
-                (Some(label.to_string()), trusted)
+                let index = label.index;
+                tenant_label.clear();
+                tenant_label.push_str(label.text);
+                let label = Label {
+                    index,
+                    text: tenant_label.as_str(),
+                };
+                (Some(label), trusted)
             }
             _ => (None, false),
         };
@@ -174,15 +192,18 @@ impl MetricsHttp {
             // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
             let tenant = signals::get(signals::COST_TENANT).map(|t| {
                 match (&config.tenant, tenants.as_mut()) {
-                    (Some(_), Some(reg)) => reg
-                        .label(
-                            &HostSharedData,
-                            &Identity::Value(t.into_bytes()),
-                            now_secs,
-                            trusted,
-                        )
-                        .to_string(),
-                    _ => OTHER.to_string(),
+                    (Some(_), Some(reg)) => {
+                        let identity = Identity::Value(t.into_bytes());
+                        let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
+                        let index = label.index;
+                        cost_tenant_label.clear();
+                        cost_tenant_label.push_str(label.text);
+                        Label {
+                            index,
+                            text: cost_tenant_label.as_str(),
+                        }
+                    }
+                    _ => Label::OTHER,
                 }
             });
             (model, tenant)
@@ -191,7 +212,7 @@ impl MetricsHttp {
         };
         let cost = cost_status.as_deref().map(|status| CostSignals {
             model: cost_model.as_deref(),
-            tenant: cost_tenant.as_deref().unwrap_or(crate::config::NONE),
+            tenant: cost_tenant.unwrap_or(NONE_LABEL),
             input_tokens: int_signal(signals::COST_INPUT_TOKENS),
             output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
             cost_nano_usd: int_signal(signals::COST_NANO_USD),
@@ -200,7 +221,7 @@ impl MetricsHttp {
         let obs = Observation {
             method,
             route,
-            tenant: tenant.as_deref(),
+            tenant,
             status: int_property(RESPONSE_CODE).unwrap_or(0),
             duration_us,
             request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),

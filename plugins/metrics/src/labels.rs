@@ -12,13 +12,14 @@ use tollgate_common::route::prefix_matches;
 
 use crate::config::{Route, OTHER};
 
-/// A label value from a bounded set fixed by this crate or the configuration: `text` as the name
-/// encoding writes it, and `index`, its position in the set ([`Label::OTHER`]'s index for
-/// `other`). Within one set (one label of one family, one configuration) the index determines
-/// the text, so the index alone identifies the value.
+/// A label value from a bounded set fixed by this crate, the configuration or the VM (its
+/// tenants, `crate::tenants`): `text` as the name encoding writes it, and `index`, its position
+/// in the set ([`Label::OTHER`]'s index for `other`). Within one set (one label of one family,
+/// one VM) the index determines the text, so the index alone identifies the value; a value
+/// without a position is [`Label::UNNUMBERED`] and identified by its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Label<'a> {
-    /// Position in the set; `u32::MAX` for `other`.
+    /// Position in the set; `u32::MAX` for `other`, `u32::MAX - 1` for none.
     pub index: u32,
     /// The value (`[a-z0-9_-]`).
     pub text: &'a str,
@@ -30,15 +31,28 @@ impl Label<'static> {
         index: u32::MAX,
         text: OTHER,
     };
+
+    /// The index of a value without a position in its set.
+    pub const UNNUMBERED: u32 = u32::MAX - 1;
 }
 
 impl<'a> Label<'a> {
-    /// The `index`-th value of a set, `other` when the index does not fit in a `u32` (sets are
-    /// far smaller: at most [`crate::config::MAX_MODELS`]).
+    /// A value without a position in its set (identified by its text).
+    pub fn unnumbered(text: &'a str) -> Self {
+        Label {
+            index: Label::UNNUMBERED,
+            text,
+        }
+    }
+}
+
+impl<'a> Label<'a> {
+    /// The `index`-th value of a set; [`Label::unnumbered`] past `u32::MAX - 2` (sets are far
+    /// smaller: at most [`crate::config::MAX_MODELS`]).
     pub fn nth(index: usize, text: &'a str) -> Self {
         match u32::try_from(index) {
-            Ok(index) if index != u32::MAX => Label { index, text },
-            _ => Label::OTHER,
+            Ok(index) if index < Label::UNNUMBERED => Label { index, text },
+            _ => Label::unnumbered(text),
         }
     }
 }
@@ -120,9 +134,31 @@ pub fn route_label<'a>(routes: &'a [Route], target: &[u8], paths: &PathPolicy) -
         .map_or(Label::OTHER, |(i, r)| Label::nth(i, &r.name))
 }
 
+/// Whether the name encoding keeps byte `b` as it is (`[a-z0-9_-]`).
+const fn keeps(b: u8) -> bool {
+    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-')
+}
+
+/// [`keeps`] of every byte, by value: one load a byte where the label values are checked.
+static CLEAN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0u8;
+    loop {
+        // `b` is a u8: always within the table's 256 entries.
+        #[allow(clippy::indexing_slicing)]
+        {
+            table[b as usize] = keeps(b);
+        }
+        if b == u8::MAX {
+            break table;
+        }
+        b = b.wrapping_add(1);
+    }
+};
+
 /// Whether the name encoding keeps byte `b` as it is.
 fn is_clean(b: u8) -> bool {
-    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-')
+    CLEAN.get(usize::from(b)).copied().unwrap_or(false)
 }
 
 /// A value as the name encoding writes it (`tollgate_common::metrics::metric_name`): ASCII
@@ -157,6 +193,9 @@ pub fn sanitize_bytes(value: &[u8]) -> Cow<'_, str> {
 /// The model label: the sanitised model if configured (index: its position in `models`), else
 /// `other`.
 pub fn model_label<'a>(models: &'a [String], model: &str) -> Label<'a> {
+    if models.is_empty() {
+        return Label::OTHER;
+    }
     let label = sanitize(model);
     models
         .iter()
@@ -254,6 +293,17 @@ mod tests {
     }
 
     #[test]
+    fn the_table_is_the_predicate() {
+        for b in 0..=u8::MAX {
+            assert_eq!(is_clean(b), keeps(b), "{b}");
+            assert_eq!(
+                keeps(b),
+                reference(&(b as char).to_string()) == (b as char).to_string() && b < 128
+            );
+        }
+    }
+
+    #[test]
     fn indices_name_the_values() {
         assert_eq!(
             method_label(b"GET"),
@@ -289,7 +339,8 @@ mod tests {
             }
         );
         assert_eq!(model_label(&models, "gpt-5"), Label::OTHER);
-        assert_eq!(Label::nth(u32::MAX as usize, "x"), Label::OTHER);
+        assert_eq!(Label::nth(u32::MAX as usize, "x"), Label::unnumbered("x"));
+        assert_eq!(Label::nth(u32::MAX as usize - 2, "x").index, u32::MAX - 2);
         assert_eq!(signal_label(""), "other");
         assert_eq!(signal_label(&"a".repeat(33)), "other");
         assert_eq!(signal_label("Per.User"), "per_user");

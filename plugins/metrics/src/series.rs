@@ -15,6 +15,7 @@
 //! The number of series is bounded by the configuration (see the README); [`SeriesCache`] also
 //! refuses to grow beyond `max` entries.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
@@ -22,7 +23,7 @@ use hashbrown::HashTable;
 
 use tollgate_common::metrics::push_metric_name;
 
-use crate::labels::Label;
+use crate::labels::{signal_label, Label};
 
 /// Counter: requests, by `method`, `status_class`, `route`, `tenant` (as configured).
 pub const REQUESTS: &str = "tollgate_requests_total";
@@ -134,13 +135,16 @@ pub enum Kind {
 /// One label's value, as a series key holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value<'a> {
-    /// A value from a bounded set ([`Label`]): the key holds its index. The caller keeps the
-    /// index-to-text mapping of each label of each family fixed (`crate::labels` does: the
-    /// configuration does not change within a VM).
+    /// A value from a bounded set ([`Label`]): the key holds its index, up to [`MAX_NUMBER`]
+    /// (else its text, in the name encoding's form). The caller keeps the index-to-text mapping
+    /// of each label of each family fixed (`crate::labels` and `crate::tenants` do: the
+    /// configuration does not change within a VM, nor a tenant's number).
     Set(Label<'a>),
-    /// Any other value (another filter's signal, a tenant): the key holds the text, already in
-    /// the name encoding's form (`crate::labels::sanitize`), so that equal keys are equal names.
-    Text(&'a str),
+    /// A value from a small vocabulary another filter fixes (its signals: jwt-auth's results,
+    /// rate-limit's decisions and rule names, cost's statuses), as published: the label is
+    /// [`signal_label`] of it. The cache numbers the first [`MAX_WORDS`] distinct labels of each
+    /// label of each family and keys them by number; any further one is keyed by its text.
+    Word(&'a str),
 }
 
 impl Value<'_> {
@@ -148,129 +152,126 @@ impl Value<'_> {
     pub fn text(&self) -> &str {
         match self {
             Value::Set(label) => label.text,
-            Value::Text(text) => text,
+            Value::Word(text) => text,
         }
     }
 }
 
+/// Most labels of one series.
+pub const MAX_LABELS: usize = 4;
+/// Most [`Value::Word`]s the cache numbers per label of a family.
+pub const MAX_WORDS: usize = 16;
+
+/// How a [`Value::Word`] is keyed.
+enum Numbering {
+    /// By its number.
+    Number(u32),
+    /// By its text (the label's words were numbered up to [`MAX_WORDS`]).
+    Text,
+    /// Not in [`signal_label`]'s form: keyed as its label.
+    Sanitize,
+}
+
+/// Bits per label in a [`Key`].
+const FIELD_BITS: u32 = 14;
+/// The field of `other` ([`Label::OTHER`], index `u32::MAX`).
+const OTHER_FIELD: u32 = (1 << FIELD_BITS) - 1;
+/// The field of a label keyed by its text; numbers from here up are keyed by their text too.
+const TEXT_FIELD: u32 = OTHER_FIELD - 1;
+/// The largest number a series key holds as a number (larger ones: the label's text).
+pub const MAX_NUMBER: u32 = TEXT_FIELD - 1;
+
+/// A series key's family and numbers, packed: the family (bits 0-3), the number of labels
+/// (4-6), then 14 bits per label: its number, [`OTHER_FIELD`] for `other`, [`TEXT_FIELD`] for a
+/// label keyed by its text (whose texts go beside, in a [`Texted`] entry).
+type Key = u64;
+
+/// A series keyed by numbers only.
+#[derive(Debug)]
+struct Numbered {
+    key: Key,
+    id: Option<u32>,
+}
+
+/// A series with labels keyed by their text.
+#[derive(Debug)]
+struct Texted {
+    key: Key,
+    /// The texts of the labels whose field is [`TEXT_FIELD`], in label order.
+    texts: Box<[Box<str>]>,
+    id: Option<u32>,
+}
+
 /// Metric ids by series key, for one VM.
 ///
-/// The key is the family and its labels' [`Value`]s (label names are compared, not hashed: they
-/// are the fixed lists of `crate::record`). Hashes: a key made only of indices (family, route,
-/// method, status class, model, token type) is hashed by [`mix`], a multiply-xorshift over the
-/// indices, without a key: every index comes from a small set the configuration or this crate
-/// fixes, so a client can pick among a few hundred keys at most, never craft colliding ones. A
-/// key with text (signals, tenants: a tenant can be client-chosen through `unverified_header`)
-/// is hashed with SipHash keyed per VM (`std::collections::hash_map::RandomState`, as
-/// `HashMap`), so colliding texts cannot be computed from outside. Texts are compared with
-/// [`same_bytes`], not `==`.
+/// The key is the family and its labels' values ([`Value`]; a family's label names are the same
+/// on every call, see [`SeriesCache::id`]): each value a number (a [`Value::Set`] index, a
+/// numbered [`Value::Word`]) or, past the numbers, a text. Two tables:
+///
+/// - keys made only of numbers, packed into a `u64`, hashed by an unkeyed avalanche of that
+///   ([`avalanche`], a bijection of `u64`): every number is a position in a set that the
+///   configuration, this crate or this VM fixes, never a value a client writes: a route, a
+///   method, a model; a word among the first [`MAX_WORDS`] of another filter's vocabulary; a
+///   tenant's number, which the VM gives admitted tenants in the order it sees them (a client
+///   with a tenant of its choosing decides how many are admitted, at most `max_tenants` per
+///   generation, not which numbers they get). So the keys are small consecutive integers
+///   combined, and a client cannot craft colliding ones;
+/// - keys with text (a tenant past [`crate::tenants::MAX_NUMBERED`], which can be client-chosen
+///   through `unverified_header`; a word past the first [`MAX_WORDS`]): hashed with SipHash
+///   keyed per VM (`std::collections::hash_map::RandomState`, as `HashMap`), so colliding texts
+///   cannot be computed from outside; texts compared with [`same_bytes`], not `==`.
+///
+/// Together they hold at most `max` series.
 #[derive(Debug)]
-pub struct SeriesCache {
-    ids: HashTable<Series>,
-    hasher: RandomState,
+pub struct SeriesCache<S = RandomState> {
+    numbered: HashTable<Numbered>,
+    texted: HashTable<Texted>,
+    hasher: S,
+    /// The label names of each family's first call (`Family as usize`).
+    label_names: Vec<Option<Box<[&'static str]>>>,
+    /// The numbered words of each label position of each family (`family * MAX_LABELS +
+    /// position`), in the order first seen; a word's number is its position here.
+    words: Vec<Vec<Box<str>>>,
+    /// Every encoded name defined, for [`SeriesCache::names`].
+    names: Vec<Box<str>>,
     buf: String,
     max: usize,
     refused: u64,
 }
 
-/// One defined series: its key, its encoded name and the host's id (`None`: refused by the host).
-#[derive(Debug)]
-struct Series {
-    family: Family,
-    labels: Box<[(&'static str, Part)]>,
-    name: Box<str>,
-    id: Option<u32>,
+/// An unkeyed 64-bit finaliser (MurmurHash3's `fmix64`): every bit of `key` reaches hashbrown's
+/// bucket bits (low) and tag bits (high).
+pub fn avalanche(key: u64) -> u64 {
+    let mut h = key;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
-/// A stored [`Value`].
-#[derive(Debug)]
-enum Part {
-    Index(u32),
-    Text(Box<str>),
-}
-
-/// A key part, borrowed from a lookup's [`Value`] or a stored [`Part`]: the input of the hash.
-#[derive(Clone, Copy)]
-enum KeyPart<'a> {
-    Index(u32),
-    Text(&'a str),
-}
-
-impl<'a> From<&'a Value<'_>> for KeyPart<'a> {
-    fn from(value: &'a Value<'_>) -> Self {
-        match value {
-            Value::Set(label) => KeyPart::Index(label.index),
-            Value::Text(text) => KeyPart::Text(text),
-        }
-    }
-}
-
-impl<'a> From<&'a Part> for KeyPart<'a> {
-    fn from(part: &'a Part) -> Self {
-        match part {
-            Part::Index(index) => KeyPart::Index(*index),
-            Part::Text(text) => KeyPart::Text(text),
-        }
-    }
-}
-
-/// Mixes `value` into `hash` (the FxHash step: rotate, xor, multiply by an odd constant).
-pub fn mix(hash: u64, value: u64) -> u64 {
-    (hash.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
-}
-
-/// The key's hash: [`mix`] over the family, the indices (a text counts as a marker) and their
-/// number, with a final avalanche so that hashbrown's bucket bits (low) and tag bits (high) both
-/// depend on every part; when the key has text, SipHash (keyed by `hasher`) of that and the
-/// texts.
-fn key_hash<'a>(
-    hasher: &RandomState,
-    family: Family,
-    parts: impl Iterator<Item = KeyPart<'a>> + Clone,
-) -> u64 {
-    const TEXT: u64 = u64::MAX;
-    // A seed that is not 0 (which the step would keep at 0 through zero indices), the family,
-    // each part, the number of parts.
-    let mut hash = mix(0x243f_6a88_85a3_08d3, family as u64);
-    let mut texts = false;
-    let mut count = 0u64;
-    for part in parts.clone() {
-        count = count.wrapping_add(1);
-        hash = match part {
-            KeyPart::Index(index) => mix(hash, u64::from(index)),
-            KeyPart::Text(_) => {
-                texts = true;
-                mix(hash, TEXT)
-            }
-        };
-    }
-    hash = mix(hash, count);
-    hash ^= hash >> 32;
-    hash = hash.wrapping_mul(0xd6e8_feb8_6659_fd93);
-    hash ^= hash >> 32;
-    if !texts {
-        return hash;
-    }
+/// SipHash (keyed by `hasher`) of a [`Texted`] key: the packed numbers and each text.
+fn text_hash<'a>(hasher: &impl BuildHasher, key: Key, texts: impl Iterator<Item = &'a str>) -> u64 {
     let mut sip = hasher.build_hasher();
-    sip.write_u64(hash);
-    for part in parts {
-        if let KeyPart::Text(text) = part {
-            sip.write(text.as_bytes());
-            sip.write_u8(0xff);
-        }
+    sip.write_u64(key);
+    for text in texts {
+        sip.write(text.as_bytes());
+        sip.write_u8(0xff);
     }
     sip.finish()
 }
 
-/// Byte equality, 8 bytes per step. In wasm, `==` on slices calls wasi-libc's `memcmp`, which
-/// compares one byte per iteration: about 1,200 instructions for one ~80-byte encoded name, 10
-/// names a request (bench/results/instructions_issue21_allocations.md).
+/// Byte equality, 8 bytes per step (4 under 8 bytes). In wasm, `==` on slices calls wasi-libc's
+/// `memcmp`, which compares one byte per iteration: about 1,200 instructions for one ~80-byte
+/// encoded name (bench/results/instructions_issue21_allocations.md), and a call for a 2-byte one.
 pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
     let word = |w: &[u8; 8]| u64::from_ne_bytes(*w);
-    // The last 8 bytes (overlapping the last whole word) stand for the tail; under 8 bytes, `==`.
+    let half = |w: &[u8; 4]| u32::from_ne_bytes(*w);
+    // The last 8 bytes (overlapping the last whole word) stand for the tail; from 4 to 7 bytes,
+    // the first and the last 4 (overlapping); under 4, byte by byte.
     match (a.last_chunk::<8>(), b.last_chunk::<8>()) {
         (Some(a_last), Some(b_last)) => {
             word(a_last) == word(b_last)
@@ -280,130 +281,261 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
                     .zip(b.as_chunks::<8>().0)
                     .all(|(x, y)| word(x) == word(y))
         }
-        _ => a == b,
+        _ => match (
+            a.first_chunk::<4>(),
+            a.last_chunk::<4>(),
+            b.first_chunk::<4>(),
+            b.last_chunk::<4>(),
+        ) {
+            (Some(a0), Some(a1), Some(b0), Some(b1)) => {
+                half(a0) == half(b0) && half(a1) == half(b1)
+            }
+            _ => a.iter().zip(b).all(|(x, y)| x == y),
+        },
     }
 }
 
-/// Whether a label name of a lookup is the stored one: the same literal (one address) or the
-/// same bytes.
-fn same_name(a: &str, b: &str) -> bool {
+/// Whether two label name lists are the same: the same literals (one address each) or the same
+/// bytes.
+fn same_names(a: &[&str], b: &[(&'static str, Value<'_>)]) -> bool {
     a.len() == b.len()
-        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || same_bytes(a.as_bytes(), b.as_bytes()))
-}
-
-impl Series {
-    fn is(&self, family: Family, labels: &[(&'static str, Value<'_>)]) -> bool {
-        self.family == family
-            && self.labels.len() == labels.len()
-            && self
-                .labels
-                .iter()
-                .zip(labels)
-                .all(|((name, part), (n, value))| {
-                    same_name(name, n)
-                        && match (part, value) {
-                            (Part::Index(i), Value::Set(label)) => *i == label.index,
-                            (Part::Text(t), Value::Text(text)) => {
-                                same_bytes(t.as_bytes(), text.as_bytes())
-                            }
-                            _ => false,
-                        }
-                })
-    }
+        && a.iter().zip(b).all(|(x, (y, _))| {
+            x.len() == y.len()
+                && (std::ptr::eq(x.as_ptr(), y.as_ptr()) || same_bytes(x.as_bytes(), y.as_bytes()))
+        })
 }
 
 impl SeriesCache {
     /// An empty cache holding at most `max` series.
     pub fn new(max: usize) -> Self {
+        SeriesCache::with_hasher(max, RandomState::new())
+    }
+}
+
+impl<S: BuildHasher> SeriesCache<S> {
+    /// An empty cache holding at most `max` series, hashing texts with `hasher` (tests: a
+    /// hasher whose collisions leave every decision to the comparison).
+    pub fn with_hasher(max: usize, hasher: S) -> Self {
         SeriesCache {
-            ids: HashTable::new(),
-            hasher: RandomState::new(),
+            numbered: HashTable::new(),
+            texted: HashTable::new(),
+            hasher,
+            label_names: Family::ALL.iter().map(|_| None).collect(),
+            words: (0..Family::ALL.len().saturating_mul(MAX_LABELS))
+                .map(|_| Vec::new())
+                .collect(),
+            names: Vec::new(),
             buf: String::with_capacity(128),
             max,
             refused: 0,
         }
     }
 
-    /// The id of `family` with `labels` (in the family's fixed order); on first use, defines it
-    /// with `define(kind, name)`, `name` as `tollgate_common::metrics::push_metric_name` writes
-    /// it. `None` when the host refused the definition (then never retried: the cache keeps
-    /// `None`) or the cache is full (then the value is dropped and counted in
-    /// [`SeriesCache::refused`]).
+    /// The number of `word` at label `position` of `family`: its position among the words seen
+    /// there, the next one while fewer than [`MAX_WORDS`] were. A word is first looked for as it
+    /// is: the words kept are in the form [`signal_label`] gives (clean, 1 to 32 bytes), which
+    /// leaves them as they are, so one found is its own label and needs no check.
+    fn number(&mut self, family: Family, position: usize, word: &str) -> Numbering {
+        let Some(words) = (family as usize)
+            .checked_mul(MAX_LABELS)
+            .and_then(|at| at.checked_add(position))
+            .and_then(|at| self.words.get_mut(at))
+        else {
+            return Numbering::Text;
+        };
+        if let Some(n) = words
+            .iter()
+            .position(|w| same_bytes(w.as_bytes(), word.as_bytes()))
+        {
+            return u32::try_from(n).map_or(Numbering::Text, Numbering::Number);
+        }
+        if !matches!(signal_label(word), Cow::Borrowed(label) if std::ptr::eq(label, word)) {
+            return Numbering::Sanitize;
+        }
+        if words.len() >= MAX_WORDS {
+            return Numbering::Text;
+        }
+        words.push(word.into());
+        u32::try_from(words.len().saturating_sub(1)).map_or(Numbering::Text, Numbering::Number)
+    }
+
+    /// [`SeriesCache::id`] of `labels` whose words are not all in [`signal_label`]'s form: the
+    /// same with each word replaced by its label (apart: the other filters publish their
+    /// signals in that form).
+    #[cold]
+    #[inline(never)]
+    fn id_of_labels(
+        &mut self,
+        family: Family,
+        labels: &[(&'static str, Value<'_>)],
+        define: impl FnOnce(Kind, &str) -> Option<u32>,
+    ) -> Option<u32> {
+        let words: Vec<Cow<'_, str>> = labels
+            .iter()
+            .map(|(_, v)| match v {
+                Value::Word(word) => signal_label(word),
+                Value::Set(_) => Cow::Borrowed(""),
+            })
+            .collect();
+        let labels: Vec<(&'static str, Value<'_>)> = labels
+            .iter()
+            .zip(&words)
+            .map(|((name, value), word)| match value {
+                Value::Word(_) => (*name, Value::Word(word)),
+                other => (*name, *other),
+            })
+            .collect();
+        self.id(family, &labels, define)
+    }
+
+    /// Whether `labels` has the label names of `family`'s first call (recording them then).
+    fn names_match(&mut self, family: Family, labels: &[(&'static str, Value<'_>)]) -> bool {
+        match self.label_names.get_mut(family as usize) {
+            Some(Some(names)) => same_names(names, labels),
+            Some(slot) => {
+                *slot = Some(labels.iter().map(|(n, _)| *n).collect());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The id of `family` with `labels` (in the family's fixed order, at most [`MAX_LABELS`]);
+    /// on first use, defines it with `define(kind, name)`, `name` as
+    /// `tollgate_common::metrics::push_metric_name` writes it. A family's label names are those
+    /// of its first call on every call (`crate::record`'s fixed lists; for
+    /// `tollgate_requests_total`, the configuration's). `None` when the host refused the
+    /// definition (then never retried: the cache keeps `None`) or the cache is full (then the
+    /// value is dropped and counted in [`SeriesCache::refused`]; so is a call with other label
+    /// names or more than [`MAX_LABELS`] labels, which `crate::record` never makes).
     pub fn id(
         &mut self,
         family: Family,
         labels: &[(&'static str, Value<'_>)],
         define: impl FnOnce(Kind, &str) -> Option<u32>,
     ) -> Option<u32> {
-        let hash = key_hash(
-            &self.hasher,
-            family,
-            labels.iter().map(|(_, v)| KeyPart::from(v)),
-        );
-        if let Some(series) = self.ids.find(hash, |s| s.is(family, labels)) {
-            return series.id;
+        if labels.len() > MAX_LABELS || !self.names_match(family, labels) {
+            return self.refuse();
         }
-        if self.ids.len() >= self.max {
-            self.refused = self.refused.saturating_add(1);
-            return None;
+        // Family, count and fields; a label keyed by its text also goes into `texts`.
+        let mut key: Key = (family as u64) | ((labels.len() as u64) << 4);
+        let mut texts: [&str; MAX_LABELS] = [""; MAX_LABELS];
+        let mut text_count = 0usize;
+        let mut shift = 7u32;
+        for (position, (_, value)) in labels.iter().enumerate() {
+            let number = match value {
+                Value::Set(label) => Some(label.index),
+                Value::Word(word) => match self.number(family, position, word) {
+                    Numbering::Number(n) => Some(n),
+                    Numbering::Text => None,
+                    Numbering::Sanitize => return self.id_of_labels(family, labels, define),
+                },
+            };
+            let field = match number {
+                Some(u32::MAX) => OTHER_FIELD,
+                Some(n) if n < TEXT_FIELD => n,
+                _ => {
+                    if let Some(slot) = texts.get_mut(text_count) {
+                        *slot = value.text();
+                        text_count = text_count.saturating_add(1);
+                    }
+                    TEXT_FIELD
+                }
+            };
+            key |= u64::from(field).checked_shl(shift).unwrap_or(0);
+            shift = shift.saturating_add(FIELD_BITS);
         }
-        let texts: Vec<(&str, &str)> = labels.iter().map(|(n, v)| (*n, v.text())).collect();
-        push_metric_name(&mut self.buf, family.name(), &texts);
+        let texts = texts.get(..text_count).unwrap_or_default();
+        let hash = if texts.is_empty() {
+            let hash = avalanche(key);
+            if let Some(series) = self.numbered.find(hash, |s| s.key == key) {
+                return series.id;
+            }
+            hash
+        } else {
+            let hash = text_hash(&self.hasher, key, texts.iter().copied());
+            let found = self.texted.find(hash, |s| {
+                s.key == key
+                    && s.texts.len() == texts.len()
+                    && s.texts
+                        .iter()
+                        .zip(texts)
+                        .all(|(a, b)| same_bytes(a.as_bytes(), b.as_bytes()))
+            });
+            if let Some(series) = found {
+                return series.id;
+            }
+            hash
+        };
+        self.define(family, labels, key, hash, texts, define)
+    }
+
+    /// [`SeriesCache::id`] of a series not in the cache: defines and caches it (apart, so that
+    /// the lookups' code stays small).
+    #[cold]
+    #[inline(never)]
+    fn define(
+        &mut self,
+        family: Family,
+        labels: &[(&'static str, Value<'_>)],
+        key: Key,
+        hash: u64,
+        texts: &[&str],
+        define: impl FnOnce(Kind, &str) -> Option<u32>,
+    ) -> Option<u32> {
+        if self.len() >= self.max {
+            return self.refuse();
+        }
+        let named: Vec<(&str, &str)> = labels.iter().map(|(n, v)| (*n, v.text())).collect();
+        push_metric_name(&mut self.buf, family.name(), &named);
         let id = define(family.kind(), &self.buf);
-        let stored = labels
-            .iter()
-            .map(|(name, value)| {
-                let part = match value {
-                    Value::Set(label) => Part::Index(label.index),
-                    Value::Text(text) => Part::Text((*text).into()),
-                };
-                (*name, part)
-            })
-            .collect();
-        let hasher = &self.hasher;
-        self.ids.insert_unique(
-            hash,
-            Series {
-                family,
-                labels: stored,
-                name: self.buf.as_str().into(),
-                id,
-            },
-            |s| {
-                key_hash(
-                    hasher,
-                    s.family,
-                    s.labels.iter().map(|(_, p)| KeyPart::from(p)),
-                )
-            },
-        );
+        self.names.push(self.buf.as_str().into());
+        if texts.is_empty() {
+            self.numbered
+                .insert_unique(hash, Numbered { key, id }, |s| avalanche(s.key));
+        } else {
+            let hasher = &self.hasher;
+            let texts = texts.iter().map(|t| Box::from(*t)).collect();
+            self.texted
+                .insert_unique(hash, Texted { key, texts, id }, |s| {
+                    text_hash(hasher, s.key, s.texts.iter().map(|t| &**t))
+                });
+        }
         id
+    }
+
+    /// Counts a dropped value.
+    #[cold]
+    fn refuse(&mut self) -> Option<u32> {
+        self.refused = self.refused.saturating_add(1);
+        None
     }
 
     /// Series defined (or refused by the host) so far.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.numbered.len().saturating_add(self.texted.len())
     }
 
     /// Whether no series was defined yet.
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.len() == 0
     }
 
-    /// Values dropped because the cache was full.
+    /// Values dropped because the cache was full (or the call was malformed).
     pub fn refused(&self) -> u64 {
         self.refused
     }
 
     /// The encoded names defined so far (sorted), for tests.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.ids.iter().map(|s| s.name.to_string()).collect();
+        let mut names: Vec<String> = self.names.iter().map(|s| s.to_string()).collect();
         names.sort();
         names
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -432,9 +564,35 @@ mod tests {
         *state
     }
 
+    /// A hasher under which every text key collides.
+    #[derive(Default)]
+    struct Colliding;
+
+    impl BuildHasher for Colliding {
+        type Hasher = ConstantHasher;
+        fn build_hasher(&self) -> ConstantHasher {
+            ConstantHasher
+        }
+    }
+
+    struct ConstantHasher;
+
+    impl Hasher for ConstantHasher {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
     #[test]
     fn keys_find_the_series_their_names_name() {
-        // Lookups drawn from small sets, with texts that share prefixes and lengths, against a
+        lookups_agree_with_names(SeriesCache::new(10_000));
+        lookups_agree_with_names(SeriesCache::with_hasher(10_000, Colliding));
+    }
+
+    fn lookups_agree_with_names<S: BuildHasher>(mut cache: SeriesCache<S>) {
+        // Lookups drawn from small sets, with texts that share prefixes and lengths and more
+        // words than the cache numbers per label (both kinds of key), against a
         // host that gives one id per encoded name (Envoy's idempotent define): every lookup must
         // return the id of the name `metric_name` writes for it, and every name is defined once.
         let routes = ["chat", "responses", "other"];
@@ -449,7 +607,9 @@ mod tests {
             "none-00000001",
         ];
         let names = ["result", "tenant"];
-        let mut cache = SeriesCache::new(10_000);
+        let words: Vec<&'static str> = (0..MAX_WORDS + 8)
+            .map(|i| &*format!("w{i}").leak())
+            .collect();
         let mut host: std::collections::HashMap<String, u32> = Default::default();
         let mut defined = 0usize;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -463,15 +623,18 @@ mod tests {
             } else {
                 route
             };
+            // Each family its own fixed label list: route, then a text, a word, or both.
+            let shape = family as usize % 4;
             let mut labels: Vec<(&'static str, Value<'_>)> = vec![("route", Value::Set(route))];
-            if r >> 12 & 1 == 1 {
+            if shape & 1 == 1 {
                 labels.push((
-                    names[pick(13, 2)],
-                    Value::Text(texts[pick(16, texts.len())]),
+                    names[family as usize % 2],
+                    Value::Set(Label::unnumbered(texts[pick(16, texts.len())])),
                 ));
             }
-            if r >> 20 & 1 == 1 {
-                labels.push(("decision", Value::Text(texts[pick(21, texts.len())])));
+            if shape & 2 == 2 {
+                // More words than the cache numbers: both the numbered and the text keys.
+                labels.push(("decision", Value::Word(words[pick(21, words.len())])));
             }
             let want: Vec<(&str, &str)> = labels.iter().map(|(n, v)| (*n, v.text())).collect();
             let want = tollgate_common::metrics::metric_name(family.name(), &want);
@@ -481,8 +644,10 @@ mod tests {
                 let next = u32::try_from(host.len()).unwrap();
                 Some(*host.entry(name.to_string()).or_insert(next))
             });
+            assert!(got.is_some(), "{want} refused");
             assert_eq!(got, host.get(&want).copied(), "{want}");
         }
+        assert_eq!(cache.refused(), 0);
         assert_eq!(defined, host.len(), "a name defined twice");
         assert_eq!(cache.len(), host.len());
         assert_eq!(cache.names().len(), host.len());
@@ -490,26 +655,127 @@ mod tests {
     }
 
     #[test]
-    fn index_only_keys_spread_over_the_table() {
-        // The unkeyed hash of indices: distinct for every key of a large configuration (64
-        // routes x 10 methods x 6 classes, 256 models x 2 types), so lookups never probe long.
-        let mut seen = std::collections::HashSet::new();
-        let hasher = RandomState::new();
-        for family in Family::ALL {
-            for a in (0..64).chain([u32::MAX]) {
-                for b in (0..10).chain([u32::MAX]) {
-                    for c in 0..6 {
-                        let parts = [KeyPart::Index(a), KeyPart::Index(b), KeyPart::Index(c)];
-                        assert!(seen.insert(key_hash(&hasher, family, parts.into_iter())));
-                    }
-                }
-            }
-            for m in (0..256).chain([u32::MAX]) {
-                for t in 0..2 {
-                    let parts = [KeyPart::Index(m), KeyPart::Index(t)];
-                    assert!(seen.insert(key_hash(&hasher, family, parts.into_iter())));
-                }
+    fn a_family_keeps_its_label_names() {
+        let mut cache = SeriesCache::new(10);
+        let mut n = 0;
+        let mut define = |_: Kind, _: &str| {
+            n += 1;
+            Some(n)
+        };
+        let ok = Value::Word("ok");
+        assert_eq!(
+            cache.id(Family::Auth, &[("result", ok)], &mut define),
+            Some(1)
+        );
+        let same = String::from("result").leak();
+        assert_eq!(cache.id(Family::Auth, &[(same, ok)], &mut define), Some(1));
+        // Another name, another count: refused, not confused with the first series.
+        assert_eq!(cache.id(Family::Auth, &[("status", ok)], &mut define), None);
+        let two = [("result", ok), ("decision", ok)];
+        assert_eq!(cache.id(Family::Auth, &two, &mut define), None);
+        assert_eq!(cache.refused(), 2);
+        let five = [("a", ok), ("b", ok), ("c", ok), ("d", ok), ("e", ok)];
+        assert_eq!(cache.id(Family::RateLimit, &five, &mut define), None);
+        assert_eq!(cache.refused(), 3);
+        assert_eq!(cache.names(), ["tollgate_auth_total.result.ok"]);
+    }
+
+    #[test]
+    fn numbers_beyond_the_fields_are_keyed_by_text() {
+        // An index too large for a 14-bit field and the 17th word of a label are keyed by their
+        // text: still one series per name.
+        let mut cache = SeriesCache::new(100);
+        let mut n = 0;
+        let mut define = |_: Kind, _: &str| {
+            n += 1;
+            Some(n)
+        };
+        let big = Value::Set(Label {
+            index: 70_000,
+            text: "big",
+        });
+        let big2 = Value::Set(Label {
+            index: 70_001,
+            text: "big2",
+        });
+        assert_eq!(
+            cache.id(Family::Duration, &[("route", big)], &mut define),
+            Some(1)
+        );
+        assert_eq!(
+            cache.id(Family::Duration, &[("route", big2)], &mut define),
+            Some(2)
+        );
+        assert_eq!(
+            cache.id(Family::Duration, &[("route", big)], &mut define),
+            Some(1)
+        );
+        let words: Vec<String> = (0..=MAX_WORDS).map(|i| format!("w{i}")).collect();
+        for round in 0..2 {
+            for (i, w) in words.iter().enumerate() {
+                let id = cache.id(Family::Auth, &[("result", Value::Word(w))], &mut define);
+                assert_eq!(id, Some(3 + i as u32), "round {round}, {w}");
             }
         }
+        assert_eq!(cache.len(), 2 + MAX_WORDS + 1);
+        assert_eq!(cache.texted.len(), 2 + 1);
+        // The widest numbers that fit: all 14 bits count.
+        let wide = Value::Set(Label {
+            index: TEXT_FIELD - 1,
+            text: "wide",
+        });
+        let low = Value::Set(Label {
+            index: (TEXT_FIELD - 1) & 0xff,
+            text: "low",
+        });
+        let bytes = |v| [("route", v)];
+        let first = cache.id(Family::RequestBytes, &bytes(wide), &mut define);
+        let second = cache.id(Family::RequestBytes, &bytes(low), &mut define);
+        assert_ne!(first, second);
+        assert_eq!(
+            cache.id(Family::RequestBytes, &bytes(wide), &mut define),
+            first
+        );
+        assert_eq!(cache.texted.len(), 2 + 1, "numbered");
+    }
+
+    #[test]
+    fn words_are_keyed_as_their_labels() {
+        // Published values in another form than signal_label's are the series of their label,
+        // before and after the label's words are all numbered.
+        let mut cache = SeriesCache::new(100);
+        let mut host: std::collections::HashMap<String, u32> = Default::default();
+        let mut id = |cache: &mut SeriesCache, word: &str| {
+            cache.id(Family::Auth, &[("result", Value::Word(word))], |_, name| {
+                let next = host.len() as u32;
+                Some(*host.entry(name.to_string()).or_insert(next))
+            })
+        };
+        let long = "x".repeat(33);
+        for round in 0..2 {
+            assert_eq!(
+                id(&mut cache, "Bad.Sig"),
+                id(&mut cache, "bad_sig"),
+                "{round}"
+            );
+            assert_eq!(id(&mut cache, ""), id(&mut cache, "other"), "{round}");
+            assert_eq!(id(&mut cache, &long), id(&mut cache, "other"), "{round}");
+            for i in 0..MAX_WORDS {
+                id(&mut cache, &format!("w{i}"));
+            }
+        }
+        assert_eq!(id(&mut cache, "LATE"), id(&mut cache, "late"));
+        assert_eq!(id(&mut cache, "late"), id(&mut cache, "lAte"));
+        assert!(
+            !cache.texted.is_empty(),
+            "words beyond MAX_WORDS keyed by text"
+        );
+        let mut names = cache.names();
+        names.dedup();
+        assert_eq!(names.len(), cache.len(), "one series per name");
+        assert!(names.contains(&"tollgate_auth_total.result.bad_sig".to_string()));
+        assert!(!names
+            .iter()
+            .any(|n| n.contains("Bad") || n.contains("LATE")));
     }
 }
