@@ -23,7 +23,7 @@ use crate::labels::{method_label, route_label, Label};
 use crate::record::{
     decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
 };
-use crate::series::{Kind, SeriesCache};
+use crate::series::{same_bytes, Kind, SeriesCache};
 use crate::tenants::{Tenants, NONE_LABEL};
 
 /// Upper bound on the series one VM defines (a safety net; the configuration bounds them).
@@ -153,14 +153,15 @@ impl MetricsHttp {
             .map_or(0, |d| d.as_secs());
         // The tenant: only a verified identity (or a header configured as trusted) is admitted
         // to the registry; see tollgate_common::identity and crate::tenants.
+        let mut identity = None;
         let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
             (Some(t), Some(reg)) => {
-                let identity = t.source.read(&HostIdentityView);
+                let identity = identity.insert(t.source.read(&HostIdentityView));
                 let trusted = match t.source {
-                    IdentitySource::Verified { .. } => identity != Identity::Unauthenticated,
+                    IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
                     IdentitySource::Unverified { .. } => true,
                 };
-                let label = reg.label(&HostSharedData, &identity, now_secs, true);
+                let label = reg.label(&HostSharedData, identity, now_secs, true);
                 let index = label.index;
                 tenant_label.clear();
                 tenant_label.push_str(label.text);
@@ -192,6 +193,15 @@ impl MetricsHttp {
             // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
             let tenant = signals::get(signals::COST_TENANT).map(|t| {
                 match (&config.tenant, tenants.as_mut()) {
+                    // The cost filter books most requests to the request's own tenant (both
+                    // keyed by the verified subject): the same value, already labelled, with
+                    // the same admission (a request with a value is trusted).
+                    (Some(_), Some(_))
+                        if matches!((tenant, &identity),
+                            (Some(_), Some(Identity::Value(v))) if same_bytes(v, t.as_bytes())) =>
+                    {
+                        tenant.unwrap_or(Label::OTHER)
+                    }
                     (Some(_), Some(reg)) => {
                         let identity = Identity::Value(t.into_bytes());
                         let label = reg.label(&HostSharedData, &identity, now_secs, trusted);

@@ -404,17 +404,25 @@ impl<S: BuildHasher> SeriesCache<S> {
     /// on first use, defines it with `define(kind, name)`, `name` as
     /// `tollgate_common::metrics::push_metric_name` writes it. A family's label names are those
     /// of its first call on every call (`crate::record`'s fixed lists; for
-    /// `tollgate_requests_total`, the configuration's). `None` when the host refused the
-    /// definition (then never retried: the cache keeps `None`) or the cache is full (then the
-    /// value is dropped and counted in [`SeriesCache::refused`]; so is a call with other label
-    /// names or more than [`MAX_LABELS`] labels, which `crate::record` never makes).
+    /// `tollgate_requests_total`, the configuration's): they are not part of the key. `None`
+    /// when the host refused the definition (then never retried: the cache keeps `None`) or the
+    /// cache is full (then the value is dropped and counted in [`SeriesCache::refused`]; so is a
+    /// call with more than [`MAX_LABELS`] labels, or one that would define a series with other
+    /// label names, which `crate::record` never makes; debug builds panic on any call with
+    /// other names).
     pub fn id(
         &mut self,
         family: Family,
         labels: &[(&'static str, Value<'_>)],
         define: impl FnOnce(Kind, &str) -> Option<u32>,
     ) -> Option<u32> {
-        if labels.len() > MAX_LABELS || !self.names_match(family, labels) {
+        // The label names are not part of the key: a family's are fixed (`crate::record`'s
+        // lists). Checked on every call in debug builds (the tests), on a definition always.
+        debug_assert!(
+            self.names_match(family, labels),
+            "{family:?}: label names differ from the first call's"
+        );
+        if labels.len() > MAX_LABELS {
             return self.refuse();
         }
         // Family, count and fields; a label keyed by its text also goes into `texts`.
@@ -483,7 +491,7 @@ impl<S: BuildHasher> SeriesCache<S> {
         texts: &[&str],
         define: impl FnOnce(Kind, &str) -> Option<u32>,
     ) -> Option<u32> {
-        if self.len() >= self.max {
+        if self.len() >= self.max || !self.names_match(family, labels) {
             return self.refuse();
         }
         let named: Vec<(&str, &str)> = labels.iter().map(|(n, v)| (*n, v.text())).collect();
@@ -669,14 +677,43 @@ mod tests {
         );
         let same = String::from("result").leak();
         assert_eq!(cache.id(Family::Auth, &[(same, ok)], &mut define), Some(1));
-        // Another name, another count: refused, not confused with the first series.
-        assert_eq!(cache.id(Family::Auth, &[("status", ok)], &mut define), None);
-        let two = [("result", ok), ("decision", ok)];
-        assert_eq!(cache.id(Family::Auth, &two, &mut define), None);
-        assert_eq!(cache.refused(), 2);
         let five = [("a", ok), ("b", ok), ("c", ok), ("d", ok), ("e", ok)];
         assert_eq!(cache.id(Family::RateLimit, &five, &mut define), None);
-        assert_eq!(cache.refused(), 3);
+        assert_eq!(cache.refused(), 1);
+        assert_eq!(cache.names(), ["tollgate_auth_total.result.ok"]);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "label names differ")]
+    fn other_label_names_are_a_bug() {
+        let mut cache = SeriesCache::new(10);
+        let ok = Value::Word("ok");
+        cache.id(Family::Auth, &[("result", ok)], |_, _| Some(1));
+        cache.id(Family::Auth, &[("status", ok)], |_, _| Some(2));
+    }
+
+    #[test]
+    fn a_definition_with_other_label_names_is_refused() {
+        // What release builds check: a new series is defined only with the family's names.
+        let mut cache = SeriesCache::new(10);
+        let mut n = 0;
+        let mut define = |_: Kind, _: &str| {
+            n += 1;
+            Some(n)
+        };
+        let first = [("result", Value::Word("ok"))];
+        assert_eq!(cache.id(Family::Auth, &first, &mut define), Some(1));
+        let two = [
+            ("result", Value::Word("no")),
+            ("decision", Value::Word("x")),
+        ];
+        assert!(!cache.names_match(Family::Auth, &two));
+        assert_eq!(
+            cache.define(Family::Auth, &two, 0, 0, &[], &mut define),
+            None
+        );
+        assert_eq!(cache.refused(), 1);
         assert_eq!(cache.names(), ["tollgate_auth_total.result.ok"]);
     }
 
