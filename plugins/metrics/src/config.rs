@@ -107,7 +107,7 @@ fn default_registry() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestLabel {
-    /// The request method, from a fixed set (see [`crate::labels::method_index`]).
+    /// The request method, from a fixed set (see [`crate::labels::method_label`]).
     Method,
     /// `1xx` .. `5xx`, or `none` when no response was sent.
     StatusClass,

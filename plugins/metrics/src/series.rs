@@ -8,10 +8,11 @@
 //!
 //! Series are defined lazily, once per VM per label combination (`proxy_define_metric` is
 //! idempotent in Envoy: the same name gives the same stat, so the workers' VMs add to one
-//! counter). The cache finds a series by what its labels are made of ([`Value`]): an index for a
-//! value from a bounded set (method, status class, route, model, token type), the text for the
-//! others (the other filters' signals, tenants). So the encoded name is written only when a
-//! series is first defined, and a request whose series already exist allocates nothing here.
+//! counter). The cache finds a series by what its labels are made of ([`Value`]): numbers for
+//! values from bounded sets (a method, status class, route, model or token type's position; a
+//! tenant's number in `crate::tenants`; the first [`MAX_WORDS`] values of another filter's
+//! signal), the text for the rest. So the encoded name is written only when a series is first
+//! defined, and a request whose series already exist allocates nothing here.
 //! The number of series is bounded by the configuration (see the README); [`SeriesCache`] also
 //! refuses to grow beyond `max` entries.
 
