@@ -94,6 +94,12 @@ streams += [s.replace(b"\n", b"\r\n") for s in streams] + [b"\xef\xbb\xbf" + str
 streams += [b'event: response.completed\ndata: {"type":"response.completed","response":{"model":"m","usage":'
             b'{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":1}}}}\n\n',
             b": comment\nid: 1\nretry: 5\ndata: a\ndata: b\n\ndata\n\n\r\r"]
+# metrics_series: signal values as published (and not), 0xff-separated.
+words = [b"ok", b"allowed", b"per-user", b"priced", b"Bad.Signature", b"", b"x" * 40, b"caf\xc3\xa9", b"\xfe",
+         b"120", b" 40 ", b"18446744073709551616", b"other", b"none"]
+write("metrics_series", [b"\xff".join(words[i:] + words[:i]) for i in range(0, len(words), 3)]
+      + [b"\xff".join(b"w%d" % i for i in range(24))])
+
 write("sse_stream", [bytes([seed]) + s for s in streams for seed in (0, 0x5a, 0xc3)])
 
 bodies = [

@@ -176,6 +176,12 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     raw::property(path).ok().flatten()
 }
 
+/// [`property`] of a path already in the ABI's encoding ([`crate::abi_codec::encode_path`]:
+/// segments joined by NUL; a one-segment path, such as a signal's name, is its own bytes).
+pub fn property_encoded(path: &[u8]) -> Option<Vec<u8>> {
+    raw::property_encoded(path).ok().flatten()
+}
+
 /// Sets a property for the current request.
 ///
 /// # Errors

@@ -122,7 +122,8 @@ pub struct HostIdentityView;
 #[cfg(target_arch = "wasm32")]
 impl IdentityView for HostIdentityView {
     fn property(&self, name: &str) -> Option<Vec<u8>> {
-        crate::host::property(&[name])
+        // A one-segment path is sent as its bytes (`crate::abi_codec::encode_path`).
+        crate::host::property_encoded(name.as_bytes())
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {

@@ -210,7 +210,12 @@ pub fn add_header_value(map: MapType, name: &str, value: &str) -> Result<(), u32
 
 /// `proxy_get_property`: the value at `path`, `Ok(None)` when the host has none.
 pub fn property(path: &[&str]) -> Result<Option<Vec<u8>>, u32> {
-    let path = encode_path(path);
+    property_encoded(&encode_path(path))
+}
+
+/// [`property`] of a path already in the ABI's encoding (`crate::abi_codec::encode_path`: the
+/// segments joined by NUL; a one-segment path is its own bytes), for paths fixed at compile time.
+pub fn property_encoded(path: &[u8]) -> Result<Option<Vec<u8>>, u32> {
     let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
     // SAFETY: `path` and the out-pointers are live for the call.
     let status = unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) };

@@ -107,7 +107,7 @@ fn default_registry() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestLabel {
-    /// The request method, from a fixed set (see [`crate::labels::method_index`]).
+    /// The request method, from a fixed set (see [`crate::labels::method_label`]).
     Method,
     /// `1xx` .. `5xx`, or `none` when no response was sent.
     StatusClass,
@@ -292,7 +292,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("must be 1 to {MAX_MODEL_BYTES} bytes"),
             ));
         }
-        let label = crate::labels::sanitize(m);
+        let label = crate::labels::sanitize(m).into_owned();
         if label == OTHER || models.contains(&label) {
             return Err(ConfigError::new(
                 format!("models[{i}]"),

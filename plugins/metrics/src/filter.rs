@@ -18,11 +18,13 @@ use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
-use crate::config::{Config, OTHER};
-use crate::labels::{method_label, route_label};
-use crate::record::{record, CostSignals, Observation};
-use crate::series::{Kind, SeriesCache};
-use crate::tenants::Tenants;
+use crate::config::Config;
+use crate::labels::{method_label, route_label, Label};
+use crate::record::{
+    decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
+};
+use crate::series::{same_bytes, Kind, SeriesCache};
+use crate::tenants::{Tenants, NONE_LABEL};
 
 /// Upper bound on the series one VM defines (a safety net; the configuration bounds them).
 const MAX_SERIES: usize = 100_000;
@@ -37,6 +39,11 @@ struct State {
     config: Config,
     cache: SeriesCache,
     tenants: Option<Tenants>,
+    /// The request's tenant label and the cost filter's, copied out of the registry (which
+    /// lends one at a time) into buffers kept from request to request: no allocation once they
+    /// have grown to the longest label (64 bytes at most).
+    tenant_label: String,
+    cost_tenant_label: String,
 }
 
 #[derive(Default)]
@@ -63,6 +70,8 @@ impl RootContext for MetricsRoot {
             config,
             cache: SeriesCache::new(MAX_SERIES),
             tenants,
+            tenant_label: String::new(),
+            cost_tenant_label: String::new(),
         })));
         true
     }
@@ -90,15 +99,16 @@ fn now() -> Option<SystemTime> {
 }
 
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
-fn int_property(path: Vec<&str>) -> Option<u64> {
-    let bytes = tollgate_common::host::property(&path)?;
+/// `path` is the attribute's path already encoded for the ABI (`crate::record::RESPONSE_CODE`).
+fn int_property(path: &str) -> Option<u64> {
+    let bytes = tollgate_common::host::property_encoded(path.as_bytes())?;
     let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
 
 /// A signal holding a decimal integer.
 fn int_signal(name: &str) -> Option<u64> {
-    signals::get(name).and_then(|s| s.trim().parse().ok())
+    tollgate_common::host::property_encoded(name.as_bytes()).and_then(|b| decimal(&b))
 }
 
 fn define(kind: Kind, name: &str) -> Option<u32> {
@@ -122,24 +132,44 @@ impl MetricsHttp {
             config,
             cache,
             tenants,
+            tenant_label,
+            cost_tenant_label,
         } = state;
-        let method = request_header_bytes(":method").unwrap_or_default();
-        let path = request_header_bytes(":path").unwrap_or_default();
+        // Headers are read only for the labels that use them.
+        let method = if config.method {
+            request_header_bytes(":method").map_or(Label::OTHER, |m| method_label(&m))
+        } else {
+            Label::OTHER
+        };
+        let route = if config.routes.is_empty() {
+            Label::OTHER
+        } else {
+            let path = request_header_bytes(":path").unwrap_or_default();
+            route_label(&config.routes, &path, &config.paths)
+        };
         let end = now();
         let now_secs = end
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
         // The tenant: only a verified identity (or a header configured as trusted) is admitted
         // to the registry; see tollgate_common::identity and crate::tenants.
+        let mut identity = None;
         let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
             (Some(t), Some(reg)) => {
-                let identity = t.source.read(&HostIdentityView);
+                let identity = identity.insert(t.source.read(&HostIdentityView));
                 let trusted = match t.source {
-                    IdentitySource::Verified { .. } => identity != Identity::Unauthenticated,
+                    IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
                     IdentitySource::Unverified { .. } => true,
                 };
-                let label = reg.label(&HostSharedData, &identity, now_secs, true);
-                (Some(label.to_string()), trusted)
+                let label = reg.label(&HostSharedData, identity, now_secs, true);
+                let index = label.index;
+                tenant_label.clear();
+                tenant_label.push_str(label.text);
+                let label = Label {
+                    index,
+                    text: tenant_label.as_str(),
+                };
+                (Some(label), trusted)
             }
             _ => (None, false),
         };
@@ -152,7 +182,10 @@ impl MetricsHttp {
         };
         let auth = signals::get(signals::JWT_AUTH_RESULT);
         let decision = signals::get(signals::RATE_LIMIT_DECISION);
-        let rule = signals::get(signals::RATE_LIMIT_RULE);
+        // Without a decision the rule is not recorded: not read.
+        let rule = decision
+            .as_ref()
+            .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
         let cost_status = signals::get(signals::COST_STATUS);
         let (cost_model, cost_tenant) = if cost_status.is_some() {
             let model = signals::get(signals::COST_MODEL);
@@ -160,15 +193,27 @@ impl MetricsHttp {
             // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
             let tenant = signals::get(signals::COST_TENANT).map(|t| {
                 match (&config.tenant, tenants.as_mut()) {
-                    (Some(_), Some(reg)) => reg
-                        .label(
-                            &HostSharedData,
-                            &Identity::Value(t.into_bytes()),
-                            now_secs,
-                            trusted,
-                        )
-                        .to_string(),
-                    _ => OTHER.to_string(),
+                    // The cost filter books most requests to the request's own tenant (both
+                    // keyed by the verified subject): the same value, already labelled, with
+                    // the same admission (a request with a value is trusted).
+                    (Some(_), Some(_))
+                        if matches!((tenant, &identity),
+                            (Some(_), Some(Identity::Value(v))) if same_bytes(v, t.as_bytes())) =>
+                    {
+                        tenant.unwrap_or(Label::OTHER)
+                    }
+                    (Some(_), Some(reg)) => {
+                        let identity = Identity::Value(t.into_bytes());
+                        let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
+                        let index = label.index;
+                        cost_tenant_label.clear();
+                        cost_tenant_label.push_str(label.text);
+                        Label {
+                            index,
+                            text: cost_tenant_label.as_str(),
+                        }
+                    }
+                    _ => Label::OTHER,
                 }
             });
             (model, tenant)
@@ -177,20 +222,20 @@ impl MetricsHttp {
         };
         let cost = cost_status.as_deref().map(|status| CostSignals {
             model: cost_model.as_deref(),
-            tenant: cost_tenant.as_deref().unwrap_or(crate::config::NONE),
+            tenant: cost_tenant.unwrap_or(NONE_LABEL),
             input_tokens: int_signal(signals::COST_INPUT_TOKENS),
             output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
             cost_nano_usd: int_signal(signals::COST_NANO_USD),
             status: Some(status),
         });
         let obs = Observation {
-            method: method_label(&method),
-            route: route_label(&config.routes, &path, &config.paths),
-            tenant: tenant.as_deref(),
-            status: int_property(vec!["response", "code"]).unwrap_or(0),
+            method,
+            route,
+            tenant,
+            status: int_property(RESPONSE_CODE).unwrap_or(0),
             duration_us,
-            request_bytes: int_property(vec!["request", "size"]).unwrap_or(0),
-            response_bytes: int_property(vec!["response", "size"]).unwrap_or(0),
+            request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
+            response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
             auth_result: auth.as_deref(),
             rate_limit: match (&rule, &decision) {
                 (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),

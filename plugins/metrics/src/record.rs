@@ -2,20 +2,43 @@
 //! request's observations to metric names and values is unit-tested natively. The filter gathers
 //! an [`Observation`] in `on_log` and passes host callbacks to define and update metrics.
 
-use crate::config::{Config, OTHER};
-use crate::labels::{model_label, signal_label, status_class};
-use crate::series::{
-    Kind, SeriesCache, AUTH, DURATION, LLM_COST, LLM_REQUESTS, LLM_TOKENS, RATE_LIMIT, REQUESTS,
-    REQUEST_BYTES, RESPONSE_BYTES,
-};
+use crate::config::Config;
+use crate::labels::{model_label, status_class, Label};
+use crate::series::{Family, Kind, SeriesCache, Value};
+
+/// The Envoy attribute `response.code` (the response status) as the filter asks the host for it
+/// (`tollgate_common::host::property_encoded`): the ABI's encoding of the path's two segments
+/// (`tollgate_common::abi_codec::encode_path`: joined by NUL), written out once instead of built
+/// on every request.
+pub const RESPONSE_CODE: &str = "response\0code";
+/// `request.size` (request body bytes), encoded as [`RESPONSE_CODE`].
+pub const REQUEST_SIZE: &str = "request\0size";
+/// `response.size` (response body bytes), encoded as [`RESPONSE_CODE`].
+pub const RESPONSE_SIZE: &str = "response\0size";
+
+/// A signal holding a decimal integer (the cost filter's token counts and price), as
+/// `str::trim` then `u64::from_str` read it (`None`: not UTF-8, not a number, or over
+/// `u64::MAX`). Plain ASCII digits, what the cost filter writes, are read without the UTF-8 and
+/// whitespace passes.
+pub fn decimal(bytes: &[u8]) -> Option<u64> {
+    // Up to 19 digits cannot overflow a u64 (10^19 - 1 < 2^64): no overflow checks, which cost
+    // a 128-bit multiplication each on wasm32 (`__multi3`).
+    if (1..=19).contains(&bytes.len()) && bytes.iter().all(u8::is_ascii_digit) {
+        return Some(bytes.iter().fold(0u64, |n, d| {
+            n.wrapping_mul(10)
+                .wrapping_add(u64::from(d.wrapping_sub(b'0')))
+        }));
+    }
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
 
 /// The cost filter's signals for the request (`tollgate_common::signals::COST_*`), raw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CostSignals<'a> {
     /// Model name as published (mapped to a configured model or `other`).
     pub model: Option<&'a str>,
-    /// Tenant label (already capped by the tenant registry).
-    pub tenant: &'a str,
+    /// Tenant label (already capped by the tenant registry, `crate::tenants`).
+    pub tenant: Label<'a>,
     /// Input tokens (count).
     pub input_tokens: Option<u64>,
     /// Output tokens (count).
@@ -30,11 +53,11 @@ pub struct CostSignals<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observation<'a> {
     /// Method label (`crate::labels::method_label`).
-    pub method: &'a str,
+    pub method: Label<'a>,
     /// Route label (`crate::labels::route_label`).
-    pub route: &'a str,
-    /// Tenant label (capped), when a tenant is configured.
-    pub tenant: Option<&'a str>,
+    pub route: Label<'a>,
+    /// Tenant label (capped, `crate::tenants`), when a tenant is configured.
+    pub tenant: Option<Label<'a>>,
     /// Response status code (0: none).
     pub status: u64,
     /// Microseconds from the request headers to the end of the stream; `None` when the start
@@ -62,20 +85,23 @@ pub fn record(
     define: &mut impl FnMut(Kind, &str) -> Option<u32>,
     emit: &mut impl FnMut(Option<u32>, Kind, u64),
 ) {
-    let class = status_class(obs.status);
-    let tenant = obs.tenant.unwrap_or(OTHER);
+    let tenant = obs.tenant.unwrap_or(Label::OTHER);
     // The labels of `tollgate_requests_total`, in the fixed order, those configured.
-    let candidates: [(&str, &str, bool); 4] = [
-        ("method", obs.method, config.method),
-        ("status_class", class, config.status_class),
-        ("route", obs.route, config.route),
+    let candidates: [(&'static str, Value<'_>, bool); 4] = [
+        ("method", Value::Set(obs.method), config.method),
+        (
+            "status_class",
+            Value::Set(status_class(obs.status)),
+            config.status_class,
+        ),
+        ("route", Value::Set(obs.route), config.route),
         (
             "tenant",
-            tenant,
+            Value::Set(tenant),
             config.tenant_label && obs.tenant.is_some(),
         ),
     ];
-    let mut labels: [(&str, &str); 4] = [("", ""); 4];
+    let mut labels: [(&'static str, Value<'_>); 4] = [("", Value::Set(Label::OTHER)); 4];
     let mut n = 0usize;
     for (name, value, on) in candidates {
         if let (true, Some(slot)) = (on, labels.get_mut(n)) {
@@ -84,52 +110,119 @@ pub fn record(
         }
     }
     let used = labels.get(..n).unwrap_or(&[]);
-    let mut counter = |family: &str, labels: &[(&str, &str)], value: u64| {
+    let mut counter = |family: Family, labels: &[(&'static str, Value<'_>)], value: u64| {
         if value > 0 {
-            let id = cache.id(Kind::Counter, family, labels, &mut *define);
+            let id = cache.id(family, labels, &mut *define);
             emit(id, Kind::Counter, value);
         }
     };
-    counter(REQUESTS, used, 1);
-    let route = [("route", obs.route)];
-    counter(REQUEST_BYTES, &route, obs.request_bytes);
-    counter(RESPONSE_BYTES, &route, obs.response_bytes);
+    counter(Family::Requests, used, 1);
+    let route = [("route", Value::Set(obs.route))];
+    counter(Family::RequestBytes, &route, obs.request_bytes);
+    counter(Family::ResponseBytes, &route, obs.response_bytes);
     if let Some(result) = obs.auth_result {
-        counter(AUTH, &[("result", &signal_label(result))], 1);
+        counter(Family::Auth, &[("result", Value::Word(result))], 1);
     }
     if let Some((rule, decision)) = obs.rate_limit {
         counter(
-            RATE_LIMIT,
+            Family::RateLimit,
             &[
-                ("rule", &signal_label(rule)),
-                ("decision", &signal_label(decision)),
+                ("rule", Value::Word(rule)),
+                ("decision", Value::Word(decision)),
             ],
             1,
         );
     }
     if let Some(cost) = &obs.cost {
-        let model = cost.model.map_or(OTHER, |m| model_label(&config.models, m));
+        let model = Value::Set(
+            cost.model
+                .map_or(Label::OTHER, |m| model_label(&config.models, m)),
+        );
         if let Some(status) = cost.status {
-            counter(LLM_REQUESTS, &[("status", &signal_label(status))], 1);
+            counter(Family::LlmRequests, &[("status", Value::Word(status))], 1);
         }
         counter(
-            LLM_TOKENS,
-            &[("model", model), ("type", "input")],
+            Family::LlmTokens,
+            &[("model", model), ("type", Value::Set(INPUT))],
             cost.input_tokens.unwrap_or(0),
         );
         counter(
-            LLM_TOKENS,
-            &[("model", model), ("type", "output")],
+            Family::LlmTokens,
+            &[("model", model), ("type", Value::Set(OUTPUT))],
             cost.output_tokens.unwrap_or(0),
         );
         counter(
-            LLM_COST,
-            &[("model", model), ("tenant", cost.tenant)],
+            Family::LlmCost,
+            &[("model", model), ("tenant", Value::Set(cost.tenant))],
             cost.cost_nano_usd.unwrap_or(0),
         );
     }
     if let Some(us) = obs.duration_us {
-        let id = cache.id(Kind::Histogram, DURATION, &route, &mut *define);
+        let id = cache.id(Family::Duration, &route, &mut *define);
         emit(id, Kind::Histogram, us);
+    }
+}
+
+/// `tollgate_llm_tokens_total`'s `type` label: input tokens.
+const INPUT: Label<'static> = Label {
+    index: 0,
+    text: "input",
+};
+/// `tollgate_llm_tokens_total`'s `type` label: output tokens.
+const OUTPUT: Label<'static> = Label {
+    index: 1,
+    text: "output",
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_common::abi_codec::encode_path;
+
+    #[test]
+    fn decimal_reads_as_trim_then_parse() {
+        let reference =
+            |b: &[u8]| -> Option<u64> { std::str::from_utf8(b).ok()?.trim().parse().ok() };
+        let mut cases: Vec<Vec<u8>> = [
+            "",
+            "0",
+            "7",
+            "0042",
+            "1500",
+            "9999999999999999999",
+            "10000000000000000000",
+            "00000000000000000000001",
+            " 12 ",
+            "+5",
+            "-1",
+            "1e3",
+            "12a",
+            "\u{a0}9",
+            "\u{2003}9\n",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        cases.push(b"\xff1".to_vec());
+        for n in [0u64, 9, 10, 99, 100, u64::MAX / 10, u64::MAX - 1, u64::MAX] {
+            cases.push(n.to_string().into_bytes());
+        }
+        for case in cases {
+            assert_eq!(decimal(&case), reference(&case), "{case:?}");
+        }
+    }
+
+    #[test]
+    fn attribute_paths_are_encoded_as_the_abi_encodes_them() {
+        for (encoded, segments) in [
+            (RESPONSE_CODE, ["response", "code"]),
+            (REQUEST_SIZE, ["request", "size"]),
+            (RESPONSE_SIZE, ["response", "size"]),
+        ] {
+            assert_eq!(encoded.as_bytes(), &*encode_path(&segments));
+        }
     }
 }

@@ -36,14 +36,26 @@
 //! Costs: a tenant the VM admitted in this generation costs no host call (VM cache of at most
 //! `max_tenants` entries, cleared when the generation changes). Otherwise one read per probe,
 //! about 1.5 on average at the table's load of at most 1/2; a new tenant adds two CAS writes.
+//!
+//! **Numbers.** A label is a [`Label`]: its text and a number that stands for it in the series
+//! cache's keys (`crate::series`), so that a request's series are found without hashing the
+//! tenant again. `none` is 0, `unauthenticated` 1, `other` [`Label::OTHER`]'s; the VM numbers the
+//! others from 2 in the order it first admits them, and a label keeps its number from one
+//! generation to the next (its series keep their keys). At most [`MAX_NUMBERED`] labels are
+//! numbered per VM (a table of at most that many labels of at most 64 bytes); later ones are
+//! [`Label::UNNUMBERED`], keyed by their text.
 
-use std::collections::HashSet;
+use std::borrow::Cow;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
 use tollgate_common::identity::{Identity, UNAUTHENTICATED};
 use tollgate_common::shared_data::{cas_update, SharedStore};
 
-use crate::config::{Tenant, NONE, OTHER};
-use crate::labels::sanitize;
+use crate::config::{Tenant, NONE};
+use crate::labels::{sanitize_bytes, Label};
+use crate::series::{same_bytes, MAX_NUMBER};
 
 /// CAS attempts to reserve a slot; when they run out the request is labelled `other`.
 pub const RESERVE_ATTEMPTS: u32 = 8;
@@ -51,6 +63,29 @@ pub const RESERVE_ATTEMPTS: u32 = 8;
 pub const MAX_TENANT_BYTES: usize = 64;
 /// Most slots probed for one tenant; beyond, the tenant is `other`.
 pub const MAX_PROBES: u32 = 32;
+
+/// The tenant label `none` (verified, without the claim).
+pub const NONE_LABEL: Label<'static> = Label {
+    index: 0,
+    text: NONE,
+};
+/// The tenant label `unauthenticated`.
+pub const UNAUTHENTICATED_LABEL: Label<'static> = Label {
+    index: 1,
+    text: UNAUTHENTICATED,
+};
+/// The first number of an admitted label.
+const FIRST_NUMBER: u32 = 2;
+/// Most admitted labels one VM numbers: numbers 2 to `crate::series::MAX_NUMBER`, the largest
+/// a series key holds as a number.
+pub const MAX_NUMBERED: u32 = MAX_NUMBER - FIRST_NUMBER + 1;
+
+/// A label admitted in the current generation and its number.
+#[derive(Debug)]
+struct Admitted {
+    label: Box<str>,
+    number: u32,
+}
 
 /// One VM's view of the tenant registry.
 #[derive(Debug)]
@@ -62,7 +97,13 @@ pub struct Tenants {
     max_age_seconds: u64,
     /// The generation `admitted` and `full` belong to.
     generation: u64,
-    admitted: HashSet<String>,
+    /// The labels admitted in `generation` that this VM has seen, by a SipHash keyed per VM
+    /// (`hasher`: tenants can be client-chosen, see `IdentitySource::Unverified`).
+    admitted: HashTable<Admitted>,
+    /// The number of every label this VM has admitted (in any generation), at most
+    /// [`MAX_NUMBERED`]; hashed as `admitted`.
+    numbers: HashTable<(Box<str>, u32)>,
+    hasher: RandomState,
     /// This VM saw the count at the cap in this generation: skip reservation attempts.
     full: bool,
 }
@@ -118,7 +159,9 @@ impl Tenants {
             slots: tenant.max_tenants.saturating_mul(2),
             max_age_seconds: tenant.max_age_seconds.max(1),
             generation: 0,
-            admitted: HashSet::new(),
+            admitted: HashTable::new(),
+            numbers: HashTable::new(),
+            hasher: RandomState::new(),
             full: false,
         }
     }
@@ -137,29 +180,23 @@ impl Tenants {
 
     /// The tenant label of a request whose identity is `identity`, at `now` (Unix seconds):
     /// `unauthenticated`, `none` (verified, no value), the sanitised value if admitted in this
-    /// generation (now, when `may_admit`, or before), else `other`.
+    /// generation (now, when `may_admit`, or before), else `other`; numbered as the module's
+    /// documentation says.
     pub fn label<S: SharedStore + ?Sized>(
         &mut self,
         store: &S,
         identity: &Identity,
         now: u64,
         may_admit: bool,
-    ) -> &str {
+    ) -> Label<'_> {
         let raw = match identity {
-            Identity::Unauthenticated => return UNAUTHENTICATED,
-            Identity::Absent => return NONE,
-            Identity::Value(v) if v.is_empty() => return NONE,
+            Identity::Unauthenticated => return UNAUTHENTICATED_LABEL,
+            Identity::Absent => return NONE_LABEL,
+            Identity::Value(v) if v.is_empty() => return NONE_LABEL,
             Identity::Value(v) => v,
         };
         if raw.len() > MAX_TENANT_BYTES {
-            return OTHER;
-        }
-        let value = sanitize(&String::from_utf8_lossy(raw));
-        // Reserved label values: a tenant literally named so shares them.
-        for reserved in [OTHER, NONE, UNAUTHENTICATED] {
-            if value == reserved {
-                return reserved;
-            }
+            return Label::OTHER;
         }
         let generation = now.checked_div(self.max_age_seconds).unwrap_or(0);
         if generation != self.generation {
@@ -167,10 +204,36 @@ impl Tenants {
             self.admitted.clear();
             self.full = false;
         }
-        if !self.admitted.contains(&value) && !self.find(store, &value, may_admit) {
-            return OTHER;
+        // A value admitted as it is: the admitted labels are sanitised, so a value equal to one
+        // is its own label, found without the UTF-8 and label checks. (The second lookup
+        // borrows the label returned.)
+        let raw_hash = self.hasher.hash_one(raw.as_slice());
+        let is_raw = |a: &Admitted| same_bytes(a.label.as_bytes(), raw);
+        if self.admitted.find(raw_hash, is_raw).is_some() {
+            return self
+                .admitted
+                .find(raw_hash, is_raw)
+                .map_or(Label::OTHER, Admitted::as_label);
         }
-        self.admitted.get(&value).map_or(OTHER, String::as_str)
+        let value = sanitize_bytes(raw);
+        // Reserved label values: a tenant literally named so shares them.
+        for reserved in [Label::OTHER, NONE_LABEL, UNAUTHENTICATED_LABEL] {
+            if same_bytes(value.as_bytes(), reserved.text.as_bytes()) {
+                return reserved;
+            }
+        }
+        let hash = match &value {
+            Cow::Borrowed(_) => raw_hash, // the same bytes
+            Cow::Owned(label) => self.hasher.hash_one(label.as_bytes()),
+        };
+        let is_value = |a: &Admitted| same_bytes(a.label.as_bytes(), value.as_bytes());
+        let cached = self.admitted.find(hash, is_value).is_some();
+        if !cached && !self.find(store, &value, may_admit) {
+            return Label::OTHER;
+        }
+        self.admitted
+            .find(hash, is_value)
+            .map_or(Label::OTHER, Admitted::as_label)
     }
 
     /// Whether `value` is (now) admitted in the current generation; caches it if so.
@@ -258,7 +321,43 @@ impl Tenants {
             // Cannot happen while the registry holds (admitted ⊆ registry ≤ max); stay bounded.
             return false;
         }
-        self.admitted.insert(value.to_string());
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(value.as_bytes());
+        let known = self
+            .numbers
+            .find(hash, |(label, _)| {
+                same_bytes(label.as_bytes(), value.as_bytes())
+            })
+            .map(|(_, n)| *n);
+        let number = match known {
+            Some(n) => n,
+            None => match u32::try_from(self.numbers.len()) {
+                Ok(taken) if taken < MAX_NUMBERED => {
+                    let n = FIRST_NUMBER.saturating_add(taken);
+                    self.numbers
+                        .insert_unique(hash, (value.into(), n), |(label, _)| {
+                            hasher.hash_one(label.as_bytes())
+                        });
+                    n
+                }
+                _ => Label::UNNUMBERED,
+            },
+        };
+        let admitted = Admitted {
+            label: value.into(),
+            number,
+        };
+        self.admitted
+            .insert_unique(hash, admitted, |a| hasher.hash_one(a.label.as_bytes()));
         true
+    }
+}
+
+impl Admitted {
+    fn as_label(&self) -> Label<'_> {
+        Label {
+            index: self.number,
+            text: &self.label,
+        }
     }
 }

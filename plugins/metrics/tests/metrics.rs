@@ -14,9 +14,9 @@ use serde_json::json;
 use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_metrics::config::Config;
-use tollgate_metrics::labels::{method_label, route_label, status_class};
+use tollgate_metrics::labels::{method_label, route_label, status_class, Label};
 use tollgate_metrics::record::{record, CostSignals, Observation};
-use tollgate_metrics::series::{Kind, SeriesCache, FAMILIES, LABELS, REQUESTS};
+use tollgate_metrics::series::{Family, Kind, SeriesCache, Value, FAMILIES, LABELS};
 use tollgate_metrics::tenants::Tenants;
 
 fn err_field(doc: serde_json::Value) -> String {
@@ -289,6 +289,73 @@ fn the_table_stays_bounded_under_many_tenants() {
 }
 
 #[test]
+fn admitted_tenants_are_found_as_sent_and_only_in_their_generation() {
+    let store = MemoryStore::new(Semantics::Envoy);
+    let c = tenant_config(2);
+    let mut a = Tenants::new(c.tenant.as_ref().unwrap());
+    a.ensure_registry(&store);
+    assert_eq!(a.label(&store, &value(b"Acme"), NOW, true), "acme");
+    let reads = store.ops().reads;
+    for raw in [&b"acme"[..], b"ACME", b"acme", b"Acme"] {
+        assert_eq!(a.label(&store, &value(raw), NOW, true), "acme");
+    }
+    assert_eq!(store.ops().reads, reads, "the VM cache answers");
+    assert_eq!(a.label(&store, &value(b"other"), NOW, true), "other");
+    assert_eq!(a.label(&store, &value(b"none"), NOW, true), "none");
+    // The next generation: nothing is admitted until the registry says so again.
+    let later = NOW + 3600;
+    assert_eq!(a.label(&store, &value(b"acme"), later, false), "other");
+    assert!(store.ops().reads > reads);
+    assert_eq!(a.label(&store, &value(b"acme"), later, true), "acme");
+    assert_eq!(a.cached(), 1);
+}
+
+#[test]
+fn tenants_keep_their_numbers_until_the_vm_has_numbered_its_share() {
+    use tollgate_metrics::tenants::{MAX_NUMBERED, NONE_LABEL, UNAUTHENTICATED_LABEL};
+    let store = MemoryStore::new(Semantics::NgxWasm);
+    let c = tenant_config(10_000);
+    let mut a = Tenants::new(c.tenant.as_ref().unwrap());
+    a.ensure_registry(&store);
+    let mut numbers = std::collections::HashMap::new();
+    let total = MAX_NUMBERED as usize + 100;
+    for i in 0..total {
+        // 10,000 a generation, the first tenants again in each.
+        let generation = (i / 9_000) as u64;
+        let now = NOW + generation * 3600;
+        for t in [0, i] {
+            let name = format!("t{t}");
+            let label = a.label(&store, &value(name.as_bytes()), now, true);
+            assert_eq!(label.text, name);
+            let index = label.index;
+            assert_eq!(
+                *numbers.entry(name).or_insert(index),
+                index,
+                "{t} renumbered"
+            );
+        }
+    }
+    let unnumbered = numbers
+        .values()
+        .filter(|n| **n == Label::UNNUMBERED)
+        .count();
+    assert_eq!(unnumbered, total - MAX_NUMBERED as usize);
+    let mut taken: Vec<u32> = numbers
+        .values()
+        .copied()
+        .filter(|n| *n != Label::UNNUMBERED)
+        .collect();
+    taken.sort();
+    assert_eq!(taken, (2..2 + MAX_NUMBERED).collect::<Vec<_>>());
+    assert_eq!(a.label(&store, &Identity::Absent, NOW, true), NONE_LABEL);
+    assert_eq!(
+        a.label(&store, &Identity::Unauthenticated, NOW, true),
+        UNAUTHENTICATED_LABEL
+    );
+    assert_eq!(a.label(&store, &value(b"Other"), NOW, true), Label::OTHER);
+}
+
+#[test]
 fn tenant_values_that_sanitise_alike_share_a_slot() {
     let store = MemoryStore::new(Semantics::Envoy);
     let c = tenant_config(1);
@@ -336,9 +403,9 @@ fn a_request_records_its_series() {
     .unwrap();
     let mut cache = SeriesCache::new(100);
     let obs = Observation {
-        method: "post",
-        route: "chat",
-        tenant: Some("acme"),
+        method: method_label(b"POST"),
+        route: route_label(&c.routes, b"/v1/chat/completions", &c.paths),
+        tenant: Some(Label::unnumbered("acme")),
         status: 200,
         duration_us: Some(1234),
         request_bytes: 10,
@@ -347,7 +414,7 @@ fn a_request_records_its_series() {
         rate_limit: Some(("per-user", "allowed")),
         cost: Some(CostSignals {
             model: Some("GPT-4o"),
-            tenant: "acme",
+            tenant: Label::unnumbered("acme"),
             input_tokens: Some(7),
             output_tokens: Some(3),
             cost_nano_usd: Some(1500),
@@ -389,12 +456,12 @@ fn a_request_records_its_series() {
     // An unknown model and a local reply without duration, labels subset.
     let c2 = Config::parse(br#"{"labels": ["status_class"], "models": ["a"]}"#).unwrap();
     let obs2 = Observation {
-        method: "get",
-        route: "other",
+        method: method_label(b"GET"),
+        route: Label::OTHER,
         status: 0,
         cost: Some(CostSignals {
             model: Some("b"),
-            tenant: "other",
+            tenant: Label::OTHER,
             status: Some("unpriced"),
             ..CostSignals::default()
         }),
@@ -423,33 +490,33 @@ fn counting_host() -> impl FnMut(Kind, &str) -> Option<u32> {
 fn series_cache_is_bounded() {
     let mut cache = SeriesCache::new(2);
     let mut define = counting_host();
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
-        Some(1)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "2")], &mut define),
-        Some(2)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "1")], &mut define),
-        Some(1)
-    );
-    assert_eq!(
-        cache.id(Kind::Counter, "f", &[("a", "3")], &mut define),
-        None
-    );
+    let result = |r: &'static str| [("result", Value::Word(r))];
+    assert_eq!(cache.id(Family::Auth, &result("1"), &mut define), Some(1));
+    assert_eq!(cache.id(Family::Auth, &result("2"), &mut define), Some(2));
+    assert_eq!(cache.id(Family::Auth, &result("1"), &mut define), Some(1));
+    assert_eq!(cache.id(Family::Auth, &result("3"), &mut define), None);
     assert_eq!(cache.refused(), 1);
-    assert_eq!(cache.names(), ["f.a.1", "f.a.2"]);
+    assert_eq!(
+        cache.names(),
+        [
+            "tollgate_auth_total.result.1",
+            "tollgate_auth_total.result.2"
+        ]
+    );
 }
 
 #[test]
 fn series_differing_in_one_byte_are_two_series() {
-    // Names over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
+    // Texts over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
     let mut cache = SeriesCache::new(10);
     let mut define = counting_host();
-    let mut id =
-        |tenant: &str| cache.id(Kind::Counter, REQUESTS, &[("tenant", tenant)], &mut define);
+    let mut id = |tenant: &str| {
+        cache.id(
+            Family::Requests,
+            &[("tenant", Value::Set(Label::unnumbered(tenant)))],
+            &mut define,
+        )
+    };
     assert_eq!(
         (id("acme-00001"), id("acme-00002"), id("acme-00001")),
         (Some(1), Some(2), Some(1))
