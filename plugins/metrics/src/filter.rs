@@ -23,7 +23,9 @@ use crate::labels::{method_label, route_label, Label};
 use crate::record::{
     decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
 };
-use crate::series::{same_bytes, Kind, SeriesCache};
+use tollgate_common::bytes::same_bytes;
+
+use crate::series::{Kind, SeriesCache};
 use crate::tenants::{Tenants, NONE_LABEL};
 
 /// Upper bound on the series one VM defines (a safety net; the configuration bounds them).

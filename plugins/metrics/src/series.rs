@@ -22,6 +22,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use hashbrown::HashTable;
 
+use tollgate_common::bytes::same_bytes;
 use tollgate_common::metrics::push_metric_name;
 
 use crate::labels::{signal_label, Label};
@@ -260,40 +261,6 @@ fn text_hash<'a>(hasher: &impl BuildHasher, key: Key, texts: impl Iterator<Item 
         sip.write_u8(0xff);
     }
     sip.finish()
-}
-
-/// Byte equality, 8 bytes per step (4 under 8 bytes). In wasm, `==` on slices calls wasi-libc's
-/// `memcmp`, which compares one byte per iteration: about 1,200 instructions for one ~80-byte
-/// encoded name (bench/results/instructions_issue21_allocations.md), and a call for a 2-byte one.
-pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let word = |w: &[u8; 8]| u64::from_ne_bytes(*w);
-    let half = |w: &[u8; 4]| u32::from_ne_bytes(*w);
-    // The last 8 bytes (overlapping the last whole word) stand for the tail; from 4 to 7 bytes,
-    // the first and the last 4 (overlapping); under 4, byte by byte.
-    match (a.last_chunk::<8>(), b.last_chunk::<8>()) {
-        (Some(a_last), Some(b_last)) => {
-            word(a_last) == word(b_last)
-                && a.as_chunks::<8>()
-                    .0
-                    .iter()
-                    .zip(b.as_chunks::<8>().0)
-                    .all(|(x, y)| word(x) == word(y))
-        }
-        _ => match (
-            a.first_chunk::<4>(),
-            a.last_chunk::<4>(),
-            b.first_chunk::<4>(),
-            b.last_chunk::<4>(),
-        ) {
-            (Some(a0), Some(a1), Some(b0), Some(b1)) => {
-                half(a0) == half(b0) && half(a1) == half(b1)
-            }
-            _ => a.iter().zip(b).all(|(x, y)| x == y),
-        },
-    }
 }
 
 /// Whether two label name lists are the same: the same literals (one address each) or the same
@@ -547,23 +514,6 @@ impl<S: BuildHasher> SeriesCache<S> {
 #[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn same_bytes_agrees_with_slice_equality() {
-        // Every length around the 8-byte steps, a difference at every position, and lengths
-        // that differ by one (a name and its prefix).
-        for len in 0..40usize {
-            let a: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-            assert!(same_bytes(&a, &a.clone()));
-            for at in 0..len {
-                let mut b = a.clone();
-                b[at] ^= 0x80;
-                assert_eq!(same_bytes(&a, &b), a == b, "len {len}, at {at}");
-                assert!(!same_bytes(&a, &b));
-            }
-            assert!(!same_bytes(&a, &a[..len.saturating_sub(1)]) || len == 0);
-        }
-    }
 
     /// xorshift64: a reproducible stream of choices.
     fn next(state: &mut u64) -> u64 {

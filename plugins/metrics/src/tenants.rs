@@ -55,7 +55,9 @@ use tollgate_common::shared_data::{cas_update, SharedStore};
 
 use crate::config::{Tenant, NONE};
 use crate::labels::{sanitize_bytes, Label};
-use crate::series::{same_bytes, MAX_NUMBER};
+use tollgate_common::bytes::same_bytes;
+
+use crate::series::MAX_NUMBER;
 
 /// CAS attempts to reserve a slot; when they run out the request is labelled `other`.
 pub const RESERVE_ATTEMPTS: u32 = 8;

@@ -383,9 +383,10 @@ fn bad_bytes_in_shared_data_read_as_a_fresh_state() {
     }
 }
 
-/// While a worker holds the creation lock, others cannot create the key: they wait (retries),
-/// then go to the overflow bucket, which this store lacks (the filter creates it in
-/// `on_configure`), so they follow the contention policy. No lost update, under both semantics.
+/// While a worker holds the creation lock, others cannot create the key: they wait (retries,
+/// then up to `LEASE_WAIT_MS` while the holder's lease is live), then go to the overflow bucket,
+/// which this store lacks (the filter creates it in `on_configure`), so they follow the
+/// contention policy. No lost update, under both semantics.
 #[test]
 fn the_creation_lock_excludes_other_creators() {
     for sem in BOTH {
@@ -410,9 +411,12 @@ fn the_creation_lock_excludes_other_creators() {
         let ours = check(&hooked, &st, &mut targets(&limits, "k"), T0, 1);
         let theirs = other.borrow_mut().take().unwrap();
         assert_eq!(theirs.verdict, Verdict::ContentionAllowed, "{sem:?}");
-        assert_eq!(
-            theirs.stats.cas_retries, 8,
-            "1 + cas_retries lock waits for the client key, as many for the overflow bucket"
+        // 1 + cas_retries lock waits for the client key and as many for the overflow bucket,
+        // and for the client key more while the holder's lease is live (LEASE_WAIT_MS).
+        assert!(
+            theirs.stats.cas_retries > 8,
+            "{}: the waiter gave up after its attempts alone",
+            theirs.stats.cas_retries
         );
         assert!(allowed(&ours.verdict));
         assert_eq!(ours.stats.keys_created, 1);
