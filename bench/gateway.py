@@ -17,6 +17,12 @@ Scenarios (bench/k6/gateway.js presets; the variants that run each one):
 | stack-likely | proxy-only, tollgate-likely, native-likely |
 | stack-full | proxy-only, tollgate-full, native-full |
 
+Also (issue 20): wasm-floor (bench/wasm-floor, the least a proxy-wasm filter costs) on
+proxy-only and each single filter's scenario, wasm-floor-5 (five of them: what each filter of a
+chain pays for its own HTTP context, the most one context for a whole chain could save) on
+proxy-only, and on stack-likely tollgate-likely-cached / native-likely-cached (jwt-auth's and
+jwt_authn's verified-token caches on, as deployed).
+
 Variants reuse the per-filter benchmarks' configurations (jwt_auth.py, rate_limit.py, cost.py,
 metrics.py, sticky_upstream.py): jwt caches off on both sides (every request verified), rate
 limits that never reject and no RateLimit headers on allowed responses, a cost budget that never
@@ -31,6 +37,8 @@ the metrics benchmark's stats_config, so that only the filters differ.
     scripts/bench.sh gateway --scenarios proxy-only,stack-likely --connections 8 --workers 2 --hosts envoy
 """
 from __future__ import annotations
+
+import dataclasses
 
 import cost
 import jwt_auth
@@ -56,6 +64,8 @@ def main() -> None:
     # In the stacks, jwt-auth verifies the subject the other filters take their identity from.
     likely = lambda: [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True)]
     native_likely = lambda: [jwt_auth.native(keys, False), rl_native()]
+    likely_cached = lambda: [metrics.tollgate(True), jwt_auth.tollgate(keys, True), rate_limit.tollgate(False, True), cost.tollgate(True)]
+    floors = lambda n: [dataclasses.replace(runner.wasm_floor(), config={"instance": i}) for i in range(n)]
     variants = {
         "proxy-only": lambda up: spec([], blue(up)),
         "tollgate-jwt-auth": lambda up: spec([jwt_auth.tollgate(keys, False)], blue(up)),
@@ -72,22 +82,29 @@ def main() -> None:
         "tollgate-full": lambda up: spec(likely() + [sticky_upstream.tollgate()], sticky_upstream.tollgate_upstreams(up),
                                          route_header=sticky_upstream.ROUTE_HEADER),
         "native-full": lambda up: spec(native_likely() + [sticky_upstream.native()], sticky_upstream.native_upstreams(up)),
+        "wasm-floor": lambda up: spec(floors(1), blue(up)),
+        # Distinct configurations: nginx-compat runs one filter once per request however often
+        # the same configuration stands in a chain.
+        "wasm-floor-5": lambda up: spec(floors(5), blue(up)),
+        "tollgate-likely-cached": lambda up: spec(likely_cached(), blue(up)),
+        "native-likely-cached": lambda up: spec([jwt_auth.native(keys, True), rl_native()], blue(up)),
     }
     hs256 = {"TOKEN_HS256": keys.hs256}
     sticky = {"STICKY_UPSTREAM": "blue"}  # STICKY_COOKIE: set by prepare()
     jwt_variants = ["proxy-only", "tollgate-jwt-auth", "native-jwt_authn"]
     # scenario -> (its k6 environment, the variants that run it)
     matrix = {
-        "proxy-only": ({}, ["proxy-only"]),
-        "jwt-valid-hs256": (hs256, jwt_variants),
+        "proxy-only": ({}, ["proxy-only", "wasm-floor", "wasm-floor-5"]),
+        "jwt-valid-hs256": (hs256, jwt_variants + ["wasm-floor"]),
         "jwt-valid-rs256": ({"TOKEN_RS256": keys.rs256}, jwt_variants),
         "jwt-reject-wrong-secret": ({"TOKEN_WRONG": keys.wrong_secret}, jwt_variants[1:]),
-        "rate-limit-allow": ({}, ["proxy-only", "tollgate-rate-limit", "native-local_ratelimit"]),
-        "cost-openai-nonstream-small": ({}, ["proxy-only", "tollgate-cost"]),
+        "rate-limit-allow": ({}, ["proxy-only", "tollgate-rate-limit", "native-local_ratelimit", "wasm-floor"]),
+        "cost-openai-nonstream-small": ({}, ["proxy-only", "tollgate-cost", "wasm-floor"]),
         "cost-openai-stream": ({}, ["proxy-only", "tollgate-cost"]),
-        "metrics": ({}, ["proxy-only", "tollgate-metrics"]),
-        "sticky-read": (dict(sticky), ["proxy-only", "tollgate-sticky-upstream", "native-stateful_session"]),
-        "stack-likely": (dict(hs256), ["proxy-only", "tollgate-likely", "native-likely"]),
+        "metrics": ({}, ["proxy-only", "tollgate-metrics", "wasm-floor"]),
+        "sticky-read": (dict(sticky), ["proxy-only", "tollgate-sticky-upstream", "native-stateful_session", "wasm-floor"]),
+        "stack-likely": (dict(hs256), ["proxy-only", "tollgate-likely", "native-likely", "tollgate-likely-cached",
+                                       "native-likely-cached"]),
         "stack-full": (hs256 | sticky, ["proxy-only", "tollgate-full", "native-full"]),
     }
     scenarios = [runner.Scenario(name, env=dict(env)) for name, (env, _) in matrix.items()]
@@ -111,11 +128,16 @@ def main() -> None:
             comparisons.append(runner.Comparison(v, "proxy-only", both, label=f"{v} / proxy-only", group=report.VS_PROXY))
     natives = [("tollgate-jwt-auth", "native-jwt_authn"), ("tollgate-rate-limit", "native-local_ratelimit"),
                ("tollgate-sticky-upstream", "native-stateful_session"), ("tollgate-likely", "native-likely"),
-               ("tollgate-full", "native-full")]
+               ("tollgate-full", "native-full"), ("tollgate-likely-cached", "native-likely-cached")]
     for h in hosts:  # ours on each host against Envoy's native filters
         for ours, native in natives:
             comparisons.append(runner.Comparison(ours, native, runs(ours) & runs(native), label=f"{ours} / {native}",
                                                  numerator_host=h, denominator_host="envoy", group=report.VS_NATIVE))
+    # Each filter against the Wasm floor on the same request and host; five floors against one.
+    for ours in ["tollgate-jwt-auth", "tollgate-rate-limit", "tollgate-cost", "tollgate-metrics",
+                 "tollgate-sticky-upstream", "wasm-floor-5"]:
+        comparisons.append(runner.Comparison(ours, "wasm-floor", runs(ours) & runs("wasm-floor"),
+                                             label=f"{ours} / wasm-floor", group=report.VS_FLOOR))
     for other in [h for h in hosts if h != "envoy"]:  # the same variant on another host against Envoy
         for v in variants:
             if not v.startswith("native-"):

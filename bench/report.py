@@ -15,7 +15,8 @@ VS_PROXY = "vs proxy-only"
 VS_NATIVE = "vs Envoy's native filters"
 VS_ENVOY = "nginx vs Envoy"
 VS_OURS = "Kong's ngx_wasm_module vs Tollgate's nginx module"
-GROUPS = [VS_PROXY, VS_NATIVE, VS_ENVOY, VS_OURS]
+VS_FLOOR = "vs the Wasm floor"
+GROUPS = [VS_PROXY, VS_NATIVE, VS_FLOOR, VS_ENVOY, VS_OURS]
 
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "tollgate-bench", "font.size": 8})
 
@@ -29,7 +30,7 @@ def combos(rows: list[dict]) -> list[tuple[int, int]]:
 
 
 def category(r: dict) -> str:
-    what = r["numerator"] if r["group"] != VS_NATIVE else f"{r['numerator']} / {r['denominator']}"
+    what = f"{r['numerator']} / {r['denominator']}" if r["group"] in (VS_NATIVE, VS_FLOOR) else r["numerator"]
     return f"{r['scenario']}: {what}"
 
 
