@@ -141,7 +141,8 @@ impl HeaderSource for RequestSource {
 /// The response's header map read in place (in the header filter and after it).
 pub struct ResponseSource {
     r: *mut ngx_http_request_t,
-    len: usize,
+    /// The entry count ([`crate::headers::response_count`]), counted on first use.
+    len: OnceCell<usize>,
     status: OnceCell<Vec<u8>>,
     content_type: OnceCell<Option<Vec<u8>>>,
     content_length: OnceCell<Option<Vec<u8>>>,
@@ -150,12 +151,11 @@ pub struct ResponseSource {
 
 impl ResponseSource {
     /// # Safety
-    /// `r` must be a live request in its header filter, with `len` its response map's entry
-    /// count ([`crate::headers::response_count`]), and must outlive the source.
-    pub unsafe fn new(r: *mut ngx_http_request_t, len: usize) -> ResponseSource {
+    /// `r` must be a live request in its header filter, and must outlive the source.
+    pub unsafe fn new(r: *mut ngx_http_request_t) -> ResponseSource {
         ResponseSource {
             r,
-            len,
+            len: OnceCell::new(),
             status: OnceCell::new(),
             content_type: OnceCell::new(),
             content_length: OnceCell::new(),
@@ -193,7 +193,10 @@ impl ResponseSource {
 
 impl HeaderSource for ResponseSource {
     fn len(&self) -> usize {
-        self.len
+        // SAFETY: the live request (`new`'s contract).
+        *self
+            .len
+            .get_or_init(|| unsafe { crate::headers::response_count(self.r) })
     }
 
     fn first(&self, name: &[u8]) -> Option<&[u8]> {
@@ -222,7 +225,7 @@ impl HeaderSource for ResponseSource {
     }
 
     fn edits_applied(&mut self, len: usize) {
-        self.len = len;
+        self.len = OnceCell::from(len);
         self.bytes = OnceCell::new();
     }
 

@@ -137,6 +137,9 @@ pub struct RequestCtx {
     /// Some filter's module exports `proxy_on_response_body` or `proxy_on_response_trailers`:
     /// the body filter copies each chunk for them. Otherwise it passes chunks straight on.
     pub wants_response_body: bool,
+    /// Some filter's module exports `proxy_on_response_headers`: the header filter runs the
+    /// chain. Otherwise it only points the stream at the response (for `on_log`'s reads).
+    pub wants_response_headers: bool,
     /// Event posted to resume a paused request.
     pub resume_ev: ngx_event_t,
     /// `response.code_details` of a local response.
@@ -266,6 +269,7 @@ impl RequestCtx {
             resp_eos: false,
             wants_request_body: false,
             wants_response_body: false,
+            wants_response_headers: false,
             // SAFETY: a zeroed event is nginx's initial state.
             resume_ev: unsafe { std::mem::zeroed() },
             local_details,
@@ -392,6 +396,8 @@ impl RequestCtx {
                         self.wants_response_body |= vm
                             .exports_callback(StreamCallback::ResponseBody)
                             || vm.exports_callback(StreamCallback::ResponseTrailers);
+                        self.wants_response_headers |=
+                            vm.exports_callback(StreamCallback::ResponseHeaders);
                     }
                 }
                 Err(e) => {

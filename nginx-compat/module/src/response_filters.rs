@@ -51,13 +51,19 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // Read in place, built only when a filter needs the whole map (the request's pool,
         // and so `r`, outlives the stream).
         ctx.stream.response_headers.clear();
-        ctx.stream.response_headers_deferred = Some(DeferredMap::new(Box::new(
-            ResponseSource::new(r, crate::headers::response_count(r)),
-        )));
-        ctx.stream.response_trailers = crate::headers::trailers_map(r);
+        ctx.stream.response_headers_deferred =
+            Some(DeferredMap::new(Box::new(ResponseSource::new(r))));
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {
             ctx.resp_eos = true;
+        }
+        if ctx.wants_response_headers || ctx.wants_response_body {
+            ctx.stream.response_trailers = crate::headers::trailers_map(r);
+        }
+        if !ctx.wants_response_headers && !ctx.slots.iter().any(|s| s.failed) {
+            // No filter looks at the response headers (`on_log` may read them later), and
+            // none failed (which would replace the response below).
+            return call_next(r);
         }
         let out = run_chain(|w| ctx.response_headers(w, eos));
         match out {

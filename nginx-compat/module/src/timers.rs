@@ -13,9 +13,12 @@ use crate::worker::{with_worker, TickTimer, Worker};
 /// Runs one step of a request's filter chain with the worker state (`Failed` when it is not
 /// available), then arms the poll timer for any HTTP call the filters dispatched.
 pub fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
-    let out = with_worker(step).unwrap_or(Outcome::Failed);
-    kick_calls();
-    out
+    with_worker(|w| {
+        let out = step(w);
+        kick(w);
+        out
+    })
+    .unwrap_or(Outcome::Failed)
 }
 
 /// Follows the root contexts' tick periods ([`Worker::sync_ticks`]), then arms the worker's
@@ -24,27 +27,30 @@ pub fn run_chain(step: impl FnOnce(&mut Worker) -> Outcome) -> Outcome {
 /// [`crate::worker_host::QUEUE_POLL_MS`] while a root context of the worker has registered a shared
 /// queue (`on_queue_ready`, not in an exiting worker); not at all otherwise.
 pub fn kick_calls() {
-    with_worker(|w| {
-        // A root context may have asked for another tick period meanwhile (Envoy re-arms at
-        // once): every path that runs guest code ends here.
-        w.sync_ticks(tick_handler);
-        // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
-        let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
-        let delay: ngx::ffi::ngx_msec_t = if !crate::wake::active() && crate::calls::inflight(w) {
-            // Requests may be waiting for these answers, exiting or not.
-            2
-        } else if w.has_queues() && !exiting {
-            crate::worker_host::QUEUE_POLL_MS
-        } else {
-            return;
-        };
-        // SAFETY: the worker's own timer event.
-        unsafe {
-            if w.poll.timer_set() == 0 {
-                nginx_sys::ngx_add_timer(&mut *w.poll, delay);
-            }
+    with_worker(kick);
+}
+
+/// [`kick_calls`] with the worker in hand.
+fn kick(w: &mut Worker) {
+    // A root context may have asked for another tick period meanwhile (Envoy re-arms at
+    // once): every path that runs guest code ends here.
+    w.sync_ticks(tick_handler);
+    // SAFETY: reading nginx's process-wide exit flags (this worker's own memory).
+    let exiting = unsafe { nginx_sys::ngx_exiting != 0 || nginx_sys::ngx_quit != 0 };
+    let delay: ngx::ffi::ngx_msec_t = if crate::calls::inflight(w) && !crate::wake::active() {
+        // Requests may be waiting for these answers, exiting or not.
+        2
+    } else if w.has_queues() && !exiting {
+        crate::worker_host::QUEUE_POLL_MS
+    } else {
+        return;
+    };
+    // SAFETY: the worker's own timer event.
+    unsafe {
+        if w.poll.timer_set() == 0 {
+            nginx_sys::ngx_add_timer(&mut *w.poll, delay);
         }
-    });
+    }
 }
 
 pub unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
