@@ -47,6 +47,8 @@ wasm. Ratios are each module / the first one.
 Builds of the filters: `--wasm LABEL=DIR`, repeatable (a directory of tollgate_*.wasm, e.g. main's
 and this branch's): then the columns are these builds, all run by the first module, and the
 ratios are each build / the first one (what a change to the filters costs per request).
+Whole builds: `--with-wasm LABEL=DIR` gives the module `--module LABEL=PATH` its own filters
+(the others run the built ones), e.g. main's module and filters against this branch's.
 
 Layers (per request; self costs by object and symbol, as /tmp/prof/cgparse.py of the profiling
 report): wasm JIT (code with no object: the filters' compiled wasm, with the proxy-wasm SDK and
@@ -65,6 +67,8 @@ and, through the functions' crate names, its filter.
     scripts/bench.sh instructions --smoke                    # W=3, N=5, proxy-only and floor-1 (~20 s; part of the tests)
     scripts/bench.sh instructions --wasm main=/tmp/main-wasm --wasm branch=target/wasm32-wasip1/release \
         --variants proxy-only,likely,likely-dotted,full      # what the filters' changes cost per request
+    scripts/bench.sh instructions --module main=/tmp/main.so --with-wasm main=/tmp/main-wasm \
+        --module branch=target/nginx/ngx_http_tollgate_wasm_module.so   # whole builds: module and filters
 
 Output: bench/results/instructions.{md,json} (smoke: instructions.smoke.*; only cost-3 and
 cost-litellm: instructions_prices.*; `--name NAME`: NAME.*, so that two runs can go on at once); the callgrind
@@ -570,6 +574,9 @@ def options() -> argparse.Namespace:
                     help=f"a build of the module (repeatable; default: built={harness.NGINX_MODULE.relative_to(ROOT)})")
     ap.add_argument("--wasm", action="append", default=[], metavar="LABEL=DIR",
                     help="a build of the filters (repeatable): compare builds, run by the first module")
+    ap.add_argument("--with-wasm", action="append", default=[], metavar="LABEL=DIR",
+                    help="the filters the module LABEL runs (repeatable; with --module): compare whole builds, "
+                         "module and filters, e.g. main's against this branch's")
     ap.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up requests (default 50; smoke 3)")
     ap.add_argument("--requests", type=int, default=None, help="measured requests (default 200; smoke 5)")
@@ -678,13 +685,18 @@ def markdown(res: dict) -> str:
              + (f"{res['repeat']} runs per cell, each from a fresh nginx: the tables give the median run, the spread is below "
                 "(within this one invocation: separate invocations, with new keys, tokens and ports, have differed more)."
                 if res["repeat"] > 1 else "One run per cell (`--repeat 3` shows the spread)."), "",
+             ("Builds (module and filters): " + "; ".join(
+                 f"**{x['label']}** = module `{x['source']}` (sha256 {x['sha256'][:12]}…), filters `{x['wasm_dir']}`"
+                 for x in res["modules"]) + ". Filters: "
+                 + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items()) + ", copied at the start."
+                 if len({x['sha256'] for x in res["modules"]}) > 1 and any(x.get("wasm_dir") for x in res["modules"]) else
              ("Filter builds: " + "; ".join(f"**{x['label']}** = `{x['source']}`" for x in res["modules"])
                  + f", run by the module {res['modules'][0]['sha256'][:12]}…. Filters: "
                  + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items() if "/" in k) + ", copied at the start."
                  if any(x.get("wasm_dir") for x in res["modules"]) else
                  "Modules: " + "; ".join(f"**{x['label']}** = `{x['source']}` (sha256 {x['sha256'][:12]}…)" for x in res["modules"]) + ". "
                  "Filters: " + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items()) + ", copied from "
-                 f"`{res['wasm_dir']}` at the start, the same for every module."), "",
+                 f"`{res['wasm_dir']}` at the start, the same for every module.")), "",
              "## Instructions per request", "",
              "| variant | " + " | ".join(labels) + "".join(f" | {x}/{labels[0]}" for x in labels[1:])
              + "".join(f" | {x} − proxy-only" for x in labels) + "".join(f" | {x}/{labels[0]} (− proxy-only)" for x in labels[1:]) + " |",
@@ -778,6 +790,7 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
     """Every (module, variant) cell `repeat` times (each round runs every cell in turn), with the
     three demo upstreams up; returns the cells (median runs)."""
     keys = jwt_auth.make_keys(ttl=86400 * 7)
+    default_wasm = harness.WASM_DIR  # the snapshot of the built filters (snapshot_wasm)
     requests = {v: stack_full_request(keys, DOTTED_PATH if v == "likely-dotted" else "/v1/chat/completions") for v in variants}
     upstreams: dict[str, DemoUpstream] = {}
     runs: dict[tuple[str, str], list[dict]] = {(m.label, v): [] for m in modules for v in variants}
@@ -790,8 +803,7 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
                 for v in variants:
                     t0 = time.monotonic()
                     prefix = workdir / module.label / v / f"run{r + 1}"
-                    if module.wasm_dir is not None:
-                        harness.WASM_DIR = module.wasm_dir
+                    harness.WASM_DIR = module.wasm_dir or default_wasm
                     dump, ready = run_cell(module, v, variant_spec(v, keys, ports), requests[v], warmup, n, prefix)
                     row = {**analyse(dump, n), "ready_seconds": ready, "cell_seconds": time.monotonic() - t0}
                     runs[(module.label, v)].append(row)
@@ -832,6 +844,13 @@ def main() -> int:
         if len({b.label for b in builds}) != len(builds):
             raise SystemExit("two builds with the same label: use --wasm LABEL=DIR")
         modules = builds
+    for i, arg in enumerate(a.with_wasm):
+        label, src = parse_module(arg, i)
+        match = [j for j, m in enumerate(modules) if m.label == label]
+        if a.wasm or not match:
+            raise SystemExit(f"--with-wasm {arg}: names a --module label (and goes without --wasm)")
+        wasm.update({f"{label}/{k}": v for k, v in snapshot_wasm(workdir, src, f"wasm-{label}").items()})
+        modules[match[0]] = dataclasses.replace(modules[match[0]], wasm_dir=workdir / f"wasm-{label}")
     print(f"modules: {', '.join(f'{m.label}={m.source}' for m in modules)}; variants {a.variants}; W={a.warmup} N={a.requests}", flush=True)
     cells = measure_all(modules, a.variants, a.warmup, a.requests, a.repeat, workdir)
     labels = [m.label for m in modules]
