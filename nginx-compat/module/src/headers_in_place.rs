@@ -17,7 +17,7 @@ use std::cell::OnceCell;
 use ngx::ffi::{
     ngx_http_request_t, ngx_list_part_t, ngx_list_t, ngx_pool_t, ngx_table_elt_t, ngx_uint_t,
 };
-use tollgate_host::{HeaderEdit, HeaderMap, HeaderSource};
+use tollgate_host::{HeaderEdit, HeaderMap, HeaderSource, Stream};
 
 use crate::headers::{
     link_request_field, link_response_field, push_elt, relink_request_fields, request_map,
@@ -460,5 +460,47 @@ pub unsafe fn apply_response_edits(
         let link = move |k: &[u8], h| link_response_field(out, pool, k, h);
         edit_list(list, pool, edits, ignored, link)?;
         Ok(true)
+    }
+}
+
+/// Writes the filters' changes of the request headers (`response: false`, before the upstream
+/// request is created) or of the response headers (in the header filter) back to nginx: a
+/// deferred map's edits in place where they can be (then the map reads the changed list
+/// afresh), otherwise the whole map, built.
+///
+/// # Errors
+/// Out of memory in the request's pool.
+///
+/// # Safety
+/// `r` must be a live request at that point, `stream` its filters' stream.
+pub unsafe fn write_back(
+    r: *mut ngx_http_request_t,
+    stream: &mut Stream,
+    response: bool,
+) -> Result<(), String> {
+    // SAFETY: the caller's live request at the point its contract names.
+    unsafe {
+        let deferred = if response {
+            stream.response_headers_deferred.as_mut()
+        } else {
+            stream.request_headers_deferred.as_mut()
+        };
+        if let Some(d) = deferred {
+            let in_place = if response {
+                apply_response_edits(r, &d.edits)?
+            } else {
+                apply_request_edits(r, &d.edits)?
+            };
+            if in_place {
+                d.applied();
+                return Ok(());
+            }
+        }
+        stream.load_headers(response);
+        if response {
+            crate::headers::apply_response_map(r, &stream.response_headers)
+        } else {
+            crate::headers::apply_request_map(r, &stream.request_headers)
+        }
     }
 }

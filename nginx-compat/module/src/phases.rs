@@ -85,7 +85,9 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         return code;
                     }
                     if std::mem::take(&mut ctx.stream.request_headers_changed) {
-                        if let Err(e) = write_request_headers(r, ctx) {
+                        if let Err(e) =
+                            crate::headers_in_place::write_back(r, &mut ctx.stream, false)
+                        {
                             ctx.phase = Phase::Forward;
                             return refuse(r, &format!("request headers: {e}"));
                         }
@@ -148,26 +150,6 @@ unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx
             ctx.stream.request_headers_changed = drops;
             ctx.stream.request_headers_deferred = None;
         }
-    }
-}
-
-/// Writes the filters' changes of the request headers back to `headers_in`: a deferred map's
-/// edits in place where they can be (then the map reads the changed list afresh), otherwise
-/// the whole map, built.
-unsafe fn write_request_headers(
-    r: *mut ngx_http_request_t,
-    ctx: &mut RequestCtx,
-) -> Result<(), String> {
-    // SAFETY: a live request before its upstream request is created.
-    unsafe {
-        if let Some(d) = ctx.stream.request_headers_deferred.as_mut() {
-            if crate::headers_in_place::apply_request_edits(r, &d.edits)? {
-                d.applied();
-                return Ok(());
-            }
-        }
-        ctx.stream.load_headers(false);
-        crate::headers::apply_request_map(r, &ctx.stream.request_headers)
     }
 }
 

@@ -90,7 +90,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             _ => {}
         }
         if std::mem::take(&mut ctx.stream.response_headers_changed) {
-            if let Err(e) = write_response_headers(r, ctx) {
+            if let Err(e) = crate::headers_in_place::write_back(r, &mut ctx.stream, true) {
                 log(
                     level::ERR,
                     (*(*r).connection).log,
@@ -108,26 +108,6 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             (*r).set_expect_trailers(1);
         }
         call_next(r)
-    }
-}
-
-/// Writes the filters' changes of the response headers back to `headers_out`: a deferred
-/// map's edits in place where they can be (then the map reads the changed list afresh),
-/// otherwise the whole map, built.
-unsafe fn write_response_headers(
-    r: *mut ngx_http_request_t,
-    ctx: &mut RequestCtx,
-) -> Result<(), String> {
-    // SAFETY: a live request in its header filter.
-    unsafe {
-        if let Some(d) = ctx.stream.response_headers_deferred.as_mut() {
-            if crate::headers_in_place::apply_response_edits(r, &d.edits)? {
-                d.applied();
-                return Ok(());
-            }
-        }
-        ctx.stream.load_headers(true);
-        crate::headers::apply_response_map(r, &ctx.stream.response_headers)
     }
 }
 

@@ -12,20 +12,10 @@
     clippy::arithmetic_side_effects
 )]
 
+mod support;
+
+use support::SplitMix64;
 use tollgate_sticky_upstream::choose::{key_hash, Chooser};
-
-/// SplitMix64 (Steele, Lea and Flood 2014): a seeded sequence of uniform `u64`s for the tests.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// Pearson's chi-square statistic of `counts` against `weights` (upstreams of weight 0 must get
 /// nothing and are left out).

@@ -12,7 +12,10 @@
     clippy::arithmetic_side_effects
 )]
 
+mod support;
+
 use serde_json::json;
+use support::SplitMix64;
 use tollgate_sticky_upstream::config::Config;
 use tollgate_sticky_upstream::cookie_cache::{VerifiedCookies, SLOTS};
 use tollgate_sticky_upstream::sticky::{
@@ -434,23 +437,6 @@ fn outcomes_index_their_counters() {
     assert_eq!(labels.len(), Outcome::ALL.len());
 }
 
-/// A small deterministic generator (SplitMix64) for the cache's randomised tests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[test]
 fn a_cached_value_never_stands_for_another() {
     // The genuine value is cached, in a cache of one slot (every value lands on it) and in a full
@@ -548,7 +534,7 @@ fn cached_and_uncached_reads_agree_on_random_traffic() {
     // uncached one.
     let c = config();
     let other = config_with(json!({"secret": "another secret, 32 bytes or more...."}));
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64(7);
     let mut values = Vec::new();
     for upstream in ["blue", "green", "red", "purple"] {
         for offset in [
