@@ -35,6 +35,7 @@ the metrics benchmark's stats_config, so that only the filters differ.
     scripts/bench.sh gateway             # the full report (about 1 h with Envoy, 40 min more with nginx)
     scripts/bench.sh gateway --smoke     # a second per scenario, 1 worker, 1 connection: the test suite
     scripts/bench.sh gateway --scenarios proxy-only,stack-likely --connections 8 --workers 2 --hosts envoy
+    scripts/bench.sh gateway --name gateway_issue20 --scenarios ... # some cells, beside the last full report
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ HOSTS = "envoy,nginx"
 
 
 def main() -> None:
-    opts = runner.options(connections="1,8,32", workers="1,2", hosts=HOSTS, smoke_workers="1")
+    opts = runner.options(connections="1,8,32", workers="1,2", hosts=HOSTS, smoke_workers="1", name="gateway")
+    name = opts.pop("name")
     keys = jwt_auth.make_keys(ttl=86400)  # a full run on two hosts takes hours
 
     def spec(filters, upstreams, **kw):
@@ -149,7 +151,7 @@ def main() -> None:
             if not v.startswith("native-"):
                 comparisons.append(runner.Comparison(v, v, label=f"{v}: kong / nginx", numerator_host="kong",
                                                      denominator_host="nginx", group=report.VS_OURS))
-    runner.run("gateway", variant_list, scenarios, comparisons=comparisons, load="k6",
+    runner.run(name, variant_list, scenarios, comparisons=comparisons, load="k6",
                upstream_names=sticky_upstream.UPSTREAMS, prepare=prepare, report=report.markdown, **opts)
 
 

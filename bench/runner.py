@@ -96,12 +96,15 @@ def wasm_floor(all_callbacks: bool = False) -> FilterSpec:
     return FilterSpec("wasm-floor-all-callbacks" if all_callbacks else "wasm-floor", {})
 
 
-def options(connections: str, workers: str, hosts: str | None = None, smoke_workers: str | None = None) -> dict:
+def options(connections: str, workers: str, hosts: str | None = None, smoke_workers: str | None = None,
+            name: str | None = None) -> dict:
     """The benchmark scripts' command line, parsed into `run`'s keyword arguments:
     `--smoke`, `--rounds N`, `--seconds S`, `--connections 1,8`, `--workers 1,2` (the defaults
     given here), `--scenarios a,b` (a subset). One worker count gives `workers` as an int,
     several as a list. With `hosts`, also `--hosts envoy,nginx`. With `smoke_workers`, the worker
-    counts of `--smoke` when `--workers` is not given."""
+    counts of `--smoke` when `--workers` is not given. With `name` (the benchmark's), also
+    `--name NAME`: the report's name (`run`'s first argument, under "name"), so that a run of
+    some cells does not overwrite the last full report."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="a second per cell, for the test suite")
     ap.add_argument("--rounds", type=int, default=3)
@@ -111,6 +114,8 @@ def options(connections: str, workers: str, hosts: str | None = None, smoke_work
     ap.add_argument("--scenarios", default=None, help="comma-separated subset of the scenarios")
     if hosts is not None:
         ap.add_argument("--hosts", default=hosts, help="comma-separated; a host that is not available is skipped with a note")
+    if name is not None:
+        ap.add_argument("--name", default=name, help=f"the report's name (default {name}: bench/results/{name}.md)")
     a = ap.parse_args()
     wanted = a.workers or (smoke_workers if a.smoke and smoke_workers else workers)
     counts = [int(w) for w in wanted.split(",")]
@@ -119,6 +124,10 @@ def options(connections: str, workers: str, hosts: str | None = None, smoke_work
            "only": a.scenarios.split(",") if a.scenarios else None}
     if hosts is not None:
         out["hosts"] = [h for h in a.hosts.split(",") if h]
+    if name is not None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", a.name):
+            ap.error(f"--name {a.name!r}: letters, digits, '_', '.', '-' only")
+        out["name"] = a.name
     return out
 
 
