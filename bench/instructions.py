@@ -686,7 +686,7 @@ def markdown(res: dict) -> str:
                 "(within this one invocation: separate invocations, with new keys, tokens and ports, have differed more)."
                 if res["repeat"] > 1 else "One run per cell (`--repeat 3` shows the spread)."), "",
              ("Builds (module and filters): " + "; ".join(
-                 f"**{x['label']}** = module `{x['source']}` (sha256 {x['sha256'][:12]}…), filters `{x['wasm_dir']}`"
+                 f"**{x['label']}** = module `{x['source']}` (sha256 {x['sha256'][:12]}…), filters `{x['wasm_dir'] or res['wasm_dir']}`"
                  for x in res["modules"]) + ". Filters: "
                  + ", ".join(f"{k} ({v[:12]}…)" for k, v in res["wasm"].items()) + ", copied at the start."
                  if len({x['sha256'] for x in res["modules"]}) > 1 and any(x.get("wasm_dir") for x in res["modules"]) else
