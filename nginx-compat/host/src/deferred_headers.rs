@@ -14,7 +14,7 @@
 //! Every answer is the one the built map would give: the edits follow the semantics of the
 //! ABI's functions on a [`HeaderMap`] ([`HeaderEdit::apply`], which the built path uses too).
 
-use crate::stream::HeaderMap;
+use crate::header_map::HeaderMap;
 
 /// Edits kept before a deferred map is built instead (each lookup walks them).
 pub const MAX_EDITS: usize = 16;

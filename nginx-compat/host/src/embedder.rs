@@ -1,7 +1,7 @@
 //! What the embedding provides to the host ([`Host`]: logging, shared data, metrics, shared
 //! queues, HTTP calls) and the ABI's value types those calls carry.
 
-use crate::stream::HeaderMap;
+use crate::header_map::HeaderMap;
 
 /// proxy-wasm `WasmResult` status codes (spec: `proxy_status_t`), what host functions return to
 /// the guest. (The host also returns `InvalidMemoryAccess` = 6 for a guest pointer out of

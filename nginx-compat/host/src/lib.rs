@@ -21,6 +21,7 @@ mod deferred_headers;
 mod embedder;
 mod engine;
 mod error;
+mod header_map;
 mod limits;
 mod link;
 mod mem;
@@ -31,7 +32,7 @@ mod valid;
 mod vm;
 mod wasi;
 
-pub use abi::log_time::tick_generation;
+pub use abi::core::tick_generation;
 pub use context_ids::{HttpId, RootId};
 pub use deferred_headers::{DeferredMap, HeaderEdit, HeaderSource, MAX_EDITS};
 pub use embedder::{
@@ -39,6 +40,7 @@ pub use embedder::{
 };
 pub use engine::{AbiVersion, Engine, Module};
 pub use error::Error;
+pub use header_map::HeaderMap;
 pub use limits::{EpochTicker, GuestLimits, EPOCH_TICK};
-pub use stream::{Action, HeaderMap, LocalResponse, PropertySource, Stream, StreamCallback};
+pub use stream::{Action, LocalResponse, PropertySource, Stream, StreamCallback};
 pub use vm::Vm;

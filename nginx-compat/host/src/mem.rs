@@ -3,7 +3,7 @@
 //! `(u32 key_len, u32 value_len)` pair per entry, then each key and value followed by a NUL.
 //! All integers little-endian.
 
-use crate::stream::HeaderMap;
+use crate::header_map::HeaderMap;
 
 /// `len` bytes at `ptr`, or `None` when out of bounds. A zero length is always valid (Rust
 /// passes dangling non-null pointers for empty slices, the SDKs null ones).

@@ -10,9 +10,7 @@ pub enum Action {
 }
 
 use crate::deferred_headers::DeferredMap;
-
-/// Header map (spec: `proxy_map_type_t` values), names lower-case, in order; duplicates allowed.
-pub type HeaderMap = Vec<(Vec<u8>, Vec<u8>)>;
+use crate::header_map::HeaderMap;
 
 /// A local response requested with `proxy_send_local_response`: HTTP status, the details
 /// string (Envoy's response code details), the body and extra headers (names lower-case).

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::deferred_headers::HeaderSource;
 use crate::embedder::{GrpcCall, Host, HttpCall, LogLevel, MetricKind, Status};
-use crate::stream::HeaderMap;
+use crate::header_map::HeaderMap;
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]

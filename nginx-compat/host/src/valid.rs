@@ -7,7 +7,7 @@
 //! filter inject another one). Envoy refuses both the same way (`HeaderUtility`'s
 //! `headerNameIsValid` / `headerValueIsValid`); the host functions answer `BadArgument`.
 
-use crate::stream::HeaderMap;
+use crate::header_map::HeaderMap;
 
 /// Most bytes (names and values) of one header or trailer map, and of the properties a stream's
 /// filters set: a guest looping on `proxy_add_header_map_value` or `proxy_set_property` within

@@ -641,7 +641,7 @@ impl Drop for Vm {
     /// Its roots' tick periods end with it: an embedding that follows
     /// [`crate::tick_generation`] re-reads the periods.
     fn drop(&mut self) {
-        crate::abi::log_time::tick_periods_changed();
+        crate::abi::core::tick_periods_changed();
     }
 }
 

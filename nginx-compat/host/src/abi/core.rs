@@ -18,9 +18,10 @@ use wasmtime::{Caller, Linker, Memory, TypedFunc};
 use crate::context_ids::HttpId;
 use crate::embedder::{Host, HttpCallResponse, LogLevel, Status};
 use crate::error::Error;
+use crate::header_map::HeaderMap;
 use crate::limits::Limiter;
 use crate::mem;
-use crate::stream::{HeaderMap, Stream};
+use crate::stream::Stream;
 use crate::valid;
 
 pub(crate) const OK: u32 = 0;
@@ -149,7 +150,7 @@ impl State {
         if let Some(r) = self.roots.iter_mut().find(|r| r.id == id) {
             r.configuration = Vec::new();
             r.tick_ms = 0;
-            crate::abi::log_time::tick_periods_changed();
+            tick_periods_changed();
         }
     }
 
@@ -405,6 +406,22 @@ impl Def<'_> {
     ) -> Result<(), Error> {
         self.module("wasi_snapshot_preview1", name, f)
     }
+}
+
+/// Counts the changes of any root context's tick period in this process (a set period, a
+/// forgotten root, a `Vm` dropped), so that an embedding re-reads the periods only when this
+/// moved: O(1) per request instead of a walk over every root.
+static TICK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Marks the tick periods changed (see [`tick_generation`]).
+pub(crate) fn tick_periods_changed() {
+    TICK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The number of changes of the tick periods so far in this process: when it did not move
+/// since an embedding last read the periods ([`crate::Vm::tick_period_ms`]), none changed.
+pub fn tick_generation() -> u64 {
+    TICK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use crate::abi::core::{
 };
 use crate::deferred_headers::{DeferredMap, HeaderEdit, MAX_EDITS};
 use crate::error::Error;
+use crate::header_map::HeaderMap;
 use crate::mem;
-use crate::stream::HeaderMap;
 use crate::valid;
 
 /// Defines this area's functions of module `env`.

@@ -43,7 +43,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 Some(root) => {
                     if root.tick_ms != period {
                         root.tick_ms = period;
-                        tick_periods_changed();
+                        crate::abi::core::tick_periods_changed();
                     }
                     OK
                 }
@@ -52,22 +52,6 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         },
     )?;
     Ok(())
-}
-
-/// Counts the changes of any root context's tick period in this process (a set period, a
-/// forgotten root, a `Vm` created or dropped), so that an embedding re-reads the periods only
-/// when this moved: O(1) per request instead of a walk over every root.
-static TICK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Marks the tick periods changed (see [`tick_generation`]).
-pub(crate) fn tick_periods_changed() {
-    TICK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The number of changes of the tick periods so far in this process: when it did not move
-/// since an embedding last read the periods ([`crate::Vm::tick_period_ms`]), none changed.
-pub fn tick_generation() -> u64 {
-    TICK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]
