@@ -169,16 +169,21 @@ pub fn sanitize(value: &str) -> Cow<'_, str> {
     if value.bytes().all(is_clean) {
         return Cow::Borrowed(value);
     }
-    Cow::Owned(
-        value
-            .chars()
-            .map(|c| match c {
-                'a'..='z' | '0'..='9' | '_' | '-' => c,
-                'A'..='Z' => c.to_ascii_lowercase(),
-                _ => '_',
-            })
-            .collect(),
-    )
+    Cow::Owned(sanitize_chars(value))
+}
+
+/// The encoding of [`sanitize`] char by char, always allocating: the path for values that are
+/// not already clean, and the reference its borrowed fast path is tested against (unit tests,
+/// the `metrics_series` fuzz target).
+pub fn sanitize_chars(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect()
 }
 
 /// [`sanitize`] of bytes read as UTF-8 with each invalid sequence replaced by U+FFFD (as
@@ -221,16 +226,9 @@ pub fn signal_label(value: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    /// The encoding as it was written before the borrowed fast path (char by char).
+    /// The encoding char by char, without the borrowed fast path.
     fn reference(value: &str) -> String {
-        value
-            .chars()
-            .map(|c| match c {
-                'a'..='z' | '0'..='9' | '_' | '-' => c,
-                'A'..='Z' => c.to_ascii_lowercase(),
-                _ => '_',
-            })
-            .collect()
+        sanitize_chars(value)
     }
 
     #[test]
