@@ -411,6 +411,9 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     if spec.request_header_allowlist is not None:
         chain_conf += "\n            proxy_pass_request_headers off;" + "".join(
             f"\n            proxy_set_header {h} $http_{h.lower().replace('-', '_')};" for h in spec.request_header_allowlist)
+    # Kong's module has no per-worker counters: the worker (pid) of each proxied request is
+    # logged instead (KongGateway.worker_log), so that a test can see which workers served.
+    worker_log = f"        access_log {prefix}/workers.log tollgate_worker;\n" if kong else ""
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
@@ -427,6 +430,7 @@ wasm {{
 }}
 http {{
     access_log off;
+    log_format tollgate_worker '$pid';
     client_body_temp_path {prefix}/client_body;
     proxy_temp_path {prefix}/proxy;
     fastcgi_temp_path {prefix}/fastcgi;
@@ -438,7 +442,7 @@ http {{
 {chr(10).join(upstreams)}
 {route_map}    server {{
         listen 127.0.0.1:{listen_port} reuseport;
-        location / {{
+{worker_log}        location / {{
 {rewrite}{chain_conf}
             proxy_pass {target};
             proxy_http_version 1.1;
@@ -498,6 +502,7 @@ class NginxGateway(Gateway):
         self.url = f"http://127.0.0.1:{listen}"
         self.admin = f"http://127.0.0.1:{admin}"
         prefix = config.parent
+        self.prefix = prefix
         self.log = prefix.with_suffix(".log")
         argv = [binary or NGINX_BINARY, "-p", str(prefix), "-c", str(config), "-e", str(self.log)]
         if cpus:
@@ -667,6 +672,14 @@ class KongGateway(NginxGateway):
         except Exception:
             self.process.stop()
             raise
+
+    def worker_log(self) -> list[int]:
+        """The worker (pid) of each request proxied so far, in order: the access log that
+        nginx_config writes for Kong's module, which has no per-worker counters."""
+        path = self.prefix / "workers.log"
+        if not path.exists():
+            return []
+        return [int(line) for line in path.read_text().split()]
 
     def stats(self, prefix: str = "") -> dict[str, int]:
         """Kong's module keeps filter metrics in its `metrics` shm zone but serves them only to
