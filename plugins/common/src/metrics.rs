@@ -44,11 +44,17 @@ pub fn push_metric_name(buf: &mut String, family: &str, labels: &[(&str, &str)])
         buf.push('.');
         buf.push_str(label);
         buf.push('.');
-        buf.extend(value.chars().map(|c| match c {
-            'a'..='z' | '0'..='9' | '_' | '-' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '_',
-        }));
+        buf.extend(value.chars().map(label_char));
+    }
+}
+
+/// One character of a label value as [`metric_name`] writes it: `[a-z0-9_-]` kept, ASCII
+/// letters lower-cased, any other character (a multi-byte one included) `_`.
+pub fn label_char(c: char) -> char {
+    match c {
+        'a'..='z' | '0'..='9' | '_' | '-' => c,
+        'A'..='Z' => c.to_ascii_lowercase(),
+        _ => '_',
     }
 }
 

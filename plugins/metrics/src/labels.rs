@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use tollgate_common::metrics::label_char;
 use tollgate_common::path::{normalize, PathPolicy};
 use tollgate_common::route::prefix_matches;
 
@@ -161,7 +162,7 @@ fn is_clean(b: u8) -> bool {
     CLEAN.get(usize::from(b)).copied().unwrap_or(false)
 }
 
-/// A value as the name encoding writes it (`tollgate_common::metrics::metric_name`): ASCII
+/// A value as the name encoding writes it (`tollgate_common::metrics::label_char`): ASCII
 /// letters lower-cased, `[a-z0-9_-]` kept, any other character (a multi-byte one included) `_`.
 /// Borrowed, without allocating, when the value is already in that form (the usual case: the
 /// other filters' signals and most tenants).
@@ -176,14 +177,7 @@ pub fn sanitize(value: &str) -> Cow<'_, str> {
 /// not already clean, and the reference its borrowed fast path is tested against (unit tests,
 /// the `metrics_series` fuzz target).
 pub fn sanitize_chars(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '_' | '-' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '_',
-        })
-        .collect()
+    value.chars().map(label_char).collect()
 }
 
 /// [`sanitize`] of bytes read as UTF-8 with each invalid sequence replaced by U+FFFD (as
@@ -191,7 +185,8 @@ pub fn sanitize_chars(value: &str) -> String {
 pub fn sanitize_bytes(value: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(value) {
         Ok(text) => sanitize(text),
-        Err(_) => Cow::Owned(sanitize(&String::from_utf8_lossy(value)).into_owned()),
+        // The lossy text holds U+FFFD, never clean: straight to the char-by-char encoding.
+        Err(_) => Cow::Owned(sanitize_chars(&String::from_utf8_lossy(value))),
     }
 }
 
