@@ -432,8 +432,17 @@ pub const CREATION_LEASE_MS: u64 = 2_000;
 /// the lease, but the system may deschedule it in between (a loaded machine: several ms); a
 /// waiter that gave up after its attempts alone, a fraction of a millisecond, booked spend to the
 /// overflow record instead of the tenant's. Well under the 100 ms a guest call may run in the
-/// nginx host (`GuestLimits::call_deadline`).
+/// nginx host (`GuestLimits::call_deadline`), and in all, not per key: every creation that one
+/// [`LeaseWait`] serves (a rule's limits, a booking) shares the one deadline.
 pub const LEASE_WAIT_MS: u64 = 50;
+
+/// The deadline of the waits for a creation lease that one caller's creations share
+/// ([`Zone::wait`]): set at the first wait, [`LEASE_WAIT_MS`] ahead on the store's clock. A rule
+/// of many limits creating fresh client keys (under a client's control) while another worker
+/// holds the lease waits [`LEASE_WAIT_MS`] in all, not that long for each key, which would
+/// outlast the guest call's deadline.
+#[derive(Debug, Default)]
+pub struct LeaseWait(std::cell::Cell<Option<u64>>);
 
 /// How far another worker's clock may run ahead of ours (ms): a lease ending further ahead than
 /// one lease plus this is stale (a clock was set back) and is taken over.
@@ -558,6 +567,8 @@ pub struct Zone<'a> {
     pub max_keys: u64,
     /// Tries before giving up (at least one).
     pub attempts: u32,
+    /// The deadline shared with the caller's other creations (one request's, one booking's).
+    pub wait: &'a LeaseWait,
 }
 
 /// What a [`create_once`] call did, for the caller's counters.
@@ -603,8 +614,8 @@ pub enum CreateError {
 ///
 /// # Errors
 /// [`CreateError::Contended`] after `attempts` failed tries, and, while another worker holds
-/// the lease within its time, after [`LEASE_WAIT_MS`] more of trying (the key may exist by
-/// then: re-read it); [`CreateError::Failed`] when the zone record cannot be read, created or
+/// the lease within its time, once `zone.wait`'s deadline ([`LeaseWait`], [`LEASE_WAIT_MS`]
+/// after the caller's first wait) has passed (the key may exist by then: re-read it); [`CreateError::Failed`] when the zone record cannot be read, created or
 /// locked.
 pub fn create_once<S: SharedStore + ?Sized>(
     store: &S,
@@ -614,15 +625,15 @@ pub fn create_once<S: SharedStore + ?Sized>(
     counted: bool,
     now_ms: u64,
 ) -> (Result<Created, CreateError>, Creation) {
-    let (zone_key, max_keys, attempts) = (zone.key, zone.max_keys, zone.attempts);
+    let (zone_key, max_keys, attempts, wait) = (zone.key, zone.max_keys, zone.attempts, zone.wait);
     let mut out = Creation::default();
     let mut failures = 0u32;
     let failed = |e: StoreError| CreateError::Failed(code(e));
-    // Past the attempts, while a live holder keeps the lease: until this clock time.
-    let mut wait_until: Option<u64> = None;
+    // Past the attempts, while a live holder keeps the lease: until `zone.wait`'s deadline.
+    let mut waiting = false;
     // One more turn for creating a missing zone record; the waiting turns beyond.
     let mut turns = 0u32;
-    while turns <= attempts || wait_until.is_some() {
+    while turns <= attempts || waiting {
         turns = turns.saturating_add(1);
         let (value, zone_cas) = match store.get(zone_key) {
             Ok(read) => read,
@@ -667,8 +678,11 @@ pub fn create_once<S: SharedStore + ?Sized>(
         if !taken {
             out.cas_retries = out.cas_retries.saturating_add(1);
             failures = failures.saturating_add(1);
-            if failures >= attempts && !(held && still_waiting(store, &mut wait_until, failures)) {
-                return (Err(CreateError::Contended), out);
+            if failures >= attempts {
+                waiting = held && still_waiting(store, wait, failures);
+                if !waiting {
+                    return (Err(CreateError::Contended), out);
+                }
             }
             continue;
         }
@@ -710,23 +724,17 @@ pub fn create_once<S: SharedStore + ?Sized>(
 }
 
 /// Whether a creation that ran out of attempts while a live holder keeps the lease goes on
-/// trying: for [`LEASE_WAIT_MS`] from the first such turn, the clock read every 16th turn.
-fn still_waiting<S: SharedStore + ?Sized>(
-    store: &S,
-    wait_until: &mut Option<u64>,
-    failures: u32,
-) -> bool {
-    match *wait_until {
+/// trying: until `wait`'s deadline (set now if this is the caller's first wait), the clock read
+/// every 16th turn.
+fn still_waiting<S: SharedStore + ?Sized>(store: &S, wait: &LeaseWait, failures: u32) -> bool {
+    match wait.0.get() {
         None => {
-            *wait_until = Some(store.clock_ms().saturating_add(LEASE_WAIT_MS));
+            wait.0
+                .set(Some(store.clock_ms().saturating_add(LEASE_WAIT_MS)));
             true
         }
         Some(_) if !failures.is_multiple_of(16) => true,
-        Some(until) if store.clock_ms() < until => true,
-        Some(_) => {
-            *wait_until = None;
-            false
-        }
+        Some(until) => store.clock_ms() < until,
     }
 }
 
@@ -734,11 +742,13 @@ fn still_waiting<S: SharedStore + ?Sized>(
 mod tests {
     use super::*;
 
+    /// A zone whose creations wait on their own (a deadline of their own each call).
     fn zone(max_keys: u64) -> Zone<'static> {
         Zone {
             key: "z",
             max_keys,
             attempts: 3,
+            wait: Box::leak(Box::default()),
         }
     }
 
@@ -820,6 +830,41 @@ mod tests {
             let zone_now = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert_eq!((zone_now.keys, zone_now.locked_until_ms), (1, 0));
         }
+    }
+
+    /// A client that makes one request create many fresh keys (a rule of 16 limits) while another
+    /// worker holds the lease: the creations share one deadline, so the request waits
+    /// LEASE_WAIT_MS in all, not that long for each key (16 of them would outlast the nginx
+    /// host's 100 ms guest-call deadline).
+    #[test]
+    fn the_creations_of_one_caller_wait_for_a_held_lease_once_in_all() {
+        let s = MemoryStore::new(Semantics::Envoy);
+        let held = ZoneRecord {
+            keys: 0,
+            locked_until_ms: 5_000,
+            store_full: false,
+            pending: true,
+        };
+        s.set("z", &held.encode(), None).unwrap();
+        let ticking = Ticking(&s, std::cell::Cell::new(0), None);
+        let wait = LeaseWait::default();
+        let shared = Zone {
+            wait: &wait,
+            ..zone(9)
+        };
+        for i in 0..16 {
+            let key = format!("k{i}");
+            let (r, _) = create_once(&ticking, &shared, &key, b"i", true, 4_000);
+            assert_eq!(r, Err(CreateError::Contended), "{key}");
+        }
+        // The first creation read the clock once a ms of its wait; each later one at most once
+        // more (its 16th turn), past the shared deadline.
+        let read = ticking.1.get();
+        assert!(read > LEASE_WAIT_MS, "{read}");
+        assert!(
+            read <= LEASE_WAIT_MS + 1 + 15,
+            "the clock read {read} times: waited per key"
+        );
     }
 
     /// Kong's module answers a write to a full `eviction=none` zone with a host trap: the guest

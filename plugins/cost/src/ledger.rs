@@ -54,7 +54,7 @@
 //! record lacks that one booking.
 
 use tollgate_common::shared_data::{
-    create_once, ensure_key, CreateError, Created, SharedStore, StoreError, Zone,
+    create_once, ensure_key, CreateError, Created, LeaseWait, SharedStore, StoreError, Zone,
 };
 pub use tollgate_common::shared_data::{ZoneRecord, CREATION_LEASE_MS};
 
@@ -270,11 +270,13 @@ impl Ledger {
     ) -> Result<(), (String, StoreError)> {
         ensure_key(store, &self.zone_key, &ZoneRecord::default().encode())
             .map_err(|e| (self.zone_key.clone(), e))?;
+        // One deadline for every key created here while another worker holds the lease.
+        let wait = LeaseWait::default();
         for key in std::iter::once(self.overflow_key.clone()).chain(tenants.map(|t| self.key(t))) {
             let mut stats = BookStats::default();
             let missing = store.get(&key).map_err(|e| (key.clone(), e))?.0.is_none();
             if missing {
-                match self.create(store, &key, false, now_ms, &mut stats) {
+                match self.create(store, &key, false, now_ms, &wait, &mut stats) {
                     Ok(Created::Ready | Created::ZoneFull) | Err(CreateError::Contended) => {}
                     Ok(Created::StoreFull(status)) | Err(CreateError::Failed(status)) => {
                         return Err((key, StoreError::Failed(status)))
@@ -354,7 +356,14 @@ impl Ledger {
         now_ms: u64,
         stats: &mut BookStats,
     ) -> Result<Standing, OpenError> {
-        match self.create(store, tenant_key, true, now_ms, stats) {
+        match self.create(
+            store,
+            tenant_key,
+            true,
+            now_ms,
+            &LeaseWait::default(),
+            stats,
+        ) {
             Ok(Created::Ready) | Err(CreateError::Contended) => Ok(Standing::Own),
             Ok(Created::ZoneFull) => Ok(Standing::Pooled),
             Ok(Created::StoreFull(status)) => {
@@ -382,6 +391,8 @@ impl Ledger {
         let now = Periods::at(now_ms / 1_000);
         let attempts = self.cas_retries.saturating_add(1);
         let mut stats = BookStats::default();
+        // One deadline for the tenant's key and the overflow record's, if both are created.
+        let wait = LeaseWait::default();
         let mut key = tenant_key;
         let mut failures = 0u32;
         let failed = |stats, status| NotBooked {
@@ -396,7 +407,7 @@ impl Ledger {
                 Err(StoreError::CasMismatch) => continue,
             };
             let Some(value) = value else {
-                match self.create(store, key, !stats.overflowed, now_ms, &mut stats) {
+                match self.create(store, key, !stats.overflowed, now_ms, &wait, &mut stats) {
                     Ok(Created::Ready) => continue,
                     Ok(Created::ZoneFull) => {
                         stats.overflowed = true;
@@ -468,6 +479,7 @@ impl Ledger {
         key: &str,
         counted: bool,
         now_ms: u64,
+        wait: &LeaseWait,
         stats: &mut BookStats,
     ) -> Result<Created, CreateError> {
         // Waiting for another worker's lease costs attempts too: allow more of them than for a
@@ -477,6 +489,7 @@ impl Ledger {
             key: &self.zone_key,
             max_keys: self.max_tenants,
             attempts,
+            wait,
         };
         let (result, did) = create_once(
             store,

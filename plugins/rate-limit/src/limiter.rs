@@ -73,7 +73,7 @@
 //! already been charged. The key-creation lease is released even when the key's write fails.
 
 use tollgate_common::shared_data::{
-    cas_update, create_once, CreateError, Created, SharedStore, StoreError, Zone,
+    cas_update, create_once, CreateError, Created, LeaseWait, SharedStore, StoreError, Zone,
 };
 pub use tollgate_common::shared_data::{ensure_key, ensure_zone, CREATION_LEASE_MS};
 
@@ -193,10 +193,12 @@ pub fn check<S: SharedStore + ?Sized>(
     weight: u64,
 ) -> Report {
     let mut stats = Stats::default();
+    // One deadline for every key this request creates while another worker holds the lease.
+    let wait = LeaseWait::default();
     let attempts = settings.cas_retries.saturating_add(1);
     let mut pending: Vec<(State, Decision, Option<u32>)> = Vec::with_capacity(targets.len());
     for (index, target) in targets.iter_mut().enumerate() {
-        let (state, cas) = match read(store, settings, target, now_ms, &mut stats) {
+        let (state, cas) = match read(store, settings, target, now_ms, &wait, &mut stats) {
             Ok(read) => read,
             Err(why) => return unreadable(store, settings, &[], &[], weight, stats, why),
         };
@@ -236,7 +238,8 @@ pub fn check<S: SharedStore + ?Sized>(
                 return unreadable(store, settings, charged, &decisions, weight, stats, why);
             }
             tries = tries.saturating_add(1);
-            let (state, fresh_cas) = match read(store, settings, target, now_ms, &mut stats) {
+            let (state, fresh_cas) = match read(store, settings, target, now_ms, &wait, &mut stats)
+            {
                 Ok(read) => read,
                 Err(why) => {
                     return unreadable(store, settings, charged, &decisions, weight, stats, why)
@@ -292,6 +295,7 @@ fn read<S: SharedStore + ?Sized>(
     settings: &Settings<'_>,
     target: &mut Target<'_>,
     now_ms: u64,
+    wait: &LeaseWait,
     stats: &mut Stats,
 ) -> Result<(State, Option<u32>), Unreadable> {
     let get = |key: &str| match store.get(key) {
@@ -307,15 +311,7 @@ fn read<S: SharedStore + ?Sized>(
             return Ok((state, cas));
         }
         let initial = encode(target.limit, &target.limit.initial());
-        let created = match create(
-            store,
-            settings,
-            &target.key,
-            &initial,
-            target.counted,
-            now_ms,
-            stats,
-        ) {
+        let created = match create(store, settings, target, &initial, now_ms, wait, stats) {
             Ok(created) => Some(created),
             Err(Unreadable::Contended) => None,
             Err(e) => return Err(e),
@@ -366,15 +362,15 @@ fn read<S: SharedStore + ?Sized>(
     Err(Unreadable::Contended)
 }
 
-/// Creates `key` with `initial` exactly once, under the zone's creation lease
+/// Creates `target`'s key with `initial` exactly once, under the zone's creation lease
 /// (`tollgate_common::shared_data::create_once`, see the module documentation).
 fn create<S: SharedStore + ?Sized>(
     store: &S,
     settings: &Settings<'_>,
-    key: &str,
+    target: &Target<'_>,
     initial: &[u8],
-    counted: bool,
     now_ms: u64,
+    wait: &LeaseWait,
     stats: &mut Stats,
 ) -> Result<Created, Unreadable> {
     let attempts = settings.cas_retries.saturating_add(1);
@@ -382,8 +378,9 @@ fn create<S: SharedStore + ?Sized>(
         key: settings.zone_key,
         max_keys: settings.max_keys,
         attempts,
+        wait,
     };
-    let (result, did) = create_once(store, &zone, key, initial, counted, now_ms);
+    let (result, did) = create_once(store, &zone, &target.key, initial, target.counted, now_ms);
     stats.cas_retries = stats.cas_retries.saturating_add(did.cas_retries);
     stats.keys_created = stats.keys_created.saturating_add(u32::from(did.created));
     stats.lock_lost = stats.lock_lost.saturating_add(u32::from(did.lock_lost));
