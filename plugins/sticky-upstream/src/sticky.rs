@@ -34,7 +34,7 @@ use tollgate_common::bytes::same_bytes;
 use crate::choose::key_hash;
 use crate::config::{ChooseBy, Config};
 use crate::cookie_cache::{Pin, VerifiedCookies};
-use crate::cookie_value::Malformed;
+use crate::cookie_value::{Malformed, MAX_VALUE_BYTES};
 
 /// Accepted difference between gateways' clocks (seconds) when checking that an expiry is not
 /// further away than the configured lifetime.
@@ -136,6 +136,11 @@ fn check_value(
     value: &str,
     now: u64,
 ) -> Result<CookieState, Outcome> {
+    // Longer than any valid value: rejected before it is hashed for the cache (as `verify`
+    // would reject it), so that no client-sized value costs work.
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Outcome::InvalidCookie);
+    }
     let cached = cache.get(value);
     let (expiry, upstream) = match cached {
         Some(pin) => (pin.expiry, Some(pin.upstream)),

@@ -6,12 +6,10 @@
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
+    /// The next state's output through the filter's own finaliser (`choose::mix64`).
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        tollgate_sticky_upstream::choose::mix64(self.0)
     }
 
     /// A number in `0..n` (`n` > 0).
