@@ -122,8 +122,7 @@ pub struct HostIdentityView;
 #[cfg(target_arch = "wasm32")]
 impl IdentityView for HostIdentityView {
     fn property(&self, name: &str) -> Option<Vec<u8>> {
-        // A one-segment path is sent as its bytes (`crate::abi_codec::encode_path`).
-        crate::host::property_encoded(name.as_bytes())
+        crate::host::property(&[name])
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {

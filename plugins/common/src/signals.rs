@@ -53,8 +53,7 @@ pub fn set(name: &str, value: &str) {
 /// A property set by a filter earlier on this request (`None` if unset or not UTF-8).
 #[cfg(target_arch = "wasm32")]
 pub fn get(name: &str) -> Option<String> {
-    // A one-segment path is sent as its bytes (`crate::abi_codec::encode_path`).
-    crate::host::property_encoded(name.as_bytes()).and_then(|b| String::from_utf8(b).ok())
+    crate::host::property(&[name]).and_then(|b| String::from_utf8(b).ok())
 }
 
 #[cfg(test)]

@@ -110,7 +110,7 @@ fn int_property(path: &str) -> Option<u64> {
 
 /// A signal holding a decimal integer.
 fn int_signal(name: &str) -> Option<u64> {
-    tollgate_common::host::property_encoded(name.as_bytes()).and_then(|b| decimal(&b))
+    tollgate_common::host::property(&[name]).and_then(|b| decimal(&b))
 }
 
 fn define(kind: Kind, name: &str) -> Option<u32> {
@@ -194,16 +194,15 @@ impl MetricsHttp {
             // The cost filter's tenant is admitted only on a request whose own tenant was
             // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
             let tenant = signals::get(signals::COST_TENANT).map(|t| {
-                match (&config.tenant, tenants.as_mut()) {
-                    // The cost filter books most requests to the request's own tenant (both
-                    // keyed by the verified subject): the same value, already labelled, with
-                    // the same admission (a request with a value is trusted).
-                    (Some(_), Some(_))
-                        if matches!((tenant, &identity),
-                            (Some(_), Some(Identity::Value(v))) if same_bytes(v, t.as_bytes())) =>
-                    {
-                        tenant.unwrap_or(Label::OTHER)
+                // The cost filter books most requests to the request's own tenant (both keyed
+                // by the verified subject): the same value, already labelled, with the same
+                // admission (a request with a value is trusted).
+                if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
+                    if same_bytes(v, t.as_bytes()) {
+                        return own;
                     }
+                }
+                match (&config.tenant, tenants.as_mut()) {
                     (Some(_), Some(reg)) => {
                         let identity = Identity::Value(t.into_bytes());
                         let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
