@@ -151,6 +151,9 @@ class GatewaySpec:
     # Envoy clusters speaking HTTP/2 (prior knowledge), nginx `upstream {}` blocks of the same
     # name (the host's gRPC client speaks HTTP/2 itself). Not routes: no request is proxied there.
     grpc_services: dict[str, int] | None = None
+    # Kong's module (no per-worker counters): log the worker (pid) of each proxied request, read
+    # by KongGateway.worker_log. Off by default: the benchmarks render the same configuration.
+    worker_log: bool = False
 
 
 class Gateway:
@@ -411,9 +414,9 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     if spec.request_header_allowlist is not None:
         chain_conf += "\n            proxy_pass_request_headers off;" + "".join(
             f"\n            proxy_set_header {h} $http_{h.lower().replace('-', '_')};" for h in spec.request_header_allowlist)
-    # Kong's module has no per-worker counters: the worker (pid) of each proxied request is
-    # logged instead (KongGateway.worker_log), so that a test can see which workers served.
-    worker_log = f"        access_log {prefix}/workers.log tollgate_worker;\n" if kong else ""
+    # Kong's module has no per-worker counters: a test that asks (spec.worker_log) gets the
+    # worker (pid) of each proxied request logged instead (KongGateway.worker_log).
+    worker_log = f"        access_log {prefix}/workers.log tollgate_worker;\n" if kong and spec.worker_log else ""
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
@@ -675,7 +678,8 @@ class KongGateway(NginxGateway):
 
     def worker_log(self) -> list[int]:
         """The worker (pid) of each request proxied so far, in order: the access log that
-        nginx_config writes for Kong's module, which has no per-worker counters."""
+        nginx_config writes for Kong's module (which has no per-worker counters) when the
+        gateway's spec asks for it (`GatewaySpec.worker_log`)."""
         path = self.prefix / "workers.log"
         if not path.exists():
             return []
