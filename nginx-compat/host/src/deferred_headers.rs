@@ -177,11 +177,24 @@ impl DeferredMap {
         })
     }
 
-    /// After the embedding applied the edits to its list: the source reads them from there.
-    pub fn applied(&mut self) {
+    /// Has the embedding apply the edits to its own list (`apply`: `Ok(true)` when it did,
+    /// `Ok(false)` when it cannot and will write the built map back instead); then the source
+    /// reads them from there. The entry count is taken before `apply` runs: the source's counts
+    /// read the list as it is, and afterwards it already holds the edits.
+    ///
+    /// # Errors
+    /// `apply`'s, with the edits kept.
+    pub fn apply_in_place<E>(
+        &mut self,
+        apply: impl FnOnce(&[HeaderEdit]) -> Result<bool, E>,
+    ) -> Result<bool, E> {
         let len = self.len();
+        if !apply(&self.edits)? {
+            return Ok(false);
+        }
         self.edits.clear();
         self.source.edits_applied(len);
+        Ok(true)
     }
 
     /// The map with the edits applied.
@@ -198,6 +211,63 @@ impl DeferredMap {
 mod tests {
     use super::*;
     use crate::testing::MapSource;
+
+    /// An embedding's list that the test edits in place, read live (as nginx's is), and the
+    /// entry count the map last gave the source.
+    struct LiveList(
+        std::rc::Rc<std::cell::RefCell<HeaderMap>>,
+        std::rc::Rc<std::cell::Cell<usize>>,
+    );
+
+    impl HeaderSource for LiveList {
+        fn len(&self) -> usize {
+            self.0.borrow().len()
+        }
+        fn first(&self, _: &[u8]) -> Option<&[u8]> {
+            None
+        }
+        fn count(&self, name: &[u8]) -> usize {
+            self.0.borrow().iter().filter(|(k, _)| k == name).count()
+        }
+        fn bytes(&self) -> usize {
+            0
+        }
+        fn build(&self) -> HeaderMap {
+            self.0.borrow().clone()
+        }
+        fn edits_applied(&mut self, len: usize) {
+            self.1.set(len);
+        }
+    }
+
+    #[test]
+    fn the_count_given_after_applying_in_place_is_the_edited_lists() {
+        // A removed field present twice and an added one: counted on the list as it was, not
+        // on the list that already holds the edits (that gave 3 here, not 2).
+        let list = std::rc::Rc::new(std::cell::RefCell::new(pairs(&[
+            ("x", "1"),
+            ("x", "2"),
+            ("y", "3"),
+        ])));
+        let given = std::rc::Rc::new(std::cell::Cell::new(usize::MAX));
+        let mut d = DeferredMap::new(Box::new(LiveList(list.clone(), given.clone())));
+        d.edits.push(HeaderEdit::Remove(b"x".to_vec()));
+        d.edits.push(HeaderEdit::Add(b"z".to_vec(), b"4".to_vec()));
+        let applied = d.apply_in_place(|edits| {
+            for e in edits {
+                e.apply(&mut list.borrow_mut());
+            }
+            Ok::<bool, ()>(true)
+        });
+        assert_eq!(applied, Ok(true));
+        assert_eq!(given.get(), 2);
+        assert_eq!(given.get(), list.borrow().len());
+        assert!(d.edits.is_empty());
+        // An embedding that cannot: the edits stay for the built map.
+        d.edits.push(HeaderEdit::Remove(b"y".to_vec()));
+        assert_eq!(d.apply_in_place(|_| Ok::<bool, ()>(false)), Ok(false));
+        assert_eq!(d.edits.len(), 1);
+    }
 
     fn pairs(p: &[(&str, &str)]) -> HeaderMap {
         p.iter()

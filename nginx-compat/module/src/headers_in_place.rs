@@ -486,13 +486,14 @@ pub unsafe fn write_back(
             stream.request_headers_deferred.as_mut()
         };
         if let Some(d) = deferred {
-            let in_place = if response {
-                apply_response_edits(r, &d.edits)?
-            } else {
-                apply_request_edits(r, &d.edits)?
-            };
+            let in_place = d.apply_in_place(|edits| {
+                if response {
+                    apply_response_edits(r, edits)
+                } else {
+                    apply_request_edits(r, edits)
+                }
+            })?;
             if in_place {
-                d.applied();
                 return Ok(());
             }
         }
