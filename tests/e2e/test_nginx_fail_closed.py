@@ -5,11 +5,16 @@ refused with 500 and an error log line naming the filter, never passed on withou
 `fail_open: false`). On both nginx builds, with the test-only probe filter as the guard."""
 from __future__ import annotations
 
+import concurrent.futures
+import http.server
 import json
+import threading
+import time
 
 import pytest
 
 from harness import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from test_nginx_module import compile_wat
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 
@@ -79,3 +84,43 @@ def test_a_failed_response_callback_replaces_the_response(nginx):
     r = n.get("/")
     assert r.status_code == 500 and "passed" not in r.text
     assert "on_response_headers failed: answering 500 instead of the response" in n.log.read_text()
+
+
+class _SlowUpstream(http.server.BaseHTTPRequestHandler):
+    """Answers 200 `upstream` after 1 s: a request still in flight while another traps."""
+
+    def do_GET(self):
+        time.sleep(1.0)
+        body = b"upstream"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_response_whose_filter_instance_was_replaced_meanwhile_is_refused(nginx, tmp_path):
+    """The guard exports no response callback (testdata/trap.wat: on_request_headers only), so
+    the header filter skips the chain for the response unless a filter of it failed. Request A
+    passes the guard and waits on a slow upstream; request B makes the guard trap, which replaces
+    the instance that holds A's HTTP context (the worker marks A's filter failed, an orphan). A's
+    response is refused (500), never passed on without its filter."""
+    wasm = compile_wat("trap.wat", tmp_path / "trap.wasm")
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        n = nginx(f"    module trap {wasm};", f"""
+        location /slow {{ proxy_wasm trap; proxy_pass http://127.0.0.1:{upstream.server_address[1]}; }}
+        location /trap {{ proxy_wasm trap; return 200 never; }}""")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            a = pool.submit(n.get, "/slow")
+            time.sleep(0.4)
+            assert n.get("/trap").status_code == 500
+            r = a.result(timeout=10)
+        assert r.status_code == 500 and "upstream" not in r.text, (r.status_code, r.text)
+        assert n.get("/slow").status_code == 200, "the replaced instance guards the next requests"
+        assert "on_response_headers failed: answering 500 instead of the response" in n.log.read_text()
+    finally:
+        upstream.shutdown()
