@@ -130,6 +130,52 @@ fn jwt_auth_valid_hs256_token_sets_claim_headers() {
     }
 }
 
+/// The verified-token cache hashes a token's last 32 bytes (its signature's): a client that
+/// holds a cached token and keeps its signature segment on a payload of its own (`role` raised,
+/// `sub` changed) shares the cached token's bucket, and is refused (401 `invalid_token`), before
+/// and after; the genuine token still passes from the cache.
+#[test]
+fn jwt_auth_a_cached_tokens_signature_on_a_forged_payload_is_refused() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("jwt_auth", &host);
+    let root = vm
+        .create_root("jwt_auth", gateway_jwt_config().as_bytes())
+        .unwrap();
+    let genuine = hs256(&demo_claims(), SECRET);
+    let signature = genuine.rsplit('.').next().unwrap();
+    let forged_claims = demo_claims()
+        .replace(r#""role":"admin""#, r#""role":"root""#)
+        .replace(r#""sub":"alice""#, r#""sub":"mallory""#);
+    let forged = hs256(&forged_claims, SECRET);
+    let (forged_head, _) = forged.rsplit_once('.').unwrap();
+    let forged = format!("{forged_head}.{signature}");
+    assert_eq!(&forged[forged.len() - 32..], &genuine[genuine.len() - 32..]);
+    let mut send = |token: &str| {
+        let id = vm.create_http(root).unwrap();
+        let auth = format!("Bearer {token}");
+        let mut s = request("GET", "/api/things", &[("authorization", &auth)]);
+        let action = vm
+            .on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        let status = s.local_response.as_ref().map(|l| l.status);
+        let sub = header(&s.request_headers, "x-jwt-sub").map(str::to_owned);
+        vm.on_log_and_delete(id, &mut s).unwrap();
+        (action, status, sub)
+    };
+    for round in 0..3 {
+        assert_eq!(
+            send(&genuine),
+            (Action::Continue, None, Some("alice".to_owned())),
+            "round {round}"
+        );
+        assert_eq!(
+            send(&forged),
+            (Action::Pause, Some(401), None),
+            "round {round}"
+        );
+    }
+}
+
 #[test]
 fn jwt_auth_wrong_secret_and_bypass() {
     let host = Rc::new(MemoryHost::new());
