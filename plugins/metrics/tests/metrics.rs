@@ -509,6 +509,32 @@ fn series_cache_is_bounded() {
     );
 }
 
+/// Values a client chooses (tenants past the numbered ones are keyed by their text, in the
+/// cache's second table) are held to the same bound: past `max` series, each new one is refused
+/// and counted, and those already defined keep their ids.
+#[test]
+fn text_keyed_series_are_bounded_too() {
+    let mut cache = SeriesCache::new(3);
+    let mut define = counting_host();
+    fn tenant(t: &str) -> [(&'static str, Value<'_>); 1] {
+        [("tenant", Value::Set(Label::unnumbered(t)))]
+    }
+    for (i, t) in ["t-a", "t-b", "t-c"].iter().enumerate() {
+        let want = u32::try_from(i + 1).ok();
+        assert_eq!(cache.id(Family::Requests, &tenant(t), &mut define), want);
+    }
+    for i in 0..100 {
+        let t = format!("hostile-{i}");
+        assert_eq!(cache.id(Family::Requests, &tenant(&t), &mut define), None);
+    }
+    assert_eq!(cache.refused(), 100);
+    assert_eq!(cache.len(), 3);
+    assert_eq!(
+        cache.id(Family::Requests, &tenant("t-b"), &mut define),
+        Some(2)
+    );
+}
+
 #[test]
 fn series_differing_in_one_byte_are_two_series() {
     // Texts over 8 bytes, so that the cache's word-wise comparison (`same_bytes`) decides.
