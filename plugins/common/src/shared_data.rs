@@ -742,6 +742,18 @@ fn still_waiting<S: SharedStore + ?Sized>(store: &S, wait: &LeaseWait, failures:
 mod tests {
     use super::*;
 
+    /// Zone "z" with no key yet and its creation lease held by another worker until 5,000 ms
+    /// (`pending`: taken and not released).
+    fn hold_lease(s: &MemoryStore, pending: bool) {
+        let held = ZoneRecord {
+            keys: 0,
+            locked_until_ms: 5_000,
+            store_full: false,
+            pending,
+        };
+        s.set("z", &held.encode(), None).unwrap();
+    }
+
     /// A zone whose creations wait on their own (a deadline of their own each call).
     fn zone(max_keys: u64) -> Zone<'static> {
         Zone {
@@ -815,13 +827,7 @@ mod tests {
     fn a_creation_waits_for_a_live_holder_that_is_slow() {
         for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
             let s = MemoryStore::new(semantics);
-            let held = ZoneRecord {
-                keys: 0,
-                locked_until_ms: 5_000,
-                store_full: false,
-                pending: true,
-            };
-            s.set("z", &held.encode(), None).unwrap();
+            hold_lease(&s, true);
             let ticking = Ticking(&s, std::cell::Cell::new(0), Some(LEASE_WAIT_MS / 2));
             let (r, c) = create_once(&ticking, &zone(9), "k", b"mine", true, 4_000);
             assert_eq!(r, Ok(Created::Ready), "{semantics:?}");
@@ -839,13 +845,7 @@ mod tests {
     #[test]
     fn the_creations_of_one_caller_wait_for_a_held_lease_once_in_all() {
         let s = MemoryStore::new(Semantics::Envoy);
-        let held = ZoneRecord {
-            keys: 0,
-            locked_until_ms: 5_000,
-            store_full: false,
-            pending: true,
-        };
-        s.set("z", &held.encode(), None).unwrap();
+        hold_lease(&s, true);
         let ticking = Ticking(&s, std::cell::Cell::new(0), None);
         let wait = LeaseWait::default();
         let shared = Zone {
@@ -983,13 +983,7 @@ mod tests {
             Ok(Created::Ready),
             "uncounted keys"
         );
-        let held = ZoneRecord {
-            keys: 0,
-            locked_until_ms: 5_000,
-            store_full: false,
-            pending: false,
-        };
-        s.set("z", &held.encode(), None).unwrap();
+        hold_lease(&s, false);
         // A live holder: tried past the attempts for LEASE_WAIT_MS of the store's clock (here
         // one ms per reading of it), then given up.
         let ticking = Ticking(&s, std::cell::Cell::new(0), None);
