@@ -13,6 +13,8 @@ tollgate_common::counters! {
         store_failure: "tollgate_cost_requests_total" [status = "store_failure"],
         unknown_model: "tollgate_cost_requests_total" [status = "unknown_model"],
         request_too_large: "tollgate_cost_requests_total" [status = "request_too_large"],
+        /// The API key header does not hold exactly one credential (401).
+        invalid_credential: "tollgate_cost_requests_total" [status = "invalid_credential"],
         cas_retries: "tollgate_cost_cas_retries_total",
         booking_failures: "tollgate_cost_booking_failures_total",
         tenants_created: "tollgate_cost_tenants_created_total",
