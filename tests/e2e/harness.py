@@ -137,7 +137,7 @@ class GatewaySpec:
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
     stats_config: dict[str, Any] | None = None  # Envoy bootstrap `stats_config` (e.g. stats_tags), rendered as given
-    kv_zones: dict[str, str] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}); Envoy's shared data has no zones
+    kv_zones: dict[str, str | None] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}) beside DEFAULT_KV_ZONES (None: not declared); Envoy's shared data has no zones
     # The shipped configurations' path handling: Envoy normalises paths before the filters
     # (normalize_path, merge_slashes, escaped slashes refused); nginx proxies the URI it
     # normalised ($uri) instead of the raw request target. Off: both forward the raw target.
@@ -417,8 +417,8 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
         route_map = ""
     # As in nginx-compat/conf/full-chain.conf: the state that limits and budgets enforce lives in
     # zones that never evict (rate-limit and cost refuse to load on one that does; the implicit
-    # `*` zone evicts). A spec's own kv_zones replace these.
-    kv_zones = {**DEFAULT_KV_ZONES, **(spec.kv_zones or {})}
+    # `*` zone evicts). A spec's own kv_zones replace these; a zone given as None is not declared.
+    kv_zones = {name: args for name, args in {**DEFAULT_KV_ZONES, **(spec.kv_zones or {})}.items() if args is not None}
     if kong:
         kv_zones.setdefault("*", "4m eviction=lru")
     modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
@@ -629,6 +629,10 @@ KONG_DIFFERENCES: dict[str, str] = {
     "authority-is-host": "`:authority` is the Host header even when the request line has an absolute-form target, "
                          "whose authority nginx routes on and forwards as $host: a host rule reads another "
                          "host than the one served",
+    "no-eviction-policy": "the module does not tell the filters whether a shm_kv zone evicts "
+                          "(tollgate.shared_data.eviction.<key>), so rate-limit and cost load on an "
+                          "evicting zone (lru, slru: the default) without a word: declare their zones "
+                          "eviction=none",
     "dispatch-body-whole": "a dispatch response's body is buffered whole (one allocation of its "
                            "Content-Length) and its length reaches on_http_call_response as 32 "
                            "bits: an endless body fails the call yet reaches the filter as an "

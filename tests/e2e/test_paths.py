@@ -219,3 +219,21 @@ def test_a_64_kib_path(g, host, mode):
     # Envoy's own normalisation (shipped) drops `..` above the root: then the path is `/`,
     # which needs a token.
     assert status == (401 if host.name == "envoy" and mode == "shipped" else 400)
+
+
+def test_ignore_case_rules_match_every_case(host, upstream, gateways):
+    """`ignore_case` (Envoy's StringMatcher option) guards an upstream that reads paths
+    case-insensitively; rules without it keep RFC 3986's case-sensitive paths."""
+    jwt = dict(JWT, rules=[{"match": {"prefix": "/v1/admin", "ignore_case": True}, "audiences": ["admin"]},
+                           {"match": {"prefix": "/v1/ops"}, "audiences": ["admin"]},
+                           {"match": {"prefix": "/"}, "bypass": True}])
+    limit = {"zone": "case", "rules": [{"name": "models", "match": {"prefix": "/v1/models", "ignore_case": True},
+                                        "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]}]}
+    g = gateways(host, GatewaySpec(filters=[FilterSpec("jwt-auth", jwt), FilterSpec("rate-limit", limit)],
+                                   upstreams={"upstream": upstream.port}))
+    for target in (b"/v1/admin/x", b"/V1/ADMIN/x", b"/v1/Admin", b"/V1/admin/../ADMIN/x"):
+        assert send(g, target, NO_LLM)[0] == 403, target
+    # Case-sensitive by default: /V1/OPS is not /v1/ops (the bypass rule takes it).
+    assert send(g, b"/v1/ops/x", NO_LLM)[0] == 403
+    assert send(g, b"/V1/OPS/x", NO_LLM)[0] == 200
+    assert [send(g, t, NO_LLM)[0] for t in (b"/v1/models", b"/V1/MODELS", b"/v1/Models/x")] == [200, 429, 429]
