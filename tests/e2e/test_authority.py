@@ -1,5 +1,5 @@
 """The host a rule matches is the one the proxy routes on and forwards, in one canonical form
-(README, "Paths, hosts and identities"; plugins/common/src/authority.rs), on every host.
+(README, "What a filter reads"; plugins/common/src/authority.rs), on every host.
 
 An absolute-form target names the host (RFC 9112 section 3.2.2): nginx selects the server with it
 and forwards it as `$host`, Envoy makes it `:authority`; the Host header beside it is ignored, so

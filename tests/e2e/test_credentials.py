@@ -1,5 +1,5 @@
 """One credential is one tenant and one rate-limit key, whatever its spelling (README,
-"Paths, hosts and identities"; plugins/common/src/credential.rs).
+"What a filter reads"; plugins/common/src/credential.rs).
 
 The upstream that checks a key reads `Bearer K`, `bearer K` and `BEARER   K` as one credential
 (RFC 9110 section 11.1: the scheme is case-insensitive), so cost's budgets and rate-limit's keys

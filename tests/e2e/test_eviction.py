@@ -1,5 +1,5 @@
 """Limits and budgets never live in shared data that evicts, unless the operator says so
-(README, "Paths, hosts and identities"; plugins/common/src/eviction.rs).
+(README, "What a filter reads"; plugins/common/src/eviction.rs).
 
 An nginx zone with `eviction=lru|slru` (the implicit `*` zone is one) drops old keys to make room
 for new ones: a flood of new tenants once evicted an over-budget tenant's record, which was then

@@ -1,5 +1,5 @@
 """No client copy of a header jwt-auth writes reaches an upstream under a name that the upstream
-reads as that header (README, "Paths, hosts and identities"; plugins/jwt-auth/README.md).
+reads as that header (README, "What a filter reads"; plugins/jwt-auth/README.md).
 
 The upstream is Python's wsgiref, which reads `x_jwt_sub`, `X-Jwt_Sub` and `x-jwt-sub` alike as
 `HTTP_X_JWT_SUB` (PHP's `$_SERVER` also reads `.` as `_`). Three ways a host can treat names with

@@ -222,7 +222,7 @@ pub fn request_header(name: &str) -> Option<String> {
 /// Removes every request header whose name an upstream reading names the CGI way takes for one
 /// of `folded` (each a [`crate::http::cgi_fold`]) but which differs from it by more than case
 /// (`x_jwt_sub`, `X.Jwt-Sub` for `x-jwt-sub`): a removal or replacement of the name itself leaves
-/// those in place (README, "Paths, hosts and identities"). One read of the whole map.
+/// those in place (README, "What a filter reads"). One read of the whole map.
 ///
 /// # Errors
 /// The host's status when the map cannot be read: the caller cannot tell that no such header
