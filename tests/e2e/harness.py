@@ -154,11 +154,18 @@ class GatewaySpec:
     # Kong's module (no per-worker counters): log the worker (pid) of each proxied request, read
     # by KongGateway.worker_log. Off by default: the benchmarks render the same configuration.
     worker_log: bool = False
+    # A cleartext HTTP/2 listener (prior knowledge, "h2c") for gRPC clients, at
+    # `Gateway.h2_address`. Envoy's listener already takes it beside HTTP/1.1 (the connection
+    # manager's codec_type AUTO); nginx 1.22's `listen ... http2;` without TLS speaks HTTP/2 only,
+    # so nginx gets a second `listen` of that kind in the same server (same locations, filters).
+    http2_listener: bool = False
 
 
 class Gateway:
     url: str
     log: pathlib.Path
+    # `host:port` of the gateway's cleartext HTTP/2 listener (GatewaySpec.http2_listener).
+    h2_address: str | None = None
 
     def stop(self) -> None:
         raise NotImplementedError
@@ -299,7 +306,10 @@ class EnvoyHost:
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "EnvoyGateway":
         path, listen, admin = self.render(spec)
-        return EnvoyGateway(path, listen, admin, spec.workers, timeout, log_level, cpus)
+        g = EnvoyGateway(path, listen, admin, spec.workers, timeout, log_level, cpus)
+        if spec.http2_listener:
+            g.h2_address = f"127.0.0.1:{listen}"  # codec_type AUTO: HTTP/1.1 and h2c on one port
+        return g
 
 
 class EnvoyGateway(Gateway):
@@ -355,7 +365,8 @@ NGINX_INLINE_CONFIG_MAX = 3000
 
 
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
-                 log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False) -> str:
+                 log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False,
+                 h2_port: int | None = None) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
     `proxy_wasm` directives (`tollgate_proxy_wasm_file` with a file under `prefix` for
     configurations over NGINX_INLINE_CONFIG_MAX bytes), upstreams as `upstream {}` blocks (routed
@@ -367,8 +378,13 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     over nginx's 4 KB argument limit cannot be given: RuntimeError) nor `tollgate_metrics` (the
     admin server's `/stats` answers 501), and no implicit default zone: ours adds `shm_kv *`
     (4 MiB, LRU) when none is declared, Kong traps on shared data ("could not resolve
-    namespace"), so that zone is declared here."""
+    namespace"), so that zone is declared here.
+
+    `h2_port`: the port of the cleartext HTTP/2 listener (`listen ... http2;`) that
+    `spec.http2_listener` asks for (RuntimeError without one)."""
     module = module or NGINX_MODULE
+    if spec.http2_listener and h2_port is None:
+        raise RuntimeError("spec.http2_listener needs an h2_port")
     if not module.exists():
         build = "scripts/build-kong-module.sh" if kong else "scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)"
         raise RuntimeError(f"{module} is missing: run {build}")
@@ -419,6 +435,7 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     worker_log = f"        access_log {prefix}/workers.log tollgate_worker;\n" if kong and spec.worker_log else ""
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
+    h2_listen = f"        listen 127.0.0.1:{h2_port} http2 reuseport;\n" if spec.http2_listener else ""
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
 load_module {module};
 worker_processes {spec.workers};
@@ -445,7 +462,7 @@ http {{
 {chr(10).join(upstreams)}
 {route_map}    server {{
         listen 127.0.0.1:{listen_port} reuseport;
-{worker_log}        location / {{
+{h2_listen}{worker_log}        location / {{
 {rewrite}{chain_conf}
             proxy_pass {target};
             proxy_http_version 1.1;
@@ -485,18 +502,23 @@ class NginxHost:
             cwd=ROOT, capture_output=True, text=True, timeout=120,
         )
 
-    def render(self, spec: GatewaySpec, log_level: str = "info") -> tuple[pathlib.Path, int, int]:
+    def render(self, spec: GatewaySpec, log_level: str = "info", h2_port: int | None = None) -> tuple[pathlib.Path, int, int]:
         listen, admin = free_port(), free_port()
         prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-", dir=self.workdir))
         conf = prefix / "nginx.conf"
-        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module, kong=self.kong))
+        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module,
+                                     kong=self.kong, h2_port=h2_port))
         return conf, listen, admin
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
         level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
         level = NGINX_LOG_LEVEL or level
-        conf, listen, admin = self.render(spec, level)
-        return (KongGateway if self.kong else NginxGateway)(conf, listen, admin, timeout, cpus, self.binary)
+        h2_port = free_port() if spec.http2_listener else None
+        conf, listen, admin = self.render(spec, level, h2_port)
+        g = (KongGateway if self.kong else NginxGateway)(conf, listen, admin, timeout, cpus, self.binary)
+        if h2_port is not None:
+            g.h2_address = f"127.0.0.1:{h2_port}"
+        return g
 
 
 class NginxGateway(Gateway):
@@ -614,6 +636,11 @@ KONG_DIFFERENCES: dict[str, str] = {
                            "Content-Length) and its length reaches on_http_call_response as 32 "
                            "bits: an endless body fails the call yet reaches the filter as an "
                            "empty 200",
+    "grpc-local-response-is-http": "proxy_send_local_response ignores its grpc_status argument "
+                                   "(ngx_proxy_wasm_host.c only asserts it is -1, in debug builds) and "
+                                   "answers a gRPC request with the filter's HTTP response: the gRPC client "
+                                   "sees its library's mapping of the HTTP status (200: UNKNOWN, 401: "
+                                   "UNAUTHENTICATED) without the filter's message",
 }
 
 

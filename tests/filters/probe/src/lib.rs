@@ -13,7 +13,10 @@
 //!   `pause_call` (dispatch a call to `call_upstream`, pause), `pause_tick` / `pause_queue` (pause;
 //!   the root context resumes the request from `on_tick` / `on_queue_ready`), `local` (418 with a
 //!   body, no content-type), `echo` (200 whose body lists the request header names the filter
-//!   sees), `write_headers` (the writes of `writes` below).
+//!   sees), `write_headers` (the writes of `writes` below), `grpc_abort` (the Rust SDK's
+//!   `send_grpc_response(Aborted, Some(GRPC_ABORT_MESSAGE), [])`, as proxy-wasm-rust-sdk's
+//!   `grpc_auth_random` example aborts a call: HTTP 200, the message as the body, gRPC status
+//!   10).
 //! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
@@ -57,6 +60,10 @@ struct Config {
     trap_on_context: u32,
     root_only: bool,
 }
+
+/// The message of `grpc_abort`: a `%` and a non-ASCII character, which gRPC's `grpc-message`
+/// carries percent-encoded, so that a client reading it back shows the encoding is right.
+const GRPC_ABORT_MESSAGE: &str = "probe aborted the call: 100% sûr";
 
 #[derive(Deserialize, Clone)]
 struct Write {
@@ -360,6 +367,14 @@ impl Probe {
             }
             "local" => {
                 self.send_http_response(418, vec![("x-probe", "local")], Some(b"teapot"));
+                Action::Pause
+            }
+            "grpc_abort" => {
+                self.send_grpc_response(
+                    proxy_wasm::types::GrpcStatusCode::Aborted,
+                    Some(GRPC_ABORT_MESSAGE),
+                    vec![],
+                );
                 Action::Pause
             }
             "echo" => {
