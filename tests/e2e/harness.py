@@ -641,6 +641,10 @@ KONG_DIFFERENCES: dict[str, str] = {
                                    "answers a gRPC request with the filter's HTTP response: the gRPC client "
                                    "sees its library's mapping of the HTTP status (200: UNKNOWN, 401: "
                                    "UNAUTHENTICATED) without the filter's message",
+    "authority-is-server-name": "`:authority` is the server{}'s server_name (else the machine's host name) "
+                                "and the local port (ngx_proxy_wasm_maps.c, "
+                                "ngx_proxy_wasm_maps_get_authority): neither the Host header nor the "
+                                "absolute-form target's authority nginx routes on",
 }
 
 

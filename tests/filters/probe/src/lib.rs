@@ -16,7 +16,9 @@
 //!   sees), `write_headers` (the writes of `writes` below), `grpc_abort` (the Rust SDK's
 //!   `send_grpc_response(Aborted, Some(GRPC_ABORT_MESSAGE), [])`, as proxy-wasm-rust-sdk's
 //!   `grpc_auth_random` example aborts a call: HTTP 200, the message as the body, gRPC status
-//!   10).
+//!   10), `copy_authority` (adds the request header `x-probe-authority` with the `:authority`
+//!   the filter reads, `<none>` when the map has none, and continues), `authority_local` (200
+//!   whose body is that `:authority`: a gRPC client reads it as the details).
 //! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
@@ -375,6 +377,20 @@ impl Probe {
                     Some(GRPC_ABORT_MESSAGE),
                     vec![],
                 );
+                Action::Pause
+            }
+            "copy_authority" => {
+                let authority = self
+                    .get_http_request_header(":authority")
+                    .unwrap_or_else(|| "<none>".to_owned());
+                self.set_http_request_header("x-probe-authority", Some(&authority));
+                Action::Continue
+            }
+            "authority_local" => {
+                let authority = self
+                    .get_http_request_header(":authority")
+                    .unwrap_or_else(|| "<none>".to_owned());
+                self.send_http_response(200, vec![], Some(authority.as_bytes()));
                 Action::Pause
             }
             "echo" => {
