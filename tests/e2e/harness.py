@@ -636,11 +636,15 @@ KONG_DIFFERENCES: dict[str, str] = {
                            "Content-Length) and its length reaches on_http_call_response as 32 "
                            "bits: an endless body fails the call yet reaches the filter as an "
                            "empty 200",
-    "grpc-local-response-is-http": "proxy_send_local_response ignores its grpc_status argument "
-                                   "(ngx_proxy_wasm_host.c only asserts it is -1, in debug builds) and "
-                                   "answers a gRPC request with the filter's HTTP response: the gRPC client "
-                                   "sees its library's mapping of the HTTP status (200: UNKNOWN, 401: "
-                                   "UNAUTHENTICATED) without the filter's message",
+    "grpc-local-response-is-http": "a local response without a gRPC status (-1, the SDKs' "
+                                   "send_http_response) to a gRPC request is the filter's HTTP response: "
+                                   "the gRPC client sees its library's mapping of the HTTP status (200: "
+                                   "UNKNOWN, 401: UNAUTHENTICATED) without the filter's message",
+    "grpc-status-aborts-the-worker": "a local response with a gRPC status (the SDKs' send_grpc_response) "
+                                     "aborts the worker (signal 6): ngx_proxy_wasm_host.c asserts "
+                                     "grpc_status == -1 when NGX_DEBUG, which Debian's nginx (--with-debug) "
+                                     "defines; the client's connection is closed, with every other request "
+                                     "of that worker",
     "authority-is-server-name": "`:authority` is the server{}'s server_name (else the machine's host name) "
                                 "and the local port (ngx_proxy_wasm_maps.c, "
                                 "ngx_proxy_wasm_maps_get_authority): neither the Host header nor the "
