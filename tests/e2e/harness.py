@@ -159,11 +159,18 @@ class GatewaySpec:
     # False, refused (Envoy's `headers_with_underscores_action: REJECT_REQUEST`, as envoy/*.yaml
     # ship; nginx drops them, its default).
     underscores_in_headers: bool | None = None
+    # A cleartext HTTP/2 listener (prior knowledge, "h2c") for gRPC clients, at
+    # `Gateway.h2_address`. Envoy's listener already takes it beside HTTP/1.1 (the connection
+    # manager's codec_type AUTO); nginx 1.22's `listen ... http2;` without TLS speaks HTTP/2 only,
+    # so nginx gets a second `listen` of that kind in the same server (same locations, filters).
+    http2_listener: bool = False
 
 
 class Gateway:
     url: str
     log: pathlib.Path
+    # `host:port` of the gateway's cleartext HTTP/2 listener (GatewaySpec.http2_listener).
+    h2_address: str | None = None
 
     def stop(self) -> None:
         raise NotImplementedError
@@ -306,7 +313,10 @@ class EnvoyHost:
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "EnvoyGateway":
         path, listen, admin = self.render(spec)
-        return EnvoyGateway(path, listen, admin, spec.workers, timeout, log_level, cpus)
+        g = EnvoyGateway(path, listen, admin, spec.workers, timeout, log_level, cpus)
+        if spec.http2_listener:
+            g.h2_address = f"127.0.0.1:{listen}"  # codec_type AUTO: HTTP/1.1 and h2c on one port
+        return g
 
 
 class EnvoyGateway(Gateway):
@@ -367,7 +377,8 @@ DEFAULT_KV_ZONES = {"ratelimit": "4m eviction=none", "cost": "4m eviction=none"}
 
 
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
-                 log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False) -> str:
+                 log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False,
+                 h2_port: int | None = None) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
     `proxy_wasm` directives (`tollgate_proxy_wasm_file` with a file under `prefix` for
     configurations over NGINX_INLINE_CONFIG_MAX bytes), upstreams as `upstream {}` blocks (routed
@@ -379,8 +390,13 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     over nginx's 4 KB argument limit cannot be given: RuntimeError) nor `tollgate_metrics` (the
     admin server's `/stats` answers 501), and no implicit default zone: ours adds `shm_kv *`
     (4 MiB, LRU) when none is declared, Kong traps on shared data ("could not resolve
-    namespace"), so that zone is declared here."""
+    namespace"), so that zone is declared here.
+
+    `h2_port`: the port of the cleartext HTTP/2 listener (`listen ... http2;`) that
+    `spec.http2_listener` asks for (RuntimeError without one)."""
     module = module or NGINX_MODULE
+    if spec.http2_listener and h2_port is None:
+        raise RuntimeError("spec.http2_listener needs an h2_port")
     if not module.exists():
         build = "scripts/build-kong-module.sh" if kong else "scripts/build-nginx-module.sh (glibc) or scripts/build-nginx-musl.sh (musl)"
         raise RuntimeError(f"{module} is missing: run {build}")
@@ -435,6 +451,7 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     underscores = "        underscores_in_headers on;\n" if spec.underscores_in_headers else ""
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
+    h2_listen = f"        listen 127.0.0.1:{h2_port} http2 reuseport;\n" if spec.http2_listener else ""
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
 load_module {module};
 worker_processes {spec.workers};
@@ -461,7 +478,7 @@ http {{
 {chr(10).join(upstreams)}
 {route_map}    server {{
         listen 127.0.0.1:{listen_port} reuseport;
-{underscores}{worker_log}        location / {{
+{h2_listen}{underscores}{worker_log}        location / {{
 {rewrite}{chain_conf}
             proxy_pass {target};
             proxy_http_version 1.1;
@@ -501,18 +518,23 @@ class NginxHost:
             cwd=ROOT, capture_output=True, text=True, timeout=120,
         )
 
-    def render(self, spec: GatewaySpec, log_level: str = "info") -> tuple[pathlib.Path, int, int]:
+    def render(self, spec: GatewaySpec, log_level: str = "info", h2_port: int | None = None) -> tuple[pathlib.Path, int, int]:
         listen, admin = free_port(), free_port()
         prefix = pathlib.Path(tempfile.mkdtemp(prefix="nginx-", dir=self.workdir))
         conf = prefix / "nginx.conf"
-        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module, kong=self.kong))
+        conf.write_text(nginx_config(spec, prefix, listen, admin, prefix.with_suffix(".log"), log_level, self.module,
+                                     kong=self.kong, h2_port=h2_port))
         return conf, listen, admin
 
     def start(self, spec: GatewaySpec, timeout: float = 60, log_level: str = "info", cpus: str | None = None) -> "NginxGateway":
         level = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warn", "warn": "warn", "error": "error"}.get(log_level, "info")
         level = NGINX_LOG_LEVEL or level
-        conf, listen, admin = self.render(spec, level)
-        return (KongGateway if self.kong else NginxGateway)(conf, listen, admin, timeout, cpus, self.binary)
+        h2_port = free_port() if spec.http2_listener else None
+        conf, listen, admin = self.render(spec, level, h2_port)
+        g = (KongGateway if self.kong else NginxGateway)(conf, listen, admin, timeout, cpus, self.binary)
+        if h2_port is not None:
+            g.h2_address = f"127.0.0.1:{h2_port}"
+        return g
 
 
 class NginxGateway(Gateway):
@@ -626,9 +648,6 @@ KONG_DIFFERENCES: dict[str, str] = {
     "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
                       "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
                       "answers 500, the key-creation lease it held stays taken for its 2 s",
-    "authority-is-host": "`:authority` is the Host header even when the request line has an absolute-form target, "
-                         "whose authority nginx routes on and forwards as $host: a host rule reads another "
-                         "host than the one served",
     "no-eviction-policy": "the module does not tell the filters whether a shm_kv zone evicts "
                           "(tollgate.shared_data.eviction.<key>), so rate-limit and cost load on an "
                           "evicting zone (lru, slru: the default) without a word: declare their zones "
@@ -637,6 +656,19 @@ KONG_DIFFERENCES: dict[str, str] = {
                            "Content-Length) and its length reaches on_http_call_response as 32 "
                            "bits: an endless body fails the call yet reaches the filter as an "
                            "empty 200",
+    "grpc-local-response-is-http": "a local response without a gRPC status (-1, the SDKs' "
+                                   "send_http_response) to a gRPC request is the filter's HTTP response: "
+                                   "the gRPC client sees its library's mapping of the HTTP status (200: "
+                                   "UNKNOWN, 401: UNAUTHENTICATED) without the filter's message",
+    "grpc-status-aborts-the-worker": "a local response with a gRPC status (the SDKs' send_grpc_response) "
+                                     "aborts the worker (signal 6): ngx_proxy_wasm_host.c asserts "
+                                     "grpc_status == -1 when NGX_DEBUG, which Debian's nginx (--with-debug) "
+                                     "defines; the client's connection is closed, with every other request "
+                                     "of that worker",
+    "authority-is-server-name": "`:authority` is the server{}'s server_name (else the machine's host name) "
+                                "and the local port (ngx_proxy_wasm_maps.c, "
+                                "ngx_proxy_wasm_maps_get_authority): neither the Host header nor the "
+                                "absolute-form target's authority nginx routes on",
 }
 
 

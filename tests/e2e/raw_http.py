@@ -30,9 +30,23 @@ def read_response(s: socket.socket) -> tuple[int, dict[bytes, bytes], bytes]:
     status = int(lines[0].split()[1]) if lines[0] else 0
     fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
     length = int(fields[b"content-length"]) if b"content-length" in fields else None
-    while (length is None or len(body) < length) and (chunk := s.recv(65536)):
+    chunked = b"chunked" in fields.get(b"transfer-encoding", b"").lower()
+    while (length is None or len(body) < length) and not (chunked and body.endswith(b"0\r\n\r\n")) \
+            and (chunk := s.recv(65536)):
         body += chunk
-    return status, fields, body
+    return status, fields, dechunk(body) if chunked else body
+
+
+def dechunk(body: bytes) -> bytes:
+    """A chunked body's data (RFC 9112 section 7.1; extensions and trailers dropped)."""
+    out, rest = b"", body
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size.split(b";")[0], 16)
+        if n == 0:
+            break
+        out, rest = out + rest[:n], rest[n + 2:]
+    return out
 
 
 def request(target: bytes, fields: list[tuple[bytes, bytes]], method: bytes = b"GET", body: bytes = b"") -> bytes:

@@ -115,6 +115,17 @@ pub trait Host {
     fn log_level(&self) -> LogLevel {
         LogLevel::Info
     }
+    /// A read-only property the embedding answers itself, in every context (root contexts,
+    /// `on_configure` included, and HTTP contexts): `path` as the ABI passes it (segments
+    /// joined by `\0`). `proxy_get_property` asks after the properties filters set and the
+    /// host's builtins, before the stream's [`crate::PropertySource`]; `proxy_set_property` of
+    /// a path answered here is refused with `BadArgument` (read-only). Called on every property
+    /// read and write: an implementation rejects foreign paths with a cheap prefix test.
+    /// Default: none.
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        let _ = path;
+        None
+    }
     /// `proxy_get_shared_data`: value and CAS token; `Err(NotFound)` for a missing key.
     fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status>;
     /// `proxy_set_shared_data`. CAS semantics are the embedding's to document

@@ -13,13 +13,29 @@ use crate::deferred_headers::DeferredMap;
 use crate::header_map::HeaderMap;
 
 /// A local response requested with `proxy_send_local_response`: HTTP status, the details
-/// string (Envoy's response code details), the body and extra headers (names lower-case).
+/// string (Envoy's response code details), the body, extra headers (names lower-case) and the
+/// gRPC status. The embedding answers a gRPC request with a trailers-only gRPC response made
+/// of it instead (Envoy's `sendLocalReply`; `tollgate_services::grpc_status::grpc_local_reply`
+/// in nginx).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalResponse {
     pub status: u32,
     pub details: Vec<u8>,
     pub body: Vec<u8>,
     pub headers: HeaderMap,
+    /// The ABI's `grpc_status` argument when it counts as set: 0 (OK) to 16 (UNAUTHENTICATED),
+    /// as Envoy reads it (`Context::sendLocalResponse`, source/extensions/common/wasm/context.cc:
+    /// `Ok <= grpc_status <= MaximumKnown`, anything else `nullopt`). The SDKs pass -1 for
+    /// "none" (the Rust SDK's `send_http_response`); `send_grpc_response` passes its code.
+    pub grpc_status: Option<u32>,
+}
+
+impl LocalResponse {
+    /// The gRPC status argument of `proxy_send_local_response` (an `i32` on the ABI) as
+    /// [`LocalResponse::grpc_status`]: `Some` for 0 to 16, `None` for anything else.
+    pub fn grpc_status_arg(arg: i32) -> Option<u32> {
+        u32::try_from(arg).ok().filter(|s| *s <= 16)
+    }
 }
 
 /// Properties computed on demand by the embedding (e.g. `request.path`, `source.address`,
@@ -90,6 +106,19 @@ impl Stream {
         };
         if let Some(d) = deferred.take() {
             *map = d.build();
+        }
+    }
+
+    /// The first value of request header `name` (lower-case, or a pseudo-header), built or
+    /// deferred: the request as the filters see it now, their edits included.
+    pub fn request_header(&self, name: &[u8]) -> Option<&[u8]> {
+        match &self.request_headers_deferred {
+            Some(d) => d.first(name),
+            None => self
+                .request_headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_slice()),
         }
     }
 

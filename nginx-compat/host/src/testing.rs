@@ -51,6 +51,8 @@ pub struct MemoryHost {
     pub grpc_cancelled: RefCell<Vec<u32>>,
     /// Known upstreams; empty accepts any.
     pub upstreams: RefCell<Vec<String>>,
+    /// The embedding's read-only properties (`Host::property`), by `\0`-joined path.
+    pub properties: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Default for MemoryHost {
@@ -65,6 +67,7 @@ impl Default for MemoryHost {
             grpc_calls: RefCell::new(Vec::new()),
             grpc_cancelled: RefCell::new(Vec::new()),
             upstreams: RefCell::new(Vec::new()),
+            properties: RefCell::new(Vec::new()),
         }
     }
 }
@@ -115,6 +118,13 @@ impl MemoryHost {
 }
 
 impl Host for MemoryHost {
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.properties
+            .borrow()
+            .iter()
+            .find(|(k, _)| k == path)
+            .map(|(_, v)| v.clone())
+    }
     fn log(&self, level: LogLevel, plugin_name: &str, message: &str) {
         self.logs.borrow_mut().push(LogLine {
             level,

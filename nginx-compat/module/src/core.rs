@@ -54,8 +54,8 @@ pub struct KvZoneDef {
     pub name: String,
     /// Size in bytes (of the key/value region; the nginx zone is a little larger).
     pub size: usize,
-    /// Eviction policy (`eviction=`).
-    pub eviction: tollgate_services::kv::Eviction,
+    /// Eviction policy (`eviction=` as declared; `slru` evicts as `lru`).
+    pub policy: tollgate_services::kv::EvictionPolicy,
     /// The nginx shared memory zone (mapped before the workers fork).
     pub zone: *mut ngx_shm_zone_t,
     /// The attached zone (set by the zone's `init`, in the master).
@@ -104,6 +104,15 @@ pub struct CoreConf {
 }
 
 impl CoreConf {
+    /// The `shm_kv` zones' eviction policies, for the property
+    /// `tollgate.shared_data.eviction.<KEY>` (the implicit `*` zone is among them once the http
+    /// module's configuration added it).
+    pub fn zone_evictions(&self) -> crate::zone_props::ZoneEvictions {
+        crate::zone_props::ZoneEvictions::new(
+            self.kv_zones.iter().map(|z| (z.name.clone(), z.policy)),
+        )
+    }
+
     /// The module named `name`.
     pub fn module(&self, name: &str) -> Option<(usize, &ModuleDef)> {
         self.modules
@@ -384,11 +393,11 @@ unsafe extern "C" fn shm_kv_directive(
                 Err(e) => return conf_error(cf, &e),
             };
         let opt = args.get(3).map(lossy);
-        let eviction = match tollgate_services::kv::Eviction::from_directive(opt.as_deref()) {
-            Ok(e) => e,
+        let policy = match tollgate_services::kv::EvictionPolicy::from_directive(opt.as_deref()) {
+            Ok(p) => p,
             Err(e) => return conf_error(cf, &format!("tollgate: shm_kv \"{name_s}\": {e}")),
         };
-        if let Err(e) = add_kv_zone(cf, conf, &name_s, size_bytes, eviction) {
+        if let Err(e) = add_kv_zone(cf, conf, &name_s, size_bytes, policy) {
             return conf_error(cf, &e);
         }
         CONF_OK
@@ -516,12 +525,12 @@ pub unsafe fn add_kv_zone(
     conf: &mut CoreConf,
     name: &str,
     size: usize,
-    eviction: tollgate_services::kv::Eviction,
+    policy: tollgate_services::kv::EvictionPolicy,
 ) -> Result<(), String> {
     let mut def = Box::new(KvZoneDef {
         name: name.to_owned(),
         size,
-        eviction,
+        policy,
         zone: std::ptr::null_mut(),
         kv: None,
     });
@@ -658,7 +667,7 @@ unsafe extern "C" fn kv_zone_init(
             return -1;
         };
         attach_zone(zone, data, def.size, &mut def.kv, |region, init| {
-            tollgate_services::kv::KvZone::attach(region, &def.name, init, def.eviction)
+            tollgate_services::kv::KvZone::attach(region, &def.name, init, def.policy.eviction())
                 .map_err(|e| format!("tollgate: shm_kv \"{}\": {e}", def.name))
         })
     }

@@ -1,6 +1,7 @@
 //! nginx's `headers_in`/`headers_out` to proxy-wasm header maps and back.
 //!
-//! Request map: Envoy's pseudo-headers `:authority` (the Host header, which is then not
+//! Request map: Envoy's pseudo-headers `:authority` (the authority nginx routes the request
+//! on, [`authority`]: an absolute-form target's, else the Host header, which is then not
 //! repeated as `host`), `:path` (the raw request target), `:method`, `:scheme`, then every
 //! request header in arrival order, names lower-case.
 //!
@@ -133,13 +134,8 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
     let mut drops = false;
     // SAFETY: reading the live request.
     unsafe {
+        map.push((b":authority".to_vec(), authority(r).to_vec()));
         let hin = &mut (*r).headers_in;
-        let authority = if hin.host.is_null() {
-            bytes(&hin.server).to_vec()
-        } else {
-            bytes(&(*hin.host).value).to_vec()
-        };
-        map.push((b":authority".to_vec(), authority));
         map.push((b":path".to_vec(), request_target(r)));
         map.push((b":method".to_vec(), bytes(&(*r).method_name).to_vec()));
         let c = (*r).connection;
@@ -166,6 +162,95 @@ pub unsafe fn request_map(r: *mut ngx_http_request_t) -> (HeaderMap, bool) {
         }
     }
     (map, drops)
+}
+
+/// The request's `:authority`: the authority nginx chose the `server {}` by and gives as
+/// `$host` (before its normalisation: the bytes as the client sent them; the filters
+/// canonicalise them). In order:
+/// 1. the authority of an absolute-form request target (`GET http://HOST[:PORT]/path`), host
+///    and port as sent, whatever the Host header says: RFC 9112 section 3.2.2 (a server MUST
+///    ignore Host then; a proxy MUST replace it), and nginx routes on it
+///    (`ngx_http_process_request_line` sets `headers_in.server` from the request line's host,
+///    and `ngx_http_process_host` then keeps it). nginx's parser (`ngx_http_parse_request_line`)
+///    marks it with `host_start`/`host_end` and, when a port follows, `port_end`; the port is
+///    read again here as the digits after `host_end`, since nginx 1.22 moves `port_end` with a
+///    request line copied to a large header buffer only when `port_start` is set, which its
+///    parser never sets. Envoy's HTTP/1 codec sets `:authority` from an absolute URL the same
+///    way (`ServerConnectionImpl::handlePath`). A subrequest (which nginx serves in its main
+///    request's `server {}`) reads its main request's.
+/// 2. the Host header (HTTP/1.1; HTTP/2's `:authority`, which nginx turns into one);
+/// 3. `headers_in.server`: empty for an HTTP/1.0 request without Host.
+///
+/// Pointer reads only, no allocation: `get_header_map_value(":authority")` is on the hot path.
+///
+/// # Safety
+/// `r` must be a live request.
+pub(crate) unsafe fn authority<'a>(r: *mut ngx_http_request_t) -> &'a [u8] {
+    // SAFETY: the live request; its request line and header strings live as long as it does.
+    unsafe {
+        if let Some(a) = request_line_authority((*r).main) {
+            return a;
+        }
+        let hin = &(*r).headers_in;
+        if hin.host.is_null() {
+            bytes(&hin.server)
+        } else {
+            bytes(&(*hin.host).value)
+        }
+    }
+}
+
+/// The absolute-form target's authority in `r`'s request line (see [`authority`]), checked to
+/// lie inside the request line; `None` for any other form (and for HTTP/2, whose requests nginx
+/// gives no `host_start`).
+///
+/// # Safety
+/// `r` must be a live request or null.
+unsafe fn request_line_authority<'a>(r: *mut ngx_http_request_t) -> Option<&'a [u8]> {
+    // SAFETY: the live request's request line (`request_line` points into the buffer nginx read
+    // it into, kept for the whole request: `$request` reads it in the log phase).
+    unsafe {
+        let r = r.as_ref()?;
+        let (start, end) = (r.host_start, r.host_end);
+        if start.is_null() || end.is_null() || r.request_line.data.is_null() {
+            return None;
+        }
+        let line = bytes(&r.request_line);
+        let base = r.request_line.data as usize;
+        let from = (start as usize).checked_sub(base)?;
+        let host_to = (end as usize).checked_sub(base)?;
+        let host = line.get(from..host_to)?;
+        let after = line.get(host_to..).unwrap_or_default();
+        if after.first() != Some(&b':') {
+            return Some(host);
+        }
+        let digits = after
+            .iter()
+            .skip(1)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        line.get(from..host_to.saturating_add(1).saturating_add(digits))
+    }
+}
+
+/// Forgets the request line's authority of a main request whose `Host` header was just written
+/// from the filters' `:authority` ([`apply_request_map`]), so that [`authority`] reads that
+/// header from now on (what the filters wrote, or saw). nginx reads `host_start`, `host_end`
+/// and `port_end` only while it parses the request line and when it moves the line to a large
+/// header buffer (`ngx_http_request.c`), both over before the phases run; `headers_in.server`
+/// (routing, `$host`) is not changed. A subrequest's writes leave its main request alone.
+///
+/// # Safety
+/// `r` must be a live request.
+unsafe fn authority_from_host_header(r: *mut ngx_http_request_t) {
+    // SAFETY: the live request's own fields.
+    unsafe {
+        if r == (*r).main {
+            (*r).host_start = std::ptr::null_mut();
+            (*r).host_end = std::ptr::null_mut();
+            (*r).port_end = std::ptr::null_mut();
+        }
+    }
 }
 
 /// The entry count of [`request_map`] when the request has no hop-by-hop field (`connection`,
@@ -456,7 +541,8 @@ pub(crate) fn typed_response_field(name: &[u8]) -> bool {
 }
 
 /// Writes a changed request map back to `headers_in` (pseudo-headers: `:authority` becomes
-/// the Host header; `:path`, `:method`, `:scheme` changes are not applied).
+/// the Host header, which [`authority`] then reads; `:path`, `:method`, `:scheme` changes are
+/// not applied).
 ///
 /// # Safety
 /// `r` must be a live request, before its upstream request is created.
@@ -499,7 +585,11 @@ pub unsafe fn apply_request_map(r: *mut ngx_http_request_t, map: &HeaderMap) -> 
             let h = push_elt(list, pool, &name, value).ok_or("out of memory")?;
             link_request_field(hin, pool, &name, h);
         }
-        // The request line's Host (absolute URI) stays authoritative for `server` (routing).
+        // The request line's Host (absolute URI) stays authoritative for `server` (routing);
+        // the filters' `:authority` is the Host header now.
+        if map.iter().any(|(k, _)| k == b":authority") {
+            authority_from_host_header(r);
+        }
         Ok(())
     }
 }

@@ -20,8 +20,8 @@ use ngx::ffi::{
 use tollgate_host::{HeaderEdit, HeaderMap, HeaderSource, Stream};
 
 use crate::headers::{
-    link_request_field, link_response_field, push_elt, relink_request_fields, request_map,
-    request_target, response_map,
+    authority, link_request_field, link_response_field, push_elt, relink_request_fields,
+    request_map, request_target, response_map,
 };
 use crate::util::{bytes, pool_str, table_elts};
 
@@ -55,11 +55,7 @@ impl RequestSource {
         // SAFETY: the live request (`new`'s contract).
         unsafe {
             match name {
-                b":authority" => Some(if (*r).headers_in.host.is_null() {
-                    bytes(&(*r).headers_in.server)
-                } else {
-                    bytes(&(*(*r).headers_in.host).value)
-                }),
+                b":authority" => Some(authority(r)),
                 b":path" if (*r).valid_unparsed_uri() != 0 => Some(bytes(&(*r).unparsed_uri)),
                 b":path" => Some(self.path.get_or_init(|| request_target(r))),
                 b":method" => Some(bytes(&(*r).method_name)),

@@ -64,6 +64,7 @@ pub mod util;
 pub mod wake;
 pub mod worker;
 pub mod worker_host;
+pub mod zone_props;
 
 use crate::core::ngx_tollgate_wasm_core_module;
 use crate::http_module::ngx_http_tollgate_wasm_module;

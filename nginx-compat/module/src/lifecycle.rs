@@ -86,7 +86,11 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
             return Ok(());
         };
         let queues = core.queue_zones.iter().map(|z| z.name.clone()).collect();
-        let host = Rc::new(crate::worker_host::ConfHost::new((*cf).log, queues));
+        let host = Rc::new(crate::worker_host::ConfHost::new(
+            (*cf).log,
+            queues,
+            core.zone_evictions(),
+        ));
         // The guests' start-up calls run under their deadline here too (a looping on_configure
         // fails `nginx -t`); the ticker thread is joined before this returns, so no thread
         // outlives the configuration into a fork.
@@ -186,7 +190,8 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
             },
         );
         let host = crate::worker_host::WorkerHost::new((*cycle).log, Some(zones), metrics, queues)
-            .with_calls(calls);
+            .with_calls(calls)
+            .with_evictions(core.zone_evictions());
         // Completed calls wake the worker through an eventfd; without one (no descriptor or
         // connection left), the poll timer collects them every 2 ms.
         match crate::wake::open(cycle, crate::timers::wake_handler) {

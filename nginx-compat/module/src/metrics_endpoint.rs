@@ -68,7 +68,13 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> Result<(), String> {
         )?;
         // The default shm_kv zone `*` (4 MiB) when none was declared: the filters' shared data.
         if !core.kv_zones.iter().any(|z| z.name == "*") {
-            crate::core::add_kv_zone(cf, core, "*", 4 << 20, tollgate_services::kv::Eviction::Lru)?;
+            crate::core::add_kv_zone(
+                cf,
+                core,
+                "*",
+                4 << 20,
+                tollgate_services::kv::EvictionPolicy::Lru,
+            )?;
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ use tollgate_services::queue::{QueueError, QueueZone};
 
 use crate::conf::CallDefaults;
 use crate::util::{level, log};
+use crate::zone_props::ZoneEvictions;
 
 /// nginx level for a proxy-wasm level.
 pub fn ngx_level(l: LogLevel) -> ngx::ffi::ngx_uint_t {
@@ -202,6 +203,8 @@ pub struct WorkerHost {
     pub grpc_ids: RefCell<rustc_hash::FxHashMap<(usize, u32, u32), CallId>>,
     /// How calls are made.
     calls: CallConf,
+    /// The `shm_kv` zones' eviction policies (`tollgate.shared_data.eviction.<KEY>`).
+    evictions: ZoneEvictions,
     /// The request whose filter callback is running (null: a root context's), whose
     /// location's directives a call made now takes (`enter_request`).
     current: Cell<*mut ngx_http_request_t>,
@@ -231,6 +234,7 @@ impl WorkerHost {
             grpc: RefCell::new(GrpcRunner::new(GrpcConfig::default())),
             grpc_ids: RefCell::new(rustc_hash::FxHashMap::default()),
             calls: CallConf::default(),
+            evictions: ZoneEvictions::default(),
             current: Cell::new(std::ptr::null_mut()),
             local: RefCell::new(HashMap::new()),
             local_metrics: RefCell::new(Vec::new()),
@@ -241,6 +245,17 @@ impl WorkerHost {
     /// This host with `calls` as the configuration of its HTTP calls.
     pub fn with_calls(self, calls: CallConf) -> WorkerHost {
         WorkerHost { calls, ..self }
+    }
+
+    /// This host with `evictions` as the `shm_kv` zones' eviction policies.
+    pub fn with_evictions(self, evictions: ZoneEvictions) -> WorkerHost {
+        WorkerHost { evictions, ..self }
+    }
+
+    /// The host's own read-only properties (`tollgate_host::Host::property`):
+    /// `tollgate.shared_data.eviction.<KEY>` (`zone_props.rs`).
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.evictions.property(path).map(|p| p.as_bytes().to_vec())
     }
 
     /// Marks `r` as the request whose callbacks run until the returned guard drops: calls
@@ -533,6 +548,9 @@ impl tollgate_host::Host for VmHost {
     fn log(&self, level: LogLevel, plugin_name: &str, message: &str) {
         self.worker.log_line(level, plugin_name, message);
     }
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.worker.property(path)
+    }
     fn log_level(&self) -> LogLevel {
         wasm_level(self.worker.log_ptr())
     }
@@ -609,11 +627,13 @@ pub struct ConfHost {
 
 impl ConfHost {
     /// A host logging to `log`; `queues`: the names of the declared `shm_queue` zones (a
-    /// filter registering another queue fails its configuration, as it would in a worker).
-    pub fn new(log: *mut ngx_log_t, queues: Vec<String>) -> ConfHost {
+    /// filter registering another queue fails its configuration, as it would in a worker);
+    /// `evictions`: the declared `shm_kv` zones' eviction policies (their zones do not exist
+    /// yet; `tollgate.shared_data.eviction.<KEY>` answers from the declarations, as in a worker).
+    pub fn new(log: *mut ngx_log_t, queues: Vec<String>, evictions: ZoneEvictions) -> ConfHost {
         ConfHost {
             log,
-            inner: WorkerHost::new(log, None, None, Vec::new()),
+            inner: WorkerHost::new(log, None, None, Vec::new()).with_evictions(evictions),
             queues,
         }
     }
@@ -642,6 +662,9 @@ impl tollgate_host::Host for ConfHost {
     }
     fn log_level(&self) -> LogLevel {
         wasm_level(self.log)
+    }
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.inner.property(path)
     }
     fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
         self.inner.get_shared(key)

@@ -11,3 +11,6 @@ mod metrics_text;
 
 #[path = "../src/attributes.rs"]
 mod attributes;
+
+#[path = "../src/zone_props.rs"]
+mod zone_props;

@@ -55,43 +55,14 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::http_client::{pairs, Headers};
 
-/// gRPC status codes (grpc/doc/statuscodes.md) this client produces itself.
-pub mod status {
-    /// The call succeeded.
-    pub const OK: u32 = 0;
-    /// No or bad `grpc-status`; an HTTP status without a mapping.
-    pub const UNKNOWN: u32 = 2;
-    /// A message above the size cap.
-    pub const RESOURCE_EXHAUSTED: u32 = 8;
-    /// HTTP 404.
-    pub const UNIMPLEMENTED: u32 = 12;
-    /// A malformed or cut-short reply, a reset stream, OK without a message.
-    pub const INTERNAL: u32 = 13;
-    /// No connection, or the deadline passed (Envoy's local reply 503 / 504).
-    pub const UNAVAILABLE: u32 = 14;
-    /// HTTP 401.
-    pub const UNAUTHENTICATED: u32 = 16;
-    /// HTTP 403.
-    pub const PERMISSION_DENIED: u32 = 7;
-}
+// The status codes and the HTTP mapping live in `grpc_status.rs` (shared with the nginx
+// module's local replies to gRPC requests); re-exported here, where the client's API had them.
+pub use crate::grpc_status::{http_to_grpc_status, status};
 
 /// Envoy's `Grpc::Status::WellKnownGrpcStatus::InvalidCode` (-1) as the `u32` the filter's
 /// `proxy_on_grpc_close` receives: a `grpc-status` that is not a number or is above 16
 /// (`Common::getGrpcStatus`, source/common/grpc/common.cc).
 pub const INVALID_CODE: u32 = u32::MAX;
-
-/// Envoy's `Grpc::Utility::httpToGrpcStatus` (source/common/grpc/status.cc, after gRPC's
-/// http-grpc-status-mapping.md): the gRPC status of an HTTP status other than 200.
-pub fn http_to_grpc_status(http_status: u16) -> u32 {
-    match http_status {
-        400 => status::INTERNAL,
-        401 => status::UNAUTHENTICATED,
-        403 => status::PERMISSION_DENIED,
-        404 => status::UNIMPLEMENTED,
-        429 | 502 | 503 | 504 => status::UNAVAILABLE,
-        _ => status::UNKNOWN,
-    }
-}
 
 /// One unary call as the filter dispatched it.
 #[derive(Debug, Clone, Default)]
@@ -588,27 +559,6 @@ async fn connection(
     Ok(sender)
 }
 
-/// Percent-decodes a `grpc-message` (PROTOCOL-HTTP2.md), lossy UTF-8.
-fn percent_decode(v: &[u8]) -> String {
-    let mut out = Vec::with_capacity(v.len());
-    let mut i = v.iter().copied().peekable();
-    while let Some(b) = i.next() {
-        if b == b'%' {
-            let mut hex = i.clone();
-            let hi = hex.next().and_then(|c| (c as char).to_digit(16));
-            let lo = hex.next().and_then(|c| (c as char).to_digit(16));
-            if let (Some(hi), Some(lo)) = (hi, lo) {
-                out.push(u8::try_from(hi.saturating_mul(16).saturating_add(lo)).unwrap_or(b'?'));
-                i.next();
-                i.next();
-                continue;
-            }
-        }
-        out.push(b);
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// `grpc-status` as Envoy's `Common::getGrpcStatus` reads it: `None` when absent or empty.
 fn grpc_status(map: &http::HeaderMap) -> Option<u32> {
     let v = map.get("grpc-status")?.as_bytes();
@@ -626,7 +576,7 @@ fn grpc_status(map: &http::HeaderMap) -> Option<u32> {
 
 fn grpc_message(map: &http::HeaderMap) -> String {
     map.get("grpc-message")
-        .map(|v| percent_decode(v.as_bytes()))
+        .map(|v| crate::grpc_status::decode_grpc_message(v.as_bytes()))
         .unwrap_or_default()
 }
 

@@ -9,6 +9,9 @@
 //!   messages shared by every worker, dropping the oldest when full).
 //! - [`http_client`]: `proxy_dispatch_http_call` on background threads of the worker, with a
 //!   completion queue the worker polls.
+//! - [`grpc_client`]: unary `proxy_grpc_call`s over HTTP/2; [`grpc_status`]: gRPC statuses and
+//!   `grpc-message` text as Envoy reads and writes them, and the trailers-only local reply a
+//!   filter's `proxy_send_local_response` becomes on a gRPC request.
 //!
 //! Shared memory comes in as a [`SharedRegion`]: the address and size of a zone nginx mapped
 //! `MAP_SHARED` before forking its workers (`ngx_shared_memory_add`, then `shm.addr` and
@@ -53,6 +56,7 @@ mod lock;
 
 pub mod exposition;
 pub mod grpc_client;
+pub mod grpc_status;
 pub mod http_client;
 mod http_pool;
 pub mod kv;

@@ -1,8 +1,10 @@
-//! Properties: `proxy_get_property` (set by filters first, then the host's own, then the
-//! embedding's [`PropertySource`](crate::stream::PropertySource)) and `proxy_set_property`.
+//! Properties: `proxy_get_property` (set by filters first, then the host's own builtins, then
+//! the embedding's read-only ones ([`Host::property`](crate::Host::property), every context),
+//! then the stream's [`PropertySource`](crate::stream::PropertySource)) and
+//! `proxy_set_property` (refused with `BadArgument` for the embedding's read-only paths).
 
 use crate::abi::core::{
-    ms, refused_growth, return_bytes, return_with, Def, State, C, INTERNAL_FAILURE,
+    ms, refused_growth, return_bytes, return_with, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };
 use crate::error::Error;
@@ -37,9 +39,12 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                     mem::copy(dst, s.builtin(which))
                 });
             }
-            let value = match &state.stream.property_source {
-                Some(source) => source.property(path),
-                None => None,
+            let value = match state.host.property(path) {
+                Some(v) => Some(v),
+                None => match &state.stream.property_source {
+                    Some(source) => source.property(path),
+                    None => None,
+                },
             };
             match value {
                 Some(v) => return_bytes(&mut c, ret_ptr, ret_size, &v),
@@ -59,6 +64,10 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             ) else {
                 return INVALID_MEMORY_ACCESS;
             };
+            if state.host.property(path).is_some() {
+                // The embedding's own (read-only): a filter cannot change what the host says.
+                return BAD_ARGUMENT;
+            }
             let held = state.stream.properties.iter().fold(0usize, |n, (k, v)| {
                 n.saturating_add(k.len()).saturating_add(v.len())
             });
@@ -147,5 +156,57 @@ mod tests {
             .map(|l| l.message.clone())
             .collect();
         assert_eq!(messages, ["my_vm", "my_plugin"]);
+    }
+
+    #[test]
+    fn the_embeddings_properties_answer_in_on_configure_and_are_read_only() {
+        // on_configure reads `tollgate\0answer` and logs it, then tries to set it and logs the
+        // set's status as one byte ("0" + status), then reads it again.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_property" (func $get (param i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_set_property" (func $set (param i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "tollgate\00answer")
+               (data (i32.const 130) "forged")
+               (func $show
+                 (if (i32.eqz (call $get (i32.const 100) (i32.const 15) (i32.const 200) (i32.const 204)))
+                   (then (drop (call $log (i32.const 2) (i32.load (i32.const 200)) (i32.load (i32.const 204)))))
+                   (else (drop (call $log (i32.const 2) (i32.const 130) (i32.const 0))))))
+               (func (export "proxy_on_configure") (param i32 i32) (result i32)
+                 (call $show)
+                 (i32.store8 (i32.const 300)
+                   (i32.add (i32.const 48) (call $set (i32.const 100) (i32.const 15) (i32.const 130) (i32.const 6))))
+                 (drop (call $log (i32.const 2) (i32.const 300) (i32.const 1)))
+                 (call $show)
+                 (i32.const 1))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        host.properties
+            .borrow_mut()
+            .push((b"tollgate\0answer".to_vec(), b"none".to_vec()));
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("p", b"").unwrap();
+        let messages: Vec<_> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect();
+        // BadArgument is status 2.
+        assert_eq!(messages, ["none", "2", "none"]);
+        // Without the embedding's answer the path is an ordinary property: NotFound, then set.
+        host.properties.borrow_mut().clear();
+        host.logs.borrow_mut().clear();
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        vm.create_root("p", b"").unwrap();
+        let messages: Vec<_> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect();
+        assert_eq!(messages, ["", "0", "forged"]);
     }
 }

@@ -13,6 +13,8 @@ use crate::stream::LocalResponse;
 /// Defines this area's functions of module `env`.
 pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     // `proxy_send_http_response` is the same function's later name (ngx_wasm_module).
+    // `grpc_status` is kept when Envoy counts it as set (0 to 16, `LocalResponse::grpc_status`):
+    // the embedding answers a gRPC request with that status instead of the HTTP response.
     let send = |mut c: C<'_>,
                 status: u32,
                 dp: u32,
@@ -21,7 +23,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 bl: u32,
                 hp: u32,
                 hl: u32,
-                _grpc_status: i32|
+                grpc_status: i32|
      -> u32 {
         let Some((mem, state)) = ms(&mut c) else {
             return INTERNAL_FAILURE;
@@ -44,6 +46,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             details: details.to_vec(),
             body: body.to_vec(),
             headers,
+            grpc_status: LocalResponse::grpc_status_arg(grpc_status),
         });
         OK
     };
@@ -110,6 +113,51 @@ mod tests {
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::MemoryHost;
     use crate::{Action, HttpId, Stream, StreamCallback, Vm};
+
+    #[test]
+    fn a_local_responses_grpc_status_is_kept_from_0_to_16_as_envoy_reads_it() {
+        // Envoy's Context::sendLocalResponse (source/extensions/common/wasm/context.cc): a
+        // status from Ok (0) to MaximumKnown (16) is set, anything else (the SDKs' -1) is none.
+        let cases = [
+            (-1, None),
+            (0, Some(0)),
+            (10, Some(10)),
+            (16, Some(16)),
+            (17, None),
+            (i32::MIN, None),
+            (i32::MAX, None),
+        ];
+        for (arg, want) in cases {
+            // on_request_headers: the Rust SDK's send_grpc_response(arg, Some("aborted"), []):
+            // HTTP 200, the message as the body, an empty map (count 0), the status.
+            let m = compile(&wat(
+                "0_2_1",
+                r#"(import "env" "proxy_send_local_response"
+                     (func $send (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))"#,
+                &format!(
+                    r#"(data (i32.const 100) "aborted")
+                       (data (i32.const 200) "\00\00\00\00")
+                       (func (export "proxy_on_context_create") (param i32 i32))
+                       (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
+                       (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                         (drop (call $send (i32.const 200) (i32.const 0) (i32.const 0)
+                           (i32.const 100) (i32.const 7) (i32.const 200) (i32.const 4)
+                           (i32.const {arg})))
+                         (i32.const 1))"#
+                ),
+            ))
+            .unwrap();
+            let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+            let root = vm.create_root("p", b"").unwrap();
+            let id = vm.create_http(root).unwrap();
+            let mut s = Stream::default();
+            vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+                .unwrap();
+            let lr = s.local_response.expect("a local response");
+            assert_eq!((lr.status, lr.body.as_slice()), (200, &b"aborted"[..]));
+            assert_eq!(lr.grpc_status, want, "grpc_status argument {arg}");
+        }
+    }
 
     #[test]
     fn continue_from_a_root_callback_is_recorded_for_take_resumed() {

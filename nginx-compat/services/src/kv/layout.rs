@@ -78,19 +78,61 @@ impl std::fmt::Display for UnsupportedEviction {
 impl std::error::Error for UnsupportedEviction {}
 
 impl Eviction {
-    /// Parses the optional third argument of `shm_kv` (`eviction=lru|slru|none`), for `nginx -t`.
-    /// Absent: [`Eviction::Lru`], the closest to ngx_wasm_module's default (`slru`).
+    /// Parses the optional third argument of `shm_kv` (`eviction=lru|slru|none`), for `nginx -t`:
+    /// what the zone does ([`EvictionPolicy::from_directive`], then
+    /// [`EvictionPolicy::eviction`]).
     ///
     /// # Errors
     /// [`UnsupportedEviction`] for any other value (ngx_wasm_module rejects those too).
     pub fn from_directive(arg: Option<&str>) -> Result<Eviction, UnsupportedEviction> {
+        EvictionPolicy::from_directive(arg).map(EvictionPolicy::eviction)
+    }
+}
+
+/// The eviction policy a `shm_kv` zone was declared with, as the operator wrote it
+/// (`eviction=`; absent: [`EvictionPolicy::Lru`]). [`Eviction`] is what the zone does about it:
+/// `slru` runs as `lru` here (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// `eviction=none`: nothing is ever evicted; a full zone refuses new values.
+    None,
+    /// `eviction=lru`, or no `eviction=`: least recently used entries make room.
+    Lru,
+    /// `eviction=slru` (ngx_wasm_module's default): evicts like `lru` here.
+    Slru,
+}
+
+impl EvictionPolicy {
+    /// Parses the optional third argument of `shm_kv` (`eviction=lru|slru|none`). Absent:
+    /// [`EvictionPolicy::Lru`], this host's default (the closest to ngx_wasm_module's, `slru`).
+    ///
+    /// # Errors
+    /// [`UnsupportedEviction`] for any other value (ngx_wasm_module rejects those too).
+    pub fn from_directive(arg: Option<&str>) -> Result<EvictionPolicy, UnsupportedEviction> {
         match arg {
-            None => Ok(Eviction::Lru),
-            Some("eviction=lru") | Some("eviction=slru") => Ok(Eviction::Lru),
-            Some("eviction=none") => Ok(Eviction::None),
+            None | Some("eviction=lru") => Ok(EvictionPolicy::Lru),
+            Some("eviction=slru") => Ok(EvictionPolicy::Slru),
+            Some("eviction=none") => Ok(EvictionPolicy::None),
             Some(other) => Err(UnsupportedEviction(
                 other.strip_prefix("eviction=").unwrap_or(other).to_string(),
             )),
+        }
+    }
+
+    /// What a zone of this policy does when full.
+    pub fn eviction(self) -> Eviction {
+        match self {
+            EvictionPolicy::None => Eviction::None,
+            EvictionPolicy::Lru | EvictionPolicy::Slru => Eviction::Lru,
+        }
+    }
+
+    /// The policy's name in the directive: `none`, `lru` or `slru`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::None => "none",
+            EvictionPolicy::Lru => "lru",
+            EvictionPolicy::Slru => "slru",
         }
     }
 }

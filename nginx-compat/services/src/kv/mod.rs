@@ -76,6 +76,8 @@ mod zone_set;
 #[allow(clippy::arithmetic_side_effects)]
 mod tests;
 
-pub use layout::{Eviction, KvError, KvLayout, KvStats, UnsupportedEviction, MIN_ZONE_BYTES};
+pub use layout::{
+    Eviction, EvictionPolicy, KvError, KvLayout, KvStats, UnsupportedEviction, MIN_ZONE_BYTES,
+};
 pub use table::KvZone;
-pub use zone_set::{DuplicateZone, ZoneSet};
+pub use zone_set::{route_index, DuplicateZone, ZoneSet};

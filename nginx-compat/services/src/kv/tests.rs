@@ -2,7 +2,7 @@
 
 use super::layout::*;
 use super::table::*;
-use super::{DuplicateZone, ZoneSet};
+use super::{route_index, DuplicateZone, ZoneSet};
 use crate::shm::SharedRegion;
 use crate::zone::{AttachError, Init};
 use std::collections::HashMap;
@@ -279,6 +279,39 @@ fn eviction_directive_values() {
 }
 
 #[test]
+fn eviction_policies_keep_the_directives_name() {
+    let table = [
+        (None, EvictionPolicy::Lru, "lru", Eviction::Lru),
+        (
+            Some("eviction=lru"),
+            EvictionPolicy::Lru,
+            "lru",
+            Eviction::Lru,
+        ),
+        (
+            Some("eviction=slru"),
+            EvictionPolicy::Slru,
+            "slru",
+            Eviction::Lru,
+        ),
+        (
+            Some("eviction=none"),
+            EvictionPolicy::None,
+            "none",
+            Eviction::None,
+        ),
+    ];
+    for (arg, policy, name, eviction) in table {
+        assert_eq!(EvictionPolicy::from_directive(arg), Ok(policy), "{arg:?}");
+        assert_eq!((policy.as_str(), policy.eviction()), (name, eviction));
+    }
+    assert_eq!(
+        EvictionPolicy::from_directive(Some("eviction=NONE")),
+        Err(UnsupportedEviction("NONE".into()))
+    );
+}
+
+#[test]
 fn large_values_round_trip_and_resize() {
     let z = zone(256 * 1024, Eviction::None);
     let initial_free = z.stats().free_blocks;
@@ -382,6 +415,23 @@ fn zone_set_routes_like_ngx_wasm_module() {
     assert_eq!(set.zone("*").unwrap().get(b"other/x").unwrap().0, b"2");
     assert_eq!(set.zone("*").unwrap().get(b"/x").unwrap().0, b"3");
     assert_eq!(set.get(b"plain").unwrap().0, b"4");
+}
+
+#[test]
+fn route_index_routes_names_as_the_zone_set_routes_zones() {
+    let names = ["rl", "*", "cost"];
+    let route = |key: &[u8]| route_index(names, key);
+    assert_eq!(route(b"rl/a"), Some(0));
+    assert_eq!(route(b"cost/tenant/x"), Some(2));
+    assert_eq!(route(b"rl"), Some(1));
+    assert_eq!(route(b"rlx/a"), Some(1));
+    assert_eq!(route(b"/rl/a"), Some(1));
+    assert_eq!(route(b""), Some(1));
+    assert_eq!(route(b"*/x"), Some(1));
+    // Without a `*` zone, only named keys have a zone.
+    assert_eq!(route_index(["rl"], b"rl/a"), Some(0));
+    assert_eq!(route_index(["rl"], b"other/a"), None);
+    assert_eq!(route_index(std::iter::empty::<&str>(), b"x"), None);
 }
 
 #[test]

@@ -24,6 +24,30 @@ impl std::fmt::Display for DuplicateZone {
 
 impl std::error::Error for DuplicateZone {}
 
+/// The position, among zones named `names` (in any order; names are unique), of the zone that
+/// `key` belongs to: [`ZoneSet`]'s routing, for callers that have the zones' names before the
+/// zones exist (the nginx module at configuration time). A key `NAME/rest` (`NAME` not empty)
+/// goes to the zone `NAME` when there is one, every other key to the zone `*`; `None` when
+/// that zone does not exist either.
+pub fn route_index<'a, I>(names: I, key: &[u8]) -> Option<usize>
+where
+    I: IntoIterator<Item = &'a str>,
+    I::IntoIter: Clone,
+{
+    let names = names.into_iter();
+    let prefix = key
+        .iter()
+        .position(|&b| b == b'/')
+        .filter(|&i| i > 0)
+        .and_then(|i| key.get(..i));
+    if let Some(prefix) = prefix {
+        if let Some(i) = names.clone().position(|n| n.as_bytes() == prefix) {
+            return Some(i);
+        }
+    }
+    names.into_iter().position(|n| n == "*")
+}
+
 impl ZoneSet {
     /// No zones.
     pub fn new() -> ZoneSet {
@@ -49,13 +73,7 @@ impl ZoneSet {
 
     /// The zone `key` belongs to (see the type documentation), if any.
     pub fn route(&self, key: &[u8]) -> Option<&KvZone> {
-        let named = key
-            .iter()
-            .position(|&b| b == b'/')
-            .filter(|&i| i > 0)
-            .and_then(|i| key.get(..i))
-            .and_then(|prefix| self.zones.iter().find(|z| z.name.as_bytes() == prefix));
-        named.or_else(|| self.zone("*"))
+        route_index(self.zones.iter().map(|z| z.name.as_str()), key).and_then(|i| self.zones.get(i))
     }
 
     /// [`KvZone::get`] on the key's zone.

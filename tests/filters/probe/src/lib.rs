@@ -13,7 +13,16 @@
 //!   `pause_call` (dispatch a call to `call_upstream`, pause), `pause_tick` / `pause_queue` (pause;
 //!   the root context resumes the request from `on_tick` / `on_queue_ready`), `local` (418 with a
 //!   body, no content-type), `echo` (200 whose body lists the request header names the filter
-//!   sees), `write_headers` (the writes of `writes` below).
+//!   sees), `write_headers` (the writes of `writes` below), `grpc_abort` (the Rust SDK's
+//!   `send_grpc_response(Aborted, Some(GRPC_ABORT_MESSAGE), [])`, as proxy-wasm-rust-sdk's
+//!   `grpc_auth_random` example aborts a call: HTTP 200, the message as the body, gRPC status
+//!   10), `copy_authority` (adds the request header `x-probe-authority` with the `:authority`
+//!   the filter reads, `<none>` when the map has none, and continues), `authority_local` (200
+//!   whose body is that `:authority`: a gRPC client reads it as the details), `eviction` (200 whose
+//!   JSON body is `{"configure": {KEY: VALUE}, "request": {KEY: VALUE}}`: the property
+//!   `tollgate.shared_data.eviction.<KEY>` of each `eviction_keys` key as read in the root
+//!   context's `on_configure` and in this HTTP context, `null` when the host answers NotFound,
+//!   `"error: STATUS"` for another status).
 //! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
@@ -27,6 +36,10 @@
 //!   a replacement cannot); `tick`: `resume` (default), `loop`.
 //! - `trap_on_context`: the ordinal (from 1) of the HTTP context whose creation traps (once).
 //! - `root_only`: the root context declares no context type (an HTTP context cannot be made).
+//! - `eviction_keys`: shared-data keys whose zone's eviction policy `on_configure` reads (the
+//!   nginx host's `tollgate.shared_data.eviction.<KEY>`, see nginx-compat/README.md);
+//!   `require_no_eviction`: `on_configure` then fails unless every answer is `none`, as a filter
+//!   keeping limits in shared data refuses a zone that evicts (so `nginx -t` fails).
 #![allow(unsafe_code)] // The raw ABI calls below: their status is what the tests look at.
 #![allow(
     clippy::unwrap_used,
@@ -56,6 +69,29 @@ struct Config {
     tick: String,
     trap_on_context: u32,
     root_only: bool,
+    eviction_keys: Vec<String>,
+    require_no_eviction: bool,
+}
+
+/// The message of `grpc_abort`: a `%` and a non-ASCII character, which gRPC's `grpc-message`
+/// carries percent-encoded, so that a client reading it back shows the encoding is right.
+const GRPC_ABORT_MESSAGE: &str = "probe aborted the call: 100% sûr";
+
+/// The eviction policy the host gives for shared-data key `key`: its text, `null` for
+/// NotFound, `"error: STATUS"` for another status (read with the SDK's hostcall, which returns
+/// InternalFailure instead of panicking as the trait's `get_property` would).
+fn eviction_of(key: &str) -> serde_json::Value {
+    let path = vec!["tollgate", "shared_data", "eviction", key];
+    match proxy_wasm::hostcalls::get_property(path) {
+        Ok(Some(v)) => serde_json::Value::String(String::from_utf8_lossy(&v).into_owned()),
+        Ok(None) => serde_json::Value::Null,
+        Err(e) => serde_json::Value::String(format!("error: {e:?}")),
+    }
+}
+
+/// `{KEY: eviction_of(KEY)}` for each of `keys`.
+fn evictions(keys: &[String]) -> serde_json::Map<String, serde_json::Value> {
+    keys.iter().map(|k| (k.clone(), eviction_of(k))).collect()
 }
 
 #[derive(Deserialize, Clone)]
@@ -219,6 +255,8 @@ fn grow(mib: usize) {
 #[derive(Default)]
 struct Root {
     config: Config,
+    /// The eviction policies read in `on_configure` (`eviction_keys`).
+    configured_evictions: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Context for Root {}
@@ -240,6 +278,18 @@ impl RootContext for Root {
         let configure = cfg.configure.clone();
         let wants_tick = cfg.request_headers == "pause_tick" || cfg.tick == "loop";
         let wants_queue = cfg.request_headers == "pause_queue";
+        self.configured_evictions = evictions(&cfg.eviction_keys);
+        if cfg.require_no_eviction {
+            for (key, policy) in &self.configured_evictions {
+                if policy.as_str() != Some("none") {
+                    log::error!(
+                        "probe: shared-data key \"{key}\" is in a zone whose eviction is {policy}: \
+                         refusing it (declare the zone with eviction=none)"
+                    );
+                    return false;
+                }
+            }
+        }
         self.config = cfg;
         match configure.as_str() {
             "loop" => spin(),
@@ -290,6 +340,7 @@ impl RootContext for Root {
         Some(Box::new(Probe {
             id: context_id,
             config: self.config.clone(),
+            configured_evictions: self.configured_evictions.clone(),
         }))
     }
 
@@ -314,6 +365,7 @@ fn resume_waiting() {
 struct Probe {
     id: u32,
     config: Config,
+    configured_evictions: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Probe {
@@ -360,6 +412,40 @@ impl Probe {
             }
             "local" => {
                 self.send_http_response(418, vec![("x-probe", "local")], Some(b"teapot"));
+                Action::Pause
+            }
+            "grpc_abort" => {
+                self.send_grpc_response(
+                    proxy_wasm::types::GrpcStatusCode::Aborted,
+                    Some(GRPC_ABORT_MESSAGE),
+                    vec![],
+                );
+                Action::Pause
+            }
+            "copy_authority" => {
+                let authority = self
+                    .get_http_request_header(":authority")
+                    .unwrap_or_else(|| "<none>".to_owned());
+                self.set_http_request_header("x-probe-authority", Some(&authority));
+                Action::Continue
+            }
+            "authority_local" => {
+                let authority = self
+                    .get_http_request_header(":authority")
+                    .unwrap_or_else(|| "<none>".to_owned());
+                self.send_http_response(200, vec![], Some(authority.as_bytes()));
+                Action::Pause
+            }
+            "eviction" => {
+                let body = serde_json::json!({
+                    "configure": self.configured_evictions,
+                    "request": evictions(&self.config.eviction_keys),
+                });
+                self.send_http_response(
+                    200,
+                    vec![("content-type", "application/json")],
+                    Some(body.to_string().as_bytes()),
+                );
                 Action::Pause
             }
             "echo" => {
