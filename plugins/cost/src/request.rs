@@ -147,6 +147,11 @@ impl<const N: usize> Visitor<'_> for NameSeed<N> {
         if let Some(at) = self.0.iter().position(|n| *n == name) {
             return Ok(Name(Ok(at)));
         }
+        // An ASCII name without NUL spells a name only in another case, so at its length.
+        let plain = name.is_ascii() && !name.as_bytes().contains(&0);
+        if plain && !self.0.iter().any(|n| n.len() == name.len()) {
+            return Ok(Name(Err(false)));
+        }
         Ok(Name(Err(self.0.iter().any(|n| spells(name, n)))))
     }
 }
