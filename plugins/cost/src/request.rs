@@ -147,9 +147,11 @@ impl<const N: usize> Visitor<'_> for NameSeed<N> {
         if let Some(at) = self.0.iter().position(|n| *n == name) {
             return Ok(Name(Ok(at)));
         }
-        // An ASCII name without NUL spells a name only in another case, so at its length.
-        let plain = name.is_ascii() && !name.as_bytes().contains(&0);
-        if plain && !self.0.iter().any(|n| n.len() == name.len()) {
+        // An ASCII name spells a name only in another case, at its length or cut there by a NUL.
+        let may_spell = |n: &&str| {
+            name.len() == n.len() || name.as_bytes().get(n.len()).is_some_and(|&b| b == 0)
+        };
+        if name.is_ascii() && !self.0.iter().any(may_spell) {
             return Ok(Name(Err(false)));
         }
         Ok(Name(Err(self.0.iter().any(|n| spells(name, n)))))
