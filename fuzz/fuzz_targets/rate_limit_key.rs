@@ -1,7 +1,10 @@
 //! The rate-limit client key (`tollgate_rate_limit::key`) from arbitrary request values.
 //! Input: a byte choosing the key parts and the IPv6 prefix, then `0xff`-separated fields: a
 //! header value, X-Forwarded-For values (`0xfe`-separated), the peer address, `:path`,
-//! `:method`, `:authority`. Properties: no panic; a key is either at most 128 printable ASCII
+//! `:method`, `:authority` (the header is also read as a credential, `api_key_header`, whose
+//! refusals are the only ones). Properties: no panic; the authority's canonical host
+//! (`tollgate_common::authority`), when it has one, is lower-case ASCII without a port and its
+//! own canonical form; a key is either at most 128 printable ASCII
 //! bytes or `#` and 32 hex digits, and with the longest zone and rule names the shared-data key
 //! stays within `MAX_SHARED_KEY_BYTES`; the key is a function of the parts (the same request, the
 //! same key) and separates different values (a header value one byte longer never shares its
@@ -9,7 +12,10 @@
 //! canonical address.
 #![no_main]
 
+use std::borrow::Cow;
+
 use libfuzzer_sys::fuzz_target;
+use tollgate_common::authority::canonical_host;
 use tollgate_common::identity::{IdentitySource, IdentityView};
 use tollgate_rate_limit::key::{
     canonical_ip, client_ip, client_key, key_prefix, shared_key, KeyPart, RequestView,
@@ -22,7 +28,7 @@ struct Req<'a> {
     source: &'a [u8],
     path: &'a [u8],
     method: &'a [u8],
-    authority: &'a [u8],
+    host: Option<String>,
 }
 
 impl IdentityView for Req<'_> {
@@ -31,6 +37,9 @@ impl IdentityView for Req<'_> {
     }
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         (name == "x-key").then(|| self.header.to_vec())
+    }
+    fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
+        Some(self.header(name).into_iter().collect())
     }
 }
 
@@ -47,8 +56,8 @@ impl RequestView for Req<'_> {
     fn method(&self) -> Option<&[u8]> {
         Some(self.method)
     }
-    fn authority(&self) -> Option<&[u8]> {
-        Some(self.authority)
+    fn host(&self) -> Option<&str> {
+        self.host.as_deref()
     }
 }
 
@@ -73,12 +82,24 @@ fuzz_target!(|data: &[u8]| {
         source: next(),
         path: next(),
         method: next(),
-        authority: next(),
+        host: canonical_host(next()).ok().map(Cow::into_owned),
     };
+    if let Some(host) = &req.host {
+        assert!(!host
+            .bytes()
+            .any(|b| b.is_ascii_uppercase() || !b.is_ascii()));
+        assert!(!host.ends_with('.'));
+        assert!(host.starts_with('[') || !host.contains(':'));
+        assert_eq!(
+            canonical_host(host.as_bytes()).as_deref(),
+            Ok(host.as_str())
+        );
+    }
     let prefix = 1 + (choice >> 1) % 128;
     let header = KeyPart::Identity(IdentitySource::Unverified {
         header: "x-key".into(),
     });
+    let credential = KeyPart::Identity(IdentitySource::credential("x-key"));
     let all = [
         header.clone(),
         KeyPart::ClientAddress {
@@ -88,6 +109,7 @@ fuzz_target!(|data: &[u8]| {
         KeyPart::Path,
         KeyPart::Method,
         KeyPart::Host,
+        credential.clone(),
     ];
     let parts: Vec<KeyPart> = all
         .iter()
@@ -97,6 +119,11 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let key = client_key(&parts, &req);
     assert_eq!(key, client_key(&parts, &req), "deterministic");
+    // Only a credential part refuses a request.
+    let Ok(key) = key else {
+        assert!(parts.contains(&credential));
+        return;
+    };
     if let Some(k) = &key {
         assert!(valid(k), "{k:?}");
         let longest = shared_key(&key_prefix(&"z".repeat(32), &"r".repeat(32), 15), k);
@@ -110,7 +137,7 @@ fuzz_target!(|data: &[u8]| {
             xff: req.xff.clone(),
             ..req
         };
-        if let (Some(a), Some(b)) = (&key, client_key(&parts, &other)) {
+        if let (Some(a), Ok(Some(b))) = (&key, client_key(&parts, &other)) {
             assert_ne!(a, &b, "{:?}", String::from_utf8_lossy(&longer));
         }
     }

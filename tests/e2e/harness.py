@@ -137,7 +137,7 @@ class GatewaySpec:
     workers: int = 1
     route_header: str | None = None  # route by this header's value (cluster name) when set
     stats_config: dict[str, Any] | None = None  # Envoy bootstrap `stats_config` (e.g. stats_tags), rendered as given
-    kv_zones: dict[str, str] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}); Envoy's shared data has no zones
+    kv_zones: dict[str, str | None] | None = None  # nginx `shm_kv NAME ARGS;` (e.g. {"cost": "64k eviction=none"}) beside DEFAULT_KV_ZONES (None: not declared); Envoy's shared data has no zones
     # The shipped configurations' path handling: Envoy normalises paths before the filters
     # (normalize_path, merge_slashes, escaped slashes refused); nginx proxies the URI it
     # normalised ($uri) instead of the raw request target. Off: both forward the raw target.
@@ -154,6 +154,11 @@ class GatewaySpec:
     # Kong's module (no per-worker counters): log the worker (pid) of each proxied request, read
     # by KongGateway.worker_log. Off by default: the benchmarks render the same configuration.
     worker_log: bool = False
+    # Request header names with `_`: None, each host's default (Envoy forwards them, nginx drops
+    # them: `underscores_in_headers off`); True, forwarded (nginx `underscores_in_headers on`);
+    # False, refused (Envoy's `headers_with_underscores_action: REJECT_REQUEST`, as envoy/*.yaml
+    # ship; nginx drops them, its default).
+    underscores_in_headers: bool | None = None
 
 
 class Gateway:
@@ -259,6 +264,8 @@ def envoy_config(spec: GatewaySpec, listen_port: int, admin_port: int) -> dict:
                                         "stat_prefix": "gateway",
                                         "max_request_headers_kb": 96,
                                         **(ENVOY_PATH_NORMALIZATION if spec.normalize_paths else {}),
+                                        **({"common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"}}
+                                           if spec.underscores_in_headers is False else {}),
                                         "route_config": {
                                             "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}]
                                         },
@@ -354,6 +361,11 @@ def nginx_quote(value: str) -> str:
 NGINX_INLINE_CONFIG_MAX = 3000
 
 
+# The zones every rendered nginx configuration declares unless the spec names them itself:
+# rate-limit's `ratelimit/` keys and cost's ledger (`cost/`), each in a zone that never evicts.
+DEFAULT_KV_ZONES = {"ratelimit": "4m eviction=none", "cost": "4m eviction=none"}
+
+
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
                  log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
@@ -403,7 +415,10 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     else:
         target = f"http://{default}"
         route_map = ""
-    kv_zones = dict(spec.kv_zones or {})
+    # As in nginx-compat/conf/full-chain.conf: the state that limits and budgets enforce lives in
+    # zones that never evict (rate-limit and cost refuse to load on one that does; the implicit
+    # `*` zone evicts). A spec's own kv_zones replace these; a zone given as None is not declared.
+    kv_zones = {name: args for name, args in {**DEFAULT_KV_ZONES, **(spec.kv_zones or {})}.items() if args is not None}
     if kong:
         kv_zones.setdefault("*", "4m eviction=lru")
     modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
@@ -417,6 +432,7 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     # Kong's module has no per-worker counters: a test that asks (spec.worker_log) gets the
     # worker (pid) of each proxied request logged instead (KongGateway.worker_log).
     worker_log = f"        access_log {prefix}/workers.log tollgate_worker;\n" if kong and spec.worker_log else ""
+    underscores = "        underscores_in_headers on;\n" if spec.underscores_in_headers else ""
     stats = ("location /stats { return 501 \"Kong's ngx_wasm_module has no metrics endpoint\\n\"; }" if kong
              else "location /stats { tollgate_metrics; }")
     return f"""# Rendered by tests/e2e/harness.py ({"KongHost" if kong else "NginxHost"})
@@ -445,7 +461,7 @@ http {{
 {chr(10).join(upstreams)}
 {route_map}    server {{
         listen 127.0.0.1:{listen_port} reuseport;
-{worker_log}        location / {{
+{underscores}{worker_log}        location / {{
 {rewrite}{chain_conf}
             proxy_pass {target};
             proxy_http_version 1.1;
@@ -610,6 +626,13 @@ KONG_DIFFERENCES: dict[str, str] = {
     "shm-full-traps": "a write to a full shm_kv zone (eviction=none) traps the guest instead of "
                       "answering a status (ngx_proxy_wasm_host.c set_shared_data): that request "
                       "answers 500, the key-creation lease it held stays taken for its 2 s",
+    "authority-is-host": "`:authority` is the Host header even when the request line has an absolute-form target, "
+                         "whose authority nginx routes on and forwards as $host: a host rule reads another "
+                         "host than the one served",
+    "no-eviction-policy": "the module does not tell the filters whether a shm_kv zone evicts "
+                          "(tollgate.shared_data.eviction.<key>), so rate-limit and cost load on an "
+                          "evicting zone (lru, slru: the default) without a word: declare their zones "
+                          "eviction=none",
     "dispatch-body-whole": "a dispatch response's body is buffered whole (one allocation of its "
                            "Content-Length) and its length reaches on_http_call_response as 32 "
                            "bits: an endless body fails the call yet reaches the filter as an "

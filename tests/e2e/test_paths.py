@@ -17,15 +17,13 @@ The table is the unit tests' (plugins/common/src/path.rs) with the answers a cli
 """
 from __future__ import annotations
 
-import json
-import socket
 import time
-import urllib.parse
 
 import jwt as pyjwt
 import pytest
 
 from harness import FilterSpec, GatewaySpec, kong_differs
+from raw_http import exchange, json_body, request
 
 SECRET = "paths-e2e-secret-0123456789abcdef0123456789"
 ISSUER = "https://issuer.paths.e2e"
@@ -65,35 +63,11 @@ NO_LLM = token()
 def send(gateway, target: bytes, bearer: str | None = None, method: bytes = b"GET") -> tuple[int, dict | None]:
     """One request with `target` as is in the request line; the status and the JSON body (the
     upstream's echo, or a filter's error), if any."""
-    u = urllib.parse.urlsplit(gateway.url)
-    head = method + b" " + target + b" HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\nContent-Length: 0\r\n"
+    fields = [(b"Host", b"gw.test")]
     if bearer:
-        head += b"Authorization: Bearer " + bearer.encode() + b"\r\n"
-    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
-        s.sendall(head + b"\r\n")
-        status, body = read_response(s)
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    return status, parsed if isinstance(parsed, dict) else None
-
-
-def read_response(s: socket.socket) -> tuple[int, bytes]:
-    """Reads one HTTP/1.1 response with a Content-Length (every answer here has one: the demo
-    upstream's and the filters' local replies), else until the connection closes. Envoy keeps the
-    connection of a local reply open for a second after `Connection: close`."""
-    data = b""
-    while b"\r\n\r\n" not in data and (chunk := s.recv(65536)):
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split()[1]) if lines[0] else 0
-    fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
-    length = int(fields[b"content-length"]) if b"content-length" in fields else None
-    while (length is None or len(body) < length) and (chunk := s.recv(65536)):
-        body += chunk
-    return status, body
+        fields.append((b"Authorization", b"Bearer " + bearer.encode()))
+    status, _, body = exchange(gateway.url, request(target, fields, method))
+    return status, json_body(body)
 
 
 REFUSED = 400
@@ -245,3 +219,21 @@ def test_a_64_kib_path(g, host, mode):
     # Envoy's own normalisation (shipped) drops `..` above the root: then the path is `/`,
     # which needs a token.
     assert status == (401 if host.name == "envoy" and mode == "shipped" else 400)
+
+
+def test_ignore_case_rules_match_every_case(host, upstream, gateways):
+    """`ignore_case` (Envoy's StringMatcher option) guards an upstream that reads paths
+    case-insensitively; rules without it keep RFC 3986's case-sensitive paths."""
+    jwt = dict(JWT, rules=[{"match": {"prefix": "/v1/admin", "ignore_case": True}, "audiences": ["admin"]},
+                           {"match": {"prefix": "/v1/ops"}, "audiences": ["admin"]},
+                           {"match": {"prefix": "/"}, "bypass": True}])
+    limit = {"zone": "case", "rules": [{"name": "models", "match": {"prefix": "/v1/models", "ignore_case": True},
+                                        "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]}]}
+    g = gateways(host, GatewaySpec(filters=[FilterSpec("jwt-auth", jwt), FilterSpec("rate-limit", limit)],
+                                   upstreams={"upstream": upstream.port}))
+    for target in (b"/v1/admin/x", b"/V1/ADMIN/x", b"/v1/Admin", b"/V1/admin/../ADMIN/x"):
+        assert send(g, target, NO_LLM)[0] == 403, target
+    # Case-sensitive by default: /V1/OPS is not /v1/ops (the bypass rule takes it).
+    assert send(g, b"/v1/ops/x", NO_LLM)[0] == 403
+    assert send(g, b"/V1/OPS/x", NO_LLM)[0] == 200
+    assert [send(g, t, NO_LLM)[0] for t in (b"/v1/models", b"/V1/MODELS", b"/v1/Models/x")] == [200, 429, 429]

@@ -34,13 +34,13 @@ pub fn encode_map(pairs: &[(&str, &[u8])]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Decodes a proxy-wasm header map into (name, value) pairs; names that are not UTF-8 become
-/// U+FFFD-replaced text (a client controls them in some hosts). `None` when the bytes are not a
-/// well-formed map (a count or a length past the end): the caller treats it as a host error.
-/// An empty buffer is an empty map.
-pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+/// Calls `f` with each (name, value) of a proxy-wasm header map, in order, borrowed from `bytes`
+/// (nothing is allocated). `None` when the bytes are not a well-formed map (a count or a length
+/// past the end; `f` may have seen the entries before the fault): the caller treats it as a host
+/// error. An empty buffer is an empty map.
+pub fn for_each_entry<'a>(bytes: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) -> Option<()> {
     if bytes.is_empty() {
-        return Some(Vec::new());
+        return Some(());
     }
     let u32_at = |at: usize| -> Option<usize> {
         let word = bytes.get(at..at.checked_add(4)?)?;
@@ -51,7 +51,6 @@ pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     if data > bytes.len() {
         return None;
     }
-    let mut pairs = Vec::with_capacity(count);
     for n in 0..count {
         let sizes = n.checked_mul(8)?.checked_add(4)?;
         let (name_len, value_len) = (u32_at(sizes)?, u32_at(sizes.checked_add(4)?)?);
@@ -59,8 +58,19 @@ pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
         data = data.checked_add(name_len)?.checked_add(1)?;
         let value = bytes.get(data..data.checked_add(value_len)?)?;
         data = data.checked_add(value_len)?.checked_add(1)?;
-        pairs.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
+        f(name, value);
     }
+    Some(())
+}
+
+/// Decodes a proxy-wasm header map into (name, value) pairs; names that are not UTF-8 become
+/// U+FFFD-replaced text (a client controls them in some hosts). `None` when the bytes are not a
+/// well-formed map ([`for_each_entry`]).
+pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let mut pairs = Vec::new();
+    for_each_entry(bytes, |name, value| {
+        pairs.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
+    })?;
     Some(pairs)
 }
 

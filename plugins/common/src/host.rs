@@ -182,6 +182,24 @@ pub fn property_encoded(path: &[u8]) -> Option<Vec<u8>> {
     raw::property_encoded(path).ok().flatten()
 }
 
+/// Refuses a configuration whose state would live in a shared-data zone that evicts, unless it
+/// allows it (`crate::eviction`): `false` when the filter must not load (the reason is logged);
+/// an allowed evicting zone is logged as a warning.
+pub fn eviction_allowed(filter: &str, key: &str, allow_eviction: bool) -> bool {
+    let policy = property(&crate::eviction::property_path(key));
+    match crate::eviction::check(filter, key, policy.as_deref(), allow_eviction) {
+        Ok(None) => true,
+        Ok(Some(warning)) => {
+            log::warn!("{warning}");
+            true
+        }
+        Err(refusal) => {
+            log::error!("{refusal}");
+            false
+        }
+    }
+}
+
 /// Sets a property for the current request.
 ///
 /// # Errors
@@ -199,6 +217,50 @@ pub fn request_header_bytes(name: &str) -> Option<Vec<u8>> {
 /// become U+FFFD, so such a value can never equal a configured ASCII string or parse as a token.
 pub fn request_header(name: &str) -> Option<String> {
     request_header_bytes(name).map(abi_codec::text)
+}
+
+/// Removes every request header whose name an upstream reading names the CGI way takes for one
+/// of `folded` (each a [`crate::http::cgi_fold`]) but which differs from it by more than case
+/// (`x_jwt_sub`, `X.Jwt-Sub` for `x-jwt-sub`): a removal or replacement of the name itself leaves
+/// those in place (README, "Paths, hosts and identities"). One read of the whole map.
+///
+/// # Errors
+/// The host's status when the map cannot be read: the caller cannot tell that no such header
+/// is left, and refuses the request.
+pub fn remove_cgi_aliases(folded: &[Vec<u8>]) -> Result<(), u32> {
+    let bytes = raw::header_map_bytes(MapType::HttpRequestHeaders)?;
+    let mut aliases: Vec<&[u8]> = Vec::new();
+    abi_codec::for_each_entry(&bytes, |name, _| {
+        if folded.iter().any(|f| crate::http::is_cgi_alias(name, f)) {
+            aliases.push(name);
+        }
+    })
+    .ok_or(raw::SERIALIZATION_FAILURE)?;
+    for name in aliases {
+        // An alias folds to ASCII, so it is ASCII itself.
+        if let Ok(name) = std::str::from_utf8(name) {
+            raw::set_header_value(MapType::HttpRequestHeaders, name, None)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every value of request header `name` and of its CGI spellings (`x_api_key` for `x-api-key`,
+/// [`crate::http::cgi_fold`]), in order. One read of the whole map.
+///
+/// # Errors
+/// The host's status when the map cannot be read.
+pub fn request_header_values(name: &str) -> Result<Vec<Vec<u8>>, u32> {
+    let bytes = raw::header_map_bytes(MapType::HttpRequestHeaders)?;
+    let folded = crate::http::cgi_fold(name.as_bytes());
+    let mut values = Vec::new();
+    abi_codec::for_each_entry(&bytes, |n, v| {
+        if n.eq_ignore_ascii_case(&folded) || crate::http::is_cgi_alias(n, &folded) {
+            values.push(v.to_vec());
+        }
+    })
+    .ok_or(raw::SERIALIZATION_FAILURE)?;
+    Ok(values)
 }
 
 /// Sets (`Some`, replacing the value) or removes (`None`) a header of `map`; a host error is
@@ -238,6 +300,13 @@ pub fn http_call_response_body(max: usize) -> Vec<u8> {
 pub fn refuse_path(filter: &str, error: crate::path::PathError) {
     log::info!("{filter}: 400 invalid_path: {error}");
     send_json_error(400, &[], "invalid_path", error.description());
+}
+
+/// Refuses a request whose authority has no canonical host (`crate::authority`): 400 with a
+/// JSON body (`invalid_authority`) and a log line naming the filter.
+pub fn refuse_authority(filter: &str, error: crate::authority::AuthorityError) {
+    log::info!("{filter}: 400 invalid_authority: {error}");
+    send_json_error(400, &[], "invalid_authority", error.description());
 }
 
 /// Makes the request carry the path its rules matched: rewrites `:path` to the normal form

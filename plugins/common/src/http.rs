@@ -9,6 +9,34 @@ pub fn is_safe_header_value(value: &str) -> bool {
         .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
+/// A header name folded as upstreams that read names the CGI way see it: RFC 3875 section
+/// 4.1.18 makes a field `HTTP_` and its name upper-cased with `-` as `_` (Python's WSGI servers,
+/// wsgiref included, and PHP do so), and PHP also reads `.` as `_` in `$_SERVER` keys. Folded
+/// here to lower case with `_` and `.` as `-`: names with one fold are one header to such an
+/// upstream, which joins their values (wsgiref: `admin,bob`) or keeps one of them.
+pub fn cgi_fold(name: &[u8]) -> Vec<u8> {
+    name.iter().map(|&b| cgi_fold_byte(b)).collect()
+}
+
+fn cgi_fold_byte(b: u8) -> u8 {
+    match b {
+        b'_' | b'.' => b'-',
+        _ => b.to_ascii_lowercase(),
+    }
+}
+
+/// Whether `name` is a spelling of the header whose [`cgi_fold`] is `folded` that differs from it
+/// by more than ASCII case (an `_` or `.` for a `-`): a name a proxy's removal of `folded`
+/// leaves in place, yet a CGI-style upstream reads as that header.
+pub fn is_cgi_alias(name: &[u8], folded: &[u8]) -> bool {
+    name.len() == folded.len()
+        && name.iter().any(|&b| b == b'_' || b == b'.')
+        && name
+            .iter()
+            .zip(folded)
+            .all(|(&a, &b)| cgi_fold_byte(a) == b)
+}
+
 /// A small JSON error body, `{"error":"<error>","message":"<message>"}`, as bytes.
 pub fn json_error_body(error: &str, message: &str) -> Vec<u8> {
     let body = serde_json::json!({ "error": error, "message": message });
@@ -82,6 +110,34 @@ mod tests {
         assert_eq!(query_param("t=%zz", "t"), None);
         assert_eq!(query_param("t=%4", "t"), None);
         assert_eq!(split_path_query("/p"), ("/p", None));
+    }
+
+    #[test]
+    fn cgi_aliases() {
+        let sub = cgi_fold(b"X-Jwt-Sub");
+        assert_eq!(sub, b"x-jwt-sub");
+        for alias in [
+            "x_jwt_sub",
+            "X_JWT_SUB",
+            "x-jwt_sub",
+            "x_Jwt-sub",
+            "x.jwt.sub",
+            "X.jwt_Sub",
+        ] {
+            assert!(is_cgi_alias(alias.as_bytes(), &sub), "{alias}");
+        }
+        for other in [
+            "x-jwt-sub",
+            "X-JWT-SUB",
+            "x-jwt-subx",
+            "x_jwt_su",
+            "xjwtsub",
+            "x_jwt=sub",
+        ] {
+            assert!(!is_cgi_alias(other.as_bytes(), &sub), "{other}");
+        }
+        // A configured name with an underscore folds the same way.
+        assert!(is_cgi_alias(b"x-user.id", &cgi_fold(b"x_user_id")));
     }
 
     #[test]

@@ -11,9 +11,13 @@
 //! Configuration: `{"header": NAME}` is the verified value of claim header NAME (the default,
 //! and the only trusted form); `{"unverified_header": NAME}` takes the request header as sent,
 //! for a header that a proxy in front of the gateway sets and strips (anything else lets a
-//! client choose its identity).
+//! client choose its identity). `{"api_key_header": NAME}` (and `unverified_header` naming
+//! `authorization` or `proxy-authorization`) is a credential the upstream checks: read in its
+//! canonical form (`crate::credential`), so that one credential is one identity whatever its
+//! spelling, and refused when the header does not hold exactly one.
 
 use crate::config::{header_name, ConfigError};
+use crate::credential::{canonical_credential, is_authorization_header, CredentialError};
 use crate::signals;
 
 /// The identity of a request that no verified source vouched for.
@@ -35,6 +39,12 @@ pub enum IdentitySource {
         /// Header name (lower case).
         header: String,
     },
+    /// The credential in request header `header` (lower case), in canonical form
+    /// (`crate::credential`): an API key, or an `Authorization` value.
+    Credential {
+        /// Header name (lower case).
+        header: String,
+    },
 }
 
 /// A request's identity.
@@ -47,6 +57,9 @@ pub enum Identity {
     Absent,
     /// No verified source vouched for the request.
     Unauthenticated,
+    /// A credential header that does not hold exactly one credential: the request is refused
+    /// (a filter cannot tell which credential the upstream will read).
+    Invalid(CredentialError),
 }
 
 /// What an identity is read from (the host glue reads the host; tests use plain values).
@@ -55,6 +68,9 @@ pub trait IdentityView {
     fn property(&self, name: &str) -> Option<Vec<u8>>;
     /// A request header's raw value, `None` if absent.
     fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Every value of request header `name` and of the names CGI-style upstreams read as it
+    /// (`crate::http::cgi_fold`), in order; `None` when the host cannot list the headers.
+    fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>>;
 }
 
 impl IdentitySource {
@@ -67,9 +83,14 @@ impl IdentitySource {
     ) -> Result<Self, ConfigError> {
         match (header, unverified_header) {
             (Some(h), None) => Ok(Self::verified(&header_name(h, &format!("{field}.header"))?)),
-            (None, Some(h)) => Ok(IdentitySource::Unverified {
-                header: header_name(h, &format!("{field}.unverified_header"))?,
-            }),
+            (None, Some(h)) => {
+                let header = header_name(h, &format!("{field}.unverified_header"))?;
+                Ok(if is_authorization_header(&header) {
+                    IdentitySource::Credential { header }
+                } else {
+                    IdentitySource::Unverified { header }
+                })
+            }
             _ => Err(ConfigError::new(
                 field,
                 "give exactly one of `header` (a claim header verified by jwt-auth) and \
@@ -86,12 +107,19 @@ impl IdentitySource {
         }
     }
 
+    /// The credential in header `header` (already a valid name, lower case).
+    pub fn credential(header: &str) -> Self {
+        IdentitySource::Credential {
+            header: header.to_string(),
+        }
+    }
+
     /// The header name, for logs.
     pub fn header(&self) -> &str {
         match self {
-            IdentitySource::Verified { header, .. } | IdentitySource::Unverified { header } => {
-                header
-            }
+            IdentitySource::Verified { header, .. }
+            | IdentitySource::Unverified { header }
+            | IdentitySource::Credential { header } => header,
         }
     }
 
@@ -110,6 +138,16 @@ impl IdentitySource {
                 Some(v) if !v.is_empty() => Identity::Value(v),
                 _ => Identity::Absent,
             },
+            IdentitySource::Credential { header } => {
+                let Some(values) = view.header_values(header) else {
+                    return Identity::Invalid(CredentialError::Unreadable);
+                };
+                match canonical_credential(header, &values) {
+                    Ok(Some(v)) => Identity::Value(v),
+                    Ok(None) => Identity::Absent,
+                    Err(e) => Identity::Invalid(e),
+                }
+            }
         }
     }
 }
@@ -127,6 +165,10 @@ impl IdentityView for HostIdentityView {
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         crate::host::request_header_bytes(name)
+    }
+
+    fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
+        crate::host::request_header_values(name).ok()
     }
 }
 
@@ -149,6 +191,43 @@ mod tests {
             let found = self.headers.iter().find(|(n, _)| *n == name);
             found.map(|(_, v)| v.to_vec())
         }
+        fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
+            let folded = crate::http::cgi_fold(name.as_bytes());
+            let same = |n: &str| crate::http::cgi_fold(n.as_bytes()) == folded;
+            let found = self.headers.iter().filter(|(n, _)| same(n));
+            Some(found.map(|(_, v)| v.to_vec()).collect())
+        }
+    }
+
+    #[test]
+    fn credentials_are_read_in_canonical_form() {
+        let key = IdentitySource::from_config(None, Some("Authorization"), "tenant").unwrap();
+        assert_eq!(key, IdentitySource::credential("authorization"));
+        for spelling in [&b"Bearer sk-1"[..], b"bearer sk-1", b"BEARER  sk-1 "] {
+            let view = View {
+                headers: vec![("authorization", spelling)],
+                ..View::default()
+            };
+            assert_eq!(key.read(&view), Identity::Value(b"Bearer sk-1".to_vec()));
+        }
+        let api = IdentitySource::credential("x-api-key");
+        let twice = View {
+            headers: vec![("x-api-key", b"k1"), ("x_api_key", b"k2")],
+            ..View::default()
+        };
+        assert_eq!(
+            api.read(&twice),
+            Identity::Invalid(CredentialError::Repeated)
+        );
+        let spaced = View {
+            headers: vec![("x-api-key", b"k1 k2")],
+            ..View::default()
+        };
+        assert_eq!(
+            api.read(&spaced),
+            Identity::Invalid(CredentialError::Syntax)
+        );
+        assert_eq!(api.read(&View::default()), Identity::Absent);
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //! [`host`] is the thin layer over the proxy-wasm ABI; it compiles only for `wasm32`.
 
 pub mod abi_codec;
+pub mod authority;
 pub mod bytes;
 pub mod config;
+pub mod credential;
+pub mod eviction;
 pub mod http;
 pub mod identity;
 pub mod log_every;

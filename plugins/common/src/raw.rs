@@ -18,7 +18,8 @@ use crate::abi_codec::{decode_map, encode_map, encode_path};
 /// The ABI's `NotFound` status.
 const NOT_FOUND: u32 = 1;
 /// The ABI's `SerializationFailure` status (here: a host's map that does not decode).
-const SERIALIZATION_FAILURE: u32 = 7;
+/// The ABI's `SerializationFailure` status.
+pub const SERIALIZATION_FAILURE: u32 = 7;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -160,11 +161,16 @@ pub fn set_buffer(buffer: BufferType, start: usize, size: usize, data: &[u8]) ->
 /// `proxy_get_header_map_pairs`: every (name, value) of `map`, in order. A map the host encoded
 /// wrongly is `Err(SerializationFailure)`.
 pub fn header_map(map: MapType) -> Result<Vec<(String, Vec<u8>)>, u32> {
+    decode_map(&header_map_bytes(map)?).ok_or(SERIALIZATION_FAILURE)
+}
+
+/// `proxy_get_header_map_pairs` in the ABI's encoding, undecoded (read it with
+/// [`crate::abi_codec::for_each_entry`]: one allocation for the whole map).
+pub fn header_map_bytes(map: MapType) -> Result<Vec<u8>, u32> {
     let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
     // SAFETY: the out-pointers are live locals.
     let status = unsafe { proxy_get_header_map_pairs(map as u32, &mut data, &mut size) };
-    let bytes = bytes_of(status, data, size)?.unwrap_or_default();
-    decode_map(&bytes).ok_or(SERIALIZATION_FAILURE)
+    Ok(bytes_of(status, data, size)?.unwrap_or_default())
 }
 
 /// `proxy_get_header_map_value`: the value of `name` in `map`, `Ok(None)` when absent.

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::authority::canonical_config_host;
 use crate::config::ConfigError;
 use crate::path::{is_normal, PathPolicy};
 
@@ -23,21 +24,36 @@ pub struct RouteMatch {
     /// HTTP methods (upper case, as sent on the wire); empty matches every method.
     #[serde(default)]
     pub methods: Vec<String>,
-    /// `Host`/`:authority` values, compared without port and case-insensitively.
+    /// Hosts, each in canonical form once loaded ([`crate::authority`]: lower case, no port,
+    /// no trailing dot), compared with the request's canonical host.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// Compare the path ignoring ASCII case (Envoy's `StringMatcher.ignore_case`); off by default,
+    /// as Envoy's route matching and nginx's `location` prefixes, since RFC 3986 section 6.2.2.1
+    /// makes paths case-sensitive. Turn it on for a rule that guards an upstream which reads
+    /// paths case-insensitively.
+    #[serde(default)]
+    pub ignore_case: bool,
 }
 
 /// Whether `prefix` covers `path` segment by segment (both in normal form): `path` is `prefix`,
 /// or continues it after a `/` (`/healthz` covers `/healthz` and `/healthz/live`, not
 /// `/healthzX`). A prefix ending in `/` covers the paths that start with it (`/v1/` covers
 /// `/v1/` and `/v1/chat`, not `/v1`). This is Envoy's `path_separated_prefix`, extended to
-/// prefixes with a trailing slash.
-pub fn prefix_matches(prefix: &str, path: &str) -> bool {
-    match path.strip_prefix(prefix) {
-        None => false,
-        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
-    }
+/// prefixes with a trailing slash. `ignore_case`: the prefix's ASCII letters match either case.
+pub fn prefix_matches(prefix: &str, path: &str, ignore_case: bool) -> bool {
+    let rest = if ignore_case {
+        match (path.get(..prefix.len()), path.get(prefix.len()..)) {
+            (Some(head), Some(rest)) if head.eq_ignore_ascii_case(prefix) => rest,
+            _ => return false,
+        }
+    } else {
+        match path.strip_prefix(prefix) {
+            Some(rest) => rest,
+            None => return false,
+        }
+    };
+    rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/')
 }
 
 impl RouteMatch {
@@ -80,8 +96,13 @@ impl RouteMatch {
                 ));
             }
         }
-        for h in &mut self.hosts {
-            *h = h.to_ascii_lowercase();
+        for (i, h) in self.hosts.iter_mut().enumerate() {
+            *h = canonical_config_host(h).map_err(|e| {
+                ConfigError::new(
+                    format!("{field}.hosts[{i}]"),
+                    format!("{h:?} is not a host name in canonical form without a port: {e}"),
+                )
+            })?;
         }
         Ok(())
     }
@@ -91,13 +112,15 @@ impl RouteMatch {
         self.path.is_some() || self.prefix.as_deref().is_some_and(|p| p != "/")
     }
 
-    /// Whether a request with this normal `path` (no query), `method` and `host` matches. A
-    /// match that does not need the path ([`Self::needs_path`]: prefix `/`) matches any `path`,
-    /// including the empty one a filter passes when it did not read `:path`.
+    /// Whether a request with this normal `path` (no query), `method` and canonical `host`
+    /// ([`crate::authority::canonical_host`]) matches. A match that does not need the path
+    /// ([`Self::needs_path`]: prefix `/`) matches any `path`, including the empty one a filter
+    /// passes when it did not read `:path`.
     pub fn matches(&self, path: &str, method: &str, host: &str) -> bool {
         let path_ok = match (&self.path, &self.prefix) {
+            (Some(exact), _) if self.ignore_case => path.eq_ignore_ascii_case(exact),
             (Some(exact), _) => path == exact,
-            (None, Some(prefix)) => prefix == "/" || prefix_matches(prefix, path),
+            (None, Some(prefix)) => prefix == "/" || prefix_matches(prefix, path, self.ignore_case),
             (None, None) => true,
         };
         if !path_ok {
@@ -107,23 +130,9 @@ impl RouteMatch {
             return false;
         }
         if !self.hosts.is_empty() {
-            let host = strip_port(host);
-            return self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host));
+            return self.hosts.iter().any(|h| h == host);
         }
         true
-    }
-}
-
-/// `host[:port]` or `[v6]:port` without its port.
-pub fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host
-            .split_once(']')
-            .map_or(host, |(h, _)| h.get(1..).unwrap_or(h));
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
     }
 }
 
@@ -140,7 +149,8 @@ mod tests {
             ..Default::default()
         };
         m.validate("rules[0]", &PathPolicy::default()).unwrap();
-        assert!(m.matches("/api/x", "GET", "api.example.com:8080"));
+        assert_eq!(m.hosts, ["api.example.com"]);
+        assert!(m.matches("/api/x", "GET", "api.example.com"));
         assert!(!m.matches("/api/x", "POST", "api.example.com"));
         assert!(!m.matches("/other", "GET", "api.example.com"));
         assert!(!m.matches("/api", "GET", "evil.example.com"));
@@ -217,9 +227,48 @@ mod tests {
     }
 
     #[test]
-    fn strips_ports() {
-        assert_eq!(strip_port("a.b:80"), "a.b");
-        assert_eq!(strip_port("a.b"), "a.b");
-        assert_eq!(strip_port("[::1]:80"), "::1");
+    fn configured_hosts_are_canonical() {
+        let mut m = RouteMatch {
+            hosts: vec!["Status.Example.com.".into()],
+            ..Default::default()
+        };
+        m.validate("rules[1]", &PathPolicy::default()).unwrap();
+        assert_eq!(m.hosts, ["status.example.com"]);
+        for bad in ["api.example.com:443", "*.example.com", "127.1", ""] {
+            let mut m = RouteMatch {
+                hosts: vec!["ok.example".into(), bad.into()],
+                ..Default::default()
+            };
+            let e = m.validate("rules[1]", &PathPolicy::default()).unwrap_err();
+            assert_eq!(e.field, "rules[1].hosts[1]", "{bad}");
+        }
+    }
+
+    #[test]
+    fn ignore_case() {
+        let mut m = RouteMatch {
+            prefix: Some("/v1/".into()),
+            ..Default::default()
+        };
+        assert!(!m.matches("/V1/chat/completions", "POST", ""));
+        m.ignore_case = true;
+        assert!(m.matches("/V1/chat/completions", "POST", ""));
+        assert!(m.matches("/v1/Chat", "POST", ""));
+        assert!(!m.matches("/V10/chat", "POST", ""));
+        assert!(!m.matches("/V", "POST", ""));
+        let exact = RouteMatch {
+            path: Some("/admin".into()),
+            ignore_case: true,
+            ..Default::default()
+        };
+        assert!(exact.matches("/ADMIN", "GET", ""));
+        assert!(!exact.matches("/ADMIN/x", "GET", ""));
+        // Multi-byte characters never split a comparison (`get` on a char boundary).
+        let accented = RouteMatch {
+            prefix: Some("/ab".into()),
+            ignore_case: true,
+            ..Default::default()
+        };
+        assert!(!accented.matches("/\u{e9}x", "GET", ""));
     }
 }

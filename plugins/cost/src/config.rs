@@ -42,6 +42,7 @@ use std::rc::Rc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
+use tollgate_common::credential::CredentialError;
 use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHENTICATED};
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::shared_data::StoreFull;
@@ -126,6 +127,8 @@ struct RawConfig {
     store_full: StoreFull<StoreFullAction>,
     #[serde(default)]
     global: Option<Box<RawValue>>,
+    #[serde(default)]
+    allow_eviction: bool,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -259,9 +262,10 @@ pub enum TenantSource {
     /// A claim header verified by jwt-auth on this request (`{"header": "x-jwt-sub"}`), or a
     /// header trusted as sent (`{"unverified_header": H}`): `tollgate_common::identity`.
     Identity(IdentitySource),
-    /// An API key header: the tenant is `key-` and the first 16 hex digits of the key's SHA-256
-    /// (the key itself is never stored nor logged).
-    ApiKey(String),
+    /// An API key header (an [`IdentitySource::Credential`]): the tenant is `key-` and the first
+    /// 16 hex digits of the SHA-256 of the key in canonical form (`tollgate_common::credential`:
+    /// one tenant per key, whatever its spelling; the key itself is never stored nor logged).
+    ApiKey(IdentitySource),
 }
 
 /// The validated configuration.
@@ -305,6 +309,9 @@ pub struct Config {
     pub store_full: StoreFull<StoreFullAction>,
     /// Budgets counted by the rate limit service across gateways (`global`), if set.
     pub global: Option<CostGlobal>,
+    /// Load with budgets on a shared-data zone that evicts keys (`tollgate_common::eviction`);
+    /// off: refuse.
+    pub allow_eviction: bool,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -375,7 +382,9 @@ impl Config {
         }
         let t = &raw.tenant;
         let tenant = match (&t.header, &t.unverified_header, &t.api_key_header) {
-            (None, None, Some(h)) => TenantSource::ApiKey(header_name(h, "tenant.api_key_header")?),
+            (None, None, Some(h)) => TenantSource::ApiKey(IdentitySource::credential(
+                &header_name(h, "tenant.api_key_header")?,
+            )),
             (None, None, None) => {
                 return Err(ConfigError::new(
                     "tenant",
@@ -470,7 +479,14 @@ impl Config {
             ledger: Ledger::new(&raw.ledger, raw.cas_retries, raw.max_tenants),
             store_full,
             global,
+            allow_eviction: raw.allow_eviction,
         })
+    }
+
+    /// Whether some tenant has a budget (the default one or one of `tenant_budgets`): then the
+    /// ledger enforces something and must not live in an evicting zone.
+    pub fn has_budgets(&self) -> bool {
+        self.default_budget.is_limited() || self.tenant_budgets.values().any(Budget::is_limited)
     }
 
     /// The price of `model` in `table` (the table in use: `prices` or the remote one, looked up
@@ -509,26 +525,32 @@ impl Config {
     /// The tenant of a request: its verified identity (or trusted header), or `key-…` of its
     /// API key; `unauthenticated` when jwt-auth did not verify the request (never the client's
     /// own header); the default tenant when the value is absent or not a valid tenant name.
-    pub fn tenant(&self, request: &impl IdentityView) -> String {
+    ///
+    /// # Errors
+    /// A credential header (`api_key_header`, or `unverified_header: authorization`) that does
+    /// not hold exactly one credential: the request is refused, never given a tenant of its own.
+    pub fn tenant(&self, request: &impl IdentityView) -> Result<String, CredentialError> {
         let identity = match &self.tenant {
             TenantSource::Identity(source) => source.read(request),
-            TenantSource::ApiKey(h) => match request.header(h) {
-                Some(v) if !v.is_empty() => return api_key_tenant(&v),
-                _ => Identity::Absent,
+            TenantSource::ApiKey(source) => match source.read(request) {
+                Identity::Value(key) => return Ok(api_key_tenant(&key)),
+                other => other,
             },
         };
-        match identity {
+        Ok(match identity {
+            Identity::Invalid(e) => return Err(e),
             Identity::Unauthenticated => UNAUTHENTICATED.to_string(),
             Identity::Absent => self.default_tenant.clone(),
             Identity::Value(v) => match std::str::from_utf8(&v) {
                 Ok(s) if valid_tenant(s) => s.to_string(),
                 _ => self.default_tenant.clone(),
             },
-        }
+        })
     }
 }
 
-/// `key-` and the first 16 hex digits of SHA-256(`key`).
+/// `key-` and the first 16 hex digits of SHA-256(`key`), `key` in canonical form
+/// (`tollgate_common::credential`).
 pub fn api_key_tenant(key: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(key);

@@ -14,6 +14,9 @@ tollgate_common::counters! {
         store_failure: "tollgate_cost_requests_total" [status = "store_failure"],
         unknown_model: "tollgate_cost_requests_total" [status = "unknown_model"],
         request_too_large: "tollgate_cost_requests_total" [status = "request_too_large"],
+        /// The API key header does not hold exactly one credential (401).
+        invalid_credential: "tollgate_cost_requests_total" [status = "invalid_credential"],
+        /// A request body the filter cannot read, refused (`unreadable`).
         unreadable_body: "tollgate_cost_requests_total" [status = "unreadable_body"],
         cas_retries: "tollgate_cost_cas_retries_total",
         booking_failures: "tollgate_cost_booking_failures_total",

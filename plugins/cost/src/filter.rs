@@ -525,6 +525,11 @@ impl RootContext for CostRoot {
                 return false;
             }
         };
+        if config.has_budgets()
+            && !host::eviction_allowed("cost", &config.ledger.key(""), config.allow_eviction)
+        {
+            return false;
+        }
         if config.global.is_some() {
             if let Err(status) = rls::host::grpc_calls_supported() {
                 log::error!(
@@ -1300,7 +1305,17 @@ impl HttpContext for CostHttp {
             return Action::Pause;
         };
         let config = &shared.config;
-        self.tenant = config.tenant(&HostIdentityView);
+        self.tenant = match config.tenant(&HostIdentityView) {
+            Ok(tenant) => tenant,
+            Err(e) => {
+                log::info!("cost: 401 invalid_api_key: {e}");
+                return self.refuse(
+                    shared.counters.invalid_credential,
+                    "invalid_credential",
+                    (401, &[], "invalid_api_key", e.description()),
+                );
+            }
+        };
         let now_ms = now_unix_millis();
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashSet};
 use base64::Engine as _;
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
+use tollgate_common::http::cgi_fold;
 use tollgate_common::path::{normalize, PathError, PathPolicy, RequestPath};
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::route::RouteMatch;
@@ -260,6 +261,11 @@ pub struct Config {
     pub max_token_bytes: usize,
     /// Every header the filter writes (claims, payload): removed from each request first.
     pub output_headers: Vec<String>,
+    /// The [`tollgate_common::http::cgi_fold`] of each header the filter writes or removes
+    /// (`output_headers`, and the token headers of providers that do not forward them) whose
+    /// name has other spellings than its case (a `-`, `_` or `.`): the client's copies under
+    /// those spellings are removed from every request the filter passes.
+    pub cgi_folds: Vec<Vec<u8>>,
     /// Which pseudo-headers a request must be asked for: `:path` (rules or query-parameter
     /// tokens), `:method` and `:authority` (rules that match on them). Each is one host call.
     pub needs: RequestNeeds,
@@ -392,6 +398,19 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             }
         }
     }
+    let removed_tokens = providers.iter().filter(|p| !p.forward).flat_map(|p| {
+        p.locations.iter().filter_map(|l| match l {
+            TokenLocation::Header { name, .. } => Some(name),
+            _ => None,
+        })
+    });
+    let mut cgi_folds: Vec<Vec<u8>> = Vec::new();
+    for name in output_headers.iter().chain(removed_tokens) {
+        let folded = cgi_fold(name.as_bytes());
+        if folded.contains(&b'-') && !cgi_folds.contains(&folded) {
+            cgi_folds.push(folded);
+        }
+    }
     let needs = RequestNeeds {
         path: rules.iter().any(|r| r.route.needs_path()),
         query: providers.iter().any(|p| {
@@ -410,6 +429,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         cache_entries: raw.cache.max_entries,
         max_token_bytes: raw.max_token_bytes,
         output_headers,
+        cgi_folds,
         paths: raw.paths,
     })
 }

@@ -1,15 +1,17 @@
 //! proxy-wasm glue: the root context (configuration, metrics, remote JWKS on ticks) and the
 //! HTTP context (one request), a thin shell over the host-free modules.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType};
+use tollgate_common::authority::canonical_host;
 use tollgate_common::bytes::same_bytes;
 use tollgate_common::host::{
-    count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_path, request_header,
-    send_json_error, set_request_header,
+    count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_authority, refuse_path,
+    remove_cgi_aliases, request_header, send_json_error, set_request_header,
 };
 use tollgate_common::http::split_path_query;
 use tollgate_common::remote::TICK_MILLIS;
@@ -184,6 +186,36 @@ fn strip_output_headers(config: &Config) {
     }
 }
 
+/// Removes the client's copies of the headers this filter writes or removes under the other
+/// spellings a CGI-style upstream reads as them (`x_jwt_sub` for `x-jwt-sub`: README, "On
+/// success"). `false` when the host cannot list or edit the request's headers: the filter cannot
+/// tell that no forged copy is left, and the caller refuses the request (500).
+fn strip_cgi_aliases(shared: &Shared) -> bool {
+    let config = &shared.config;
+    if config.cgi_folds.is_empty() {
+        return true;
+    }
+    match remove_cgi_aliases(&config.cgi_folds) {
+        Ok(()) => true,
+        Err(status) => {
+            log::error!(
+                "jwt-auth: cannot read or edit the request's headers (host status {status}); \
+                 refusing the request"
+            );
+            count(shared.counters.headers_unavailable);
+            strip_output_headers(config);
+            signals::set(signals::JWT_AUTH_RESULT, "headers_unavailable");
+            send_json_error(
+                500,
+                &[],
+                "internal_error",
+                "jwt-auth cannot read the request's headers",
+            );
+            false
+        }
+    }
+}
+
 impl JwtAuthHttp {
     fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
         // The fast path skips pseudo-headers no rule needs; the log line wants them anyway.
@@ -251,7 +283,21 @@ impl HttpContext for JwtAuthHttp {
         };
         let target = get(":path", needs.path || needs.query);
         let method = get(":method", needs.method);
-        let host = get(":authority", needs.host);
+        let authority = get(":authority", needs.host);
+        let host = if needs.host {
+            match canonical_host(authority.as_bytes()) {
+                Ok(host) => host,
+                Err(e) => {
+                    count(shared.counters.invalid_authority);
+                    strip_output_headers(config);
+                    signals::set(signals::JWT_AUTH_RESULT, "invalid_authority");
+                    refuse_authority("jwt-auth", e);
+                    return HostAction::Pause;
+                }
+            }
+        } else {
+            Cow::Borrowed("")
+        };
         let request_path = if needs.path {
             match config.request_path(target.as_bytes()) {
                 Ok(p) => Some(p),
@@ -274,6 +320,9 @@ impl HttpContext for JwtAuthHttp {
         let Action::Require { locations, .. } = action else {
             // Headers this filter writes are never taken from the client.
             strip_output_headers(config);
+            if !strip_cgi_aliases(&shared) {
+                return HostAction::Pause;
+            }
             count(shared.counters.bypass);
             signals::set(signals::JWT_AUTH_RESULT, "bypass");
             if let Some(p) = &request_path {
@@ -317,6 +366,9 @@ impl HttpContext for JwtAuthHttp {
             (provider.is_some_and(|p| p.forward), location)
         {
             set_request_header(name, None);
+        }
+        if !strip_cgi_aliases(&shared) {
+            return HostAction::Pause;
         }
         // The verified claim headers, for later filters that take an identity from them
         // (tollgate_common::identity): a property, which a client cannot set.

@@ -161,7 +161,7 @@ impl MetricsHttp {
                 let identity = identity.insert(t.source.read(&HostIdentityView));
                 let trusted = match t.source {
                     IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
-                    IdentitySource::Unverified { .. } => true,
+                    IdentitySource::Unverified { .. } | IdentitySource::Credential { .. } => true,
                 };
                 let label = reg.label(&HostSharedData, identity, now_secs, true);
                 let index = label.index;

@@ -131,7 +131,7 @@ pub fn route_label<'a>(routes: &'a [Route], target: &[u8], paths: &PathPolicy) -
     routes
         .iter()
         .enumerate()
-        .find(|(_, r)| prefix_matches(&r.prefix, &request.path))
+        .find(|(_, r)| prefix_matches(&r.prefix, &request.path, false))
         .map_or(Label::OTHER, |(i, r)| Label::nth(i, &r.name))
 }
 

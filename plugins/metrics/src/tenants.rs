@@ -193,7 +193,7 @@ impl Tenants {
     ) -> Label<'_> {
         let raw = match identity {
             Identity::Unauthenticated => return UNAUTHENTICATED_LABEL,
-            Identity::Absent => return NONE_LABEL,
+            Identity::Absent | Identity::Invalid(_) => return NONE_LABEL,
             Identity::Value(v) if v.is_empty() => return NONE_LABEL,
             Identity::Value(v) => v,
         };

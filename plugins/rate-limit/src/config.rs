@@ -93,6 +93,8 @@ struct RawConfig {
     paths: PathPolicy,
     #[serde(default)]
     global: Option<GlobalSpec>,
+    #[serde(default)]
+    allow_eviction: bool,
 }
 
 /// What a request gets when the state of one of its limits cannot be read or stored (a store
@@ -171,6 +173,7 @@ struct RawRule {
 enum RawKeyPart {
     Header(String),
     UnverifiedHeader(String),
+    ApiKeyHeader(String),
     ClientAddress(RawClientAddress),
     Path,
     Method,
@@ -303,7 +306,7 @@ impl Rule {
         let host = if self.route.hosts.is_empty() {
             ""
         } else {
-            match req.authority().and_then(|h| std::str::from_utf8(h).ok()) {
+            match req.host() {
                 Some(h) => h,
                 None => return false,
             }
@@ -352,6 +355,11 @@ pub struct Config {
     /// Whether a rule or a key reads the path: then every request's path is normalised first
     /// (and refused with 400 when it cannot be).
     pub needs_path: bool,
+    /// Whether a rule or a key reads the host: then every request's authority is put in
+    /// canonical form first (`tollgate_common::authority`; refused with 400 when it cannot be).
+    pub needs_host: bool,
+    /// Load on a shared-data zone that evicts keys (`tollgate_common::eviction`); off: refuse.
+    pub allow_eviction: bool,
 }
 
 impl Config {
@@ -410,9 +418,14 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let needs_path = rules
         .iter()
         .any(|r| r.route.needs_path() || r.key.contains(&KeyPart::Path));
+    let needs_host = rules
+        .iter()
+        .any(|r| !r.route.hosts.is_empty() || r.key.contains(&KeyPart::Host));
     Ok(Config {
         paths: raw.paths,
         needs_path,
+        needs_host,
+        allow_eviction: raw.allow_eviction,
         zone: raw.zone,
         rules,
         status: raw.status,
@@ -491,6 +504,9 @@ fn compile_rule(
             RawKeyPart::UnverifiedHeader(name) => {
                 KeyPart::Identity(IdentitySource::from_config(None, Some(&name), &f)?)
             }
+            RawKeyPart::ApiKeyHeader(name) => KeyPart::Identity(IdentitySource::credential(
+                &header_name(&name, &format!("{f}.api_key_header"))?,
+            )),
             RawKeyPart::ClientAddress(c) => {
                 if c.trusted_hops > MAX_TRUSTED_HOPS {
                     return Err(ConfigError::new(

@@ -12,6 +12,8 @@ tollgate_common::counters! {
         missing_key_allowed: "tollgate_rate_limit_requests_total"
             [decision = "missing_key_allowed"],
         invalid_weight: "tollgate_rate_limit_requests_total" [decision = "invalid_weight"],
+        /// A credential key part whose header does not hold exactly one credential (401).
+        invalid_credential: "tollgate_rate_limit_requests_total" [decision = "invalid_credential"],
         store_failure_denied: "tollgate_rate_limit_requests_total"
             [decision = "store_failure_denied"],
         store_failure_allowed: "tollgate_rate_limit_requests_total"
@@ -52,10 +54,12 @@ tollgate_common::counters! {
 }
 
 tollgate_common::counters! {
-    /// Counters of the filter as a whole (defined when a rule or key reads the path).
-    pub struct PathCounters {
+    /// Counters of the filter as a whole (defined when a rule or key reads the path or host).
+    pub struct RequestCounters {
         /// Requests refused with 400 because their path cannot be normalised.
         invalid_paths: "tollgate_rate_limit_invalid_path_total",
+        /// Requests refused with 400 because their authority has no canonical host.
+        invalid_authorities: "tollgate_rate_limit_invalid_authority_total",
     }
 }
 
@@ -68,7 +72,7 @@ mod tests {
     fn the_readme_lists_every_counter() {
         let readme = include_str!("../README.md");
         assert_eq!(RuleCounters::undocumented(readme), Vec::<String>::new());
-        assert_eq!(PathCounters::undocumented(readme), Vec::<String>::new());
+        assert_eq!(RequestCounters::undocumented(readme), Vec::<String>::new());
         assert_eq!(GlobalCounters::undocumented(readme), Vec::<String>::new());
     }
 }

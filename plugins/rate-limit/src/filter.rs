@@ -10,9 +10,10 @@ use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, MapType};
+use tollgate_common::authority::canonical_host;
 use tollgate_common::host::{
-    add_response_header, count, count_n, forward_normal_path, now_unix_millis,
-    plugin_configuration, refuse_path, request_header_bytes, send_json_error,
+    add_response_header, count, count_n, eviction_allowed, forward_normal_path, now_unix_millis,
+    plugin_configuration, refuse_authority, refuse_path, request_header_bytes, send_json_error,
 };
 use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::log_every::LogEvery;
@@ -22,7 +23,7 @@ use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 
 use crate::config::{Config, MissingKey, Rule, StoreFullAction};
-use crate::counters::{GlobalCounters, PathCounters, RuleCounters};
+use crate::counters::{GlobalCounters, RequestCounters, RuleCounters};
 use crate::headers::{
     push_service_limit, retry_after_seconds, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
 };
@@ -68,7 +69,7 @@ struct Shared {
     /// When this worker last logged a store failure, per rule (as `counters`).
     store_logs: Vec<LogEvery>,
     /// Defined when a rule or key reads the path.
-    paths: Option<PathCounters>,
+    request: Option<RequestCounters>,
 }
 
 #[derive(Default)]
@@ -88,6 +89,10 @@ impl RootContext for RateLimitRoot {
                 return false;
             }
         };
+        // Every limit's state lives under `ratelimit/` (one zone in nginx).
+        if !eviction_allowed("rate-limit", "ratelimit/", config.allow_eviction) {
+            return false;
+        }
         if config.rules.iter().any(|r| r.global.is_some()) {
             if let Err(status) = rls::host::grpc_calls_supported() {
                 log::error!(
@@ -126,7 +131,7 @@ impl RootContext for RateLimitRoot {
             .iter()
             .map(|_| LogEvery::new(STORE_LOG_INTERVAL_MS))
             .collect();
-        let paths = config.needs_path.then(PathCounters::define);
+        let request = (config.needs_path || config.needs_host).then(RequestCounters::define);
         let global = config
             .rules
             .iter()
@@ -143,7 +148,7 @@ impl RootContext for RateLimitRoot {
             config,
             counters,
             store_logs,
-            paths,
+            request,
         }));
         true
     }
@@ -185,12 +190,17 @@ struct Pending {
 struct HostRequest {
     path: Option<Vec<u8>>,
     method: OnceCell<Option<Vec<u8>>>,
-    authority: OnceCell<Option<Vec<u8>>>,
+    /// The canonical host, read beforehand when the configuration reads it.
+    host: Option<String>,
 }
 
 impl IdentityView for HostRequest {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         request_header_bytes(name)
+    }
+
+    fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
+        HostIdentityView.header_values(name)
     }
 
     fn property(&self, name: &str) -> Option<Vec<u8>> {
@@ -221,10 +231,8 @@ impl RequestView for HostRequest {
             .as_deref()
     }
 
-    fn authority(&self) -> Option<&[u8]> {
-        self.authority
-            .get_or_init(|| request_header_bytes(":authority"))
-            .as_deref()
+    fn host(&self) -> Option<&str> {
+        self.host.as_deref()
     }
 }
 
@@ -261,7 +269,21 @@ impl RateLimitHttp {
                 }
             },
         };
-        let client = client_key(&rule.key, req);
+        let client = match client_key(&rule.key, req) {
+            Ok(client) => client,
+            Err(e) => {
+                decided(
+                    counters.invalid_credential,
+                    "invalid_credential",
+                    &rule.name,
+                );
+                log::info!(
+                    "rate-limit: rule {}: 401 invalid_credential: {e}",
+                    rule.name
+                );
+                return self.refuse(401, &[], "invalid_credential", e.description());
+            }
+        };
         if client.is_none() {
             match rule.missing_key {
                 MissingKey::Deny => {
@@ -632,9 +654,21 @@ impl HttpContext for RateLimitHttp {
                     });
                 }
                 Err(e) => {
-                    count(shared.paths.as_ref().and_then(|p| p.invalid_paths));
+                    count(shared.request.as_ref().and_then(|p| p.invalid_paths));
                     signals::set(signals::RATE_LIMIT_DECISION, "invalid_path");
                     refuse_path("rate-limit", e);
+                    return Action::Pause;
+                }
+            }
+        }
+        if shared.config.needs_host {
+            let authority = request_header_bytes(":authority").unwrap_or_default();
+            match canonical_host(&authority) {
+                Ok(host) => req.host = Some(host.into_owned()),
+                Err(e) => {
+                    count(shared.request.as_ref().and_then(|p| p.invalid_authorities));
+                    signals::set(signals::RATE_LIMIT_DECISION, "invalid_authority");
+                    refuse_authority("rate-limit", e);
                     return Action::Pause;
                 }
             }

@@ -5,13 +5,14 @@
 //! | part | value |
 //! |---|---|
 //! | `{"header": NAME}` | the value jwt-auth verified and wrote into claim header NAME on this request (`tollgate_common::identity`), optional whitespace trimmed; a verified token without the claim: missing; a request jwt-auth did not verify: the fixed part `~unauthenticated` (one bucket for all of them) |
-//! | `{"unverified_header": NAME}` | the header's value as sent, optional whitespace trimmed; absent or empty: missing. The client chooses it: for headers a proxy in front sets |
+//! | `{"unverified_header": NAME}` | the header's value as sent, optional whitespace trimmed; absent or empty: missing. The client chooses it: for headers a proxy in front sets. `authorization` and `proxy-authorization` are read as `api_key_header` |
+//! | `{"api_key_header": NAME}` | the credential in header NAME in canonical form (`tollgate_common::credential`: `bearer K` and `Bearer  K` are one key); absent: missing; repeated or not one credential: the request is refused (401) |
 //! | `{"client_address": {"trusted_hops": 0}}` | the peer address, the `source.address` property without its port |
 //! | `{"client_address": {"trusted_hops": N}}` | the N-th address of X-Forwarded-For counted from the right (the one the outermost of N trusted proxies appended); fewer entries or not an IP address: missing |
 //! | `{"client_address": {"ipv6_prefix": P}}` | an IPv6 address is keyed by its first P bits (default 64: one key per /64, the smallest allocation a client usually holds), written `prefix/P`; IPv4 addresses are kept whole |
 //! | `"path"` | the path in normal form (`tollgate_common::path`), without its query |
 //! | `"method"` | `:method` |
-//! | `"host"` | `:authority` in lower case, without its port |
+//! | `"host"` | the request's host in canonical form (`tollgate_common::authority`: lower case, no port, no trailing dot; a request whose authority has none is refused with 400 before any rule) |
 //!
 //! Addresses are canonical (`::ffff:192.0.2.1` is `192.0.2.1`, IPv6 in its shortest form), so
 //! that one client has one spelling. Parts are joined as `<length>:<bytes>` each (a netstring
@@ -35,8 +36,8 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
+use tollgate_common::credential::CredentialError;
 use tollgate_common::identity::{Identity, IdentitySource, IdentityView};
-use tollgate_common::route::strip_port;
 
 /// Default `ipv6_prefix` of a client address key part: one key per /64 (RFC 6177 section 3
 /// recommends at least a /56 per site and a /64 is the smallest end-user allocation, so a client
@@ -70,7 +71,7 @@ pub enum KeyPart {
     Path,
     /// The method.
     Method,
-    /// The host without its port, lower case.
+    /// The host in canonical form (lower case, no port, no trailing dot).
     Host,
 }
 
@@ -85,16 +86,26 @@ pub trait RequestView: IdentityView {
     fn path(&self) -> Option<&[u8]>;
     /// `:method`.
     fn method(&self) -> Option<&[u8]>;
-    /// `:authority`.
-    fn authority(&self) -> Option<&[u8]>;
+    /// The host in canonical form (`tollgate_common::authority::canonical_host`).
+    fn host(&self) -> Option<&str>;
 }
 
-/// The client key of a request for `parts`, bounded (see the module documentation); `None` if
-/// a part is missing.
-pub fn client_key(parts: &[KeyPart], req: &impl RequestView) -> Option<String> {
+/// The client key of a request for `parts`, bounded (see the module documentation); `Ok(None)`
+/// if a part is missing.
+///
+/// # Errors
+/// A credential part (`api_key_header`) whose header does not hold exactly one credential: the
+/// request is refused, never keyed on one of the spellings.
+pub fn client_key(
+    parts: &[KeyPart],
+    req: &impl RequestView,
+) -> Result<Option<String>, CredentialError> {
     let mut joined: Vec<u8> = Vec::with_capacity(64);
     for part in parts {
-        match part_value(part, req)? {
+        let Some(value) = part_value(part, req)? else {
+            return Ok(None);
+        };
+        match value {
             PartValue::Value(value) => {
                 joined.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
                 joined.push(b':');
@@ -103,7 +114,7 @@ pub fn client_key(parts: &[KeyPart], req: &impl RequestView) -> Option<String> {
             PartValue::Unauthenticated => joined.extend_from_slice(UNAUTHENTICATED_PART),
         }
     }
-    Some(bound(joined))
+    Ok(Some(bound(joined)))
 }
 
 /// `prefix` (`ratelimit/<zone>/<rule>/<index>/`) followed by `client`.
@@ -132,13 +143,29 @@ enum PartValue {
     Unauthenticated,
 }
 
-fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<PartValue> {
+fn part_value(
+    part: &KeyPart,
+    req: &impl RequestView,
+) -> Result<Option<PartValue>, CredentialError> {
     let value = match part {
         KeyPart::Identity(source) => match source.read(req) {
             Identity::Value(v) => trim(v),
-            Identity::Absent => return None,
-            Identity::Unauthenticated => return Some(PartValue::Unauthenticated),
+            Identity::Absent => return Ok(None),
+            Identity::Unauthenticated => return Ok(Some(PartValue::Unauthenticated)),
+            Identity::Invalid(e) => return Err(e),
         },
+        _ => match request_part(part, req) {
+            Some(v) => v,
+            None => return Ok(None),
+        },
+    };
+    Ok((!value.is_empty()).then_some(PartValue::Value(value)))
+}
+
+/// The value of a part read from the request itself (not an identity).
+fn request_part(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
+    Some(match part {
+        KeyPart::Identity(_) => return None,
         KeyPart::ClientAddress {
             trusted_hops: 0,
             ipv6_prefix,
@@ -160,16 +187,8 @@ fn part_value(part: &KeyPart, req: &impl RequestView) -> Option<PartValue> {
         }
         KeyPart::Path => req.path()?.to_vec(),
         KeyPart::Method => req.method()?.to_vec(),
-        KeyPart::Host => {
-            let text = std::str::from_utf8(req.authority()?).ok()?;
-            strip_port(text).to_ascii_lowercase().into_bytes()
-        }
-    };
-    if value.is_empty() {
-        None
-    } else {
-        Some(PartValue::Value(value))
-    }
+        KeyPart::Host => req.host()?.as_bytes().to_vec(),
+    })
 }
 
 /// The key of a client address: [`canonical_ip`], with an IPv6 address cut to its first
@@ -244,6 +263,7 @@ fn bound(joined: Vec<u8>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_common::authority::canonical_host;
 
     #[derive(Default)]
     struct Req {
@@ -253,6 +273,7 @@ mod tests {
         path: Option<&'static str>,
         method: Option<&'static str>,
         authority: Option<&'static str>,
+        host: std::cell::OnceCell<Option<String>>,
     }
 
     impl IdentityView for Req {
@@ -267,6 +288,12 @@ mod tests {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| v.to_vec())
+        }
+        fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
+            let folded = tollgate_common::http::cgi_fold(name.as_bytes());
+            let same = |n: &str| tollgate_common::http::cgi_fold(n.as_bytes()) == folded;
+            let found = self.headers.iter().filter(|(n, _)| same(n));
+            Some(found.map(|(_, v)| v.to_vec()).collect())
         }
     }
 
@@ -287,9 +314,52 @@ mod tests {
         fn method(&self) -> Option<&[u8]> {
             self.method.map(str::as_bytes)
         }
-        fn authority(&self) -> Option<&[u8]> {
-            self.authority.map(str::as_bytes)
+        fn host(&self) -> Option<&str> {
+            self.host
+                .get_or_init(|| {
+                    let a = self.authority?;
+                    Some(canonical_host(a.as_bytes()).ok()?.into_owned())
+                })
+                .as_deref()
         }
+    }
+
+    /// The key of a request with no credential part in error.
+    fn client_key(parts: &[KeyPart], req: &Req) -> Option<String> {
+        super::client_key(parts, req).expect("no credential part in error")
+    }
+
+    #[test]
+    fn credentials_key_as_the_upstream_reads_them() {
+        let parts = vec![KeyPart::Identity(IdentitySource::credential(
+            "authorization",
+        ))];
+        let key = |value: &'static [u8]| {
+            let req = Req {
+                headers: vec![("authorization", value)],
+                ..Default::default()
+            };
+            super::client_key(&parts, &req)
+        };
+        let one = key(b"Bearer sk-1").unwrap();
+        assert_eq!(one.as_deref(), Some("11:Bearer sk-1"));
+        assert_eq!(key(b"bearer sk-1").unwrap(), one);
+        assert_eq!(key(b"BEARER   sk-1 ").unwrap(), one);
+        assert_eq!(
+            key(b"Bearer sk-2").unwrap().as_deref(),
+            Some("11:Bearer sk-2")
+        );
+        assert_eq!(key(b"Bearer a b"), Err(CredentialError::Syntax));
+        let api = vec![KeyPart::Identity(IdentitySource::credential("x-api-key"))];
+        let repeated = Req {
+            headers: vec![("x-api-key", b"k1"), ("X_Api_Key", b"k2")],
+            ..Default::default()
+        };
+        assert_eq!(
+            super::client_key(&api, &repeated),
+            Err(CredentialError::Repeated)
+        );
+        assert_eq!(super::client_key(&api, &Req::default()), Ok(None));
     }
 
     fn unverified(name: &str) -> KeyPart {
@@ -341,7 +411,7 @@ mod tests {
             headers: vec![("x-api-key", b"  k1\t")],
             path: Some("/api/items"),
             method: Some("GET"),
-            authority: Some("API.Example.com:8443"),
+            authority: Some("API.Example.com.:8443"),
             ..Default::default()
         };
         let parts = vec![

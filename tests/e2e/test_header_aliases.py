@@ -1,0 +1,103 @@
+"""No client copy of a header jwt-auth writes reaches an upstream under a name that the upstream
+reads as that header (README, "Paths, hosts and identities"; plugins/jwt-auth/README.md).
+
+The upstream is Python's wsgiref, which reads `x_jwt_sub`, `X-Jwt_Sub` and `x-jwt-sub` alike as
+`HTTP_X_JWT_SUB` (PHP's `$_SERVER` also reads `.` as `_`). Three ways a host can treat names with
+`_`: its default (Envoy forwards them, nginx drops them), forwarded (nginx
+`underscores_in_headers on`), refused (Envoy's `headers_with_underscores_action: REJECT_REQUEST`,
+as envoy/*.yaml ship). In every one, the bypassed request carries no claim header and the
+authenticated one carries exactly the verified value.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import jwt as pyjwt
+import pytest
+
+from harness import FilterSpec, GatewaySpec, kong_differs
+from raw_http import exchange, json_body, request
+from tokens import ISSUER
+from wsgi_upstream import WsgiUpstream
+
+SECRET = "aliases-e2e-secret-0123456789abcdef"
+JWT = {
+    "providers": {"main": {
+        "issuer": ISSUER, "hmac_secrets": [{"alg": "HS256", "secret": SECRET}],
+        "claim_to_headers": [{"claim": "sub", "header": "x-jwt-sub"}], "forward_payload_header": "x-jwt-payload",
+    }},
+    "rules": [{"match": {"prefix": "/public"}, "bypass": True}],
+}
+SPELLINGS = [b"x_jwt_sub", b"X_JWT_SUB", b"x-jwt_sub", b"X_Jwt-Sub", b"x.jwt.sub", b"X.Jwt-Sub", b"x-jwt.sub"]
+
+
+def token(sub: str) -> str:
+    now = int(time.time())
+    return pyjwt.encode({"iss": ISSUER, "sub": sub, "iat": now, "exp": now + 600}, SECRET, algorithm="HS256")
+
+
+@pytest.fixture(scope="module")
+def wsgi():
+    u = WsgiUpstream()
+    yield u
+    u.stop()
+
+
+@pytest.fixture(scope="module", params=["default", "forwarded", "refused"])
+def mode(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def g(host, wsgi, mode):
+    underscores = {"default": None, "forwarded": True, "refused": False}[mode]
+    gateway = host.start(GatewaySpec(filters=[FilterSpec("jwt-auth", JWT)], upstreams={"upstream": wsgi.port},
+                                     underscores_in_headers=underscores))
+    yield gateway
+    gateway.stop()
+
+
+def send(g, target: bytes, fields: list[tuple[bytes, bytes]]) -> tuple[int, dict]:
+    status, _, body = exchange(g.url, request(target, [(b"Host", b"gw.test"), *fields]))
+    parsed = json_body(body) or {}
+    return status, parsed.get("environ", parsed)
+
+
+def refused_by_the_proxy(host, mode: str, name: bytes) -> bool:
+    """Envoy configured to refuse names with `_` answers 400 before any filter."""
+    return host.name == "envoy" and mode == "refused" and b"_" in name
+
+
+def removal_is_seen_by_kong(host, mode: str) -> bool:
+    return not (mode == "forwarded" and kong_differs(host, "hidden-headers-forwarded"))
+
+
+@pytest.mark.parametrize("name", SPELLINGS)
+def test_a_bypassed_request_carries_no_claim_header(g, host, mode, name):
+    if not removal_is_seen_by_kong(host, mode):
+        pytest.skip("Kong's module forwards the copies a filter removes (hidden-headers-forwarded)")
+    status, environ = send(g, b"/public/x", [(name, b"admin"), (name.replace(b"sub", b"payload"), b"e30")])
+    if refused_by_the_proxy(host, mode, name):
+        assert status == 400
+        return
+    assert status == 200, environ
+    assert "HTTP_X_JWT_SUB" not in environ, (name, environ)
+    assert "HTTP_X_JWT_PAYLOAD" not in environ, (name, environ)
+
+
+@pytest.mark.parametrize("name", SPELLINGS)
+def test_an_authenticated_request_carries_only_the_verified_claim(g, host, mode, name):
+    if not removal_is_seen_by_kong(host, mode):
+        pytest.skip("Kong's module forwards the copies a filter removes (hidden-headers-forwarded)")
+    bearer = b"Bearer " + token("bob").encode()
+    # The forged copy before and after the token's header.
+    status, environ = send(g, b"/private", [(name, b"admin"), (b"Authorization", bearer), (name, b"root")])
+    if refused_by_the_proxy(host, mode, name):
+        assert status == 400
+        return
+    assert status == 200, environ
+    assert environ.get("HTTP_X_JWT_SUB") == "bob", (name, environ)
+    payload = json.loads(pyjwt.utils.base64url_decode(environ["HTTP_X_JWT_PAYLOAD"]))
+    assert payload["sub"] == "bob"
+    assert "HTTP_AUTHORIZATION" not in environ
