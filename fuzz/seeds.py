@@ -120,7 +120,8 @@ write("request_body", [
     b'{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":false,"x":[1,{"y":null}]}}',
     b'{"model":"a","model":"b","stream":true,"stream_options":null,"temperature":0.10000000000000001}',
     b'{"mod\\u0065l":"m","stream_options":{"include_usage":true},"stream_options":{}}',
-])
+] + [base64.b64decode(v["body"])  # read, or refused for each reason (plugins/cost/README.md)
+     for v in json.loads((ROOT / "plugins/cost/testdata/request_bodies/vectors.json").read_text())])
 
 fields = [
     b"\x1f" + b"\xff".join([b"tenant-1", b"203.0.113.7\xfe10.0.0.1, 192.0.2.1", b"[2001:db8:1:2::5]:443", b"/v1/chat?x=1", b"POST", b"API.example.com:8443"]),

@@ -2,6 +2,7 @@
 //! so).
 
 use crate::unpriced::Reason;
+use crate::unreadable::Unreadable;
 
 tollgate_common::counters! {
     /// Requests by outcome, then what the ledger's shared-data writes cost.
@@ -15,6 +16,8 @@ tollgate_common::counters! {
         request_too_large: "tollgate_cost_requests_total" [status = "request_too_large"],
         /// The API key header does not hold exactly one credential (401).
         invalid_credential: "tollgate_cost_requests_total" [status = "invalid_credential"],
+        /// A request body the filter cannot read, refused (`unreadable`).
+        unreadable_body: "tollgate_cost_requests_total" [status = "unreadable_body"],
         cas_retries: "tollgate_cost_cas_retries_total",
         booking_failures: "tollgate_cost_booking_failures_total",
         tenants_created: "tollgate_cost_tenants_created_total",
@@ -41,6 +44,8 @@ tollgate_common::counters! {
     per_value {
         /// Responses that could not be priced exactly, by why.
         unpriced_reasons: "tollgate_cost_unpriced_total" [reason: Reason = Reason::ALL, Reason::label],
+        /// Request bodies the filter could not read (refused or passed on), by why.
+        unreadable_reasons: "tollgate_cost_unreadable_bodies_total" [reason: Unreadable = Unreadable::ALL, Unreadable::label],
     }
 }
 

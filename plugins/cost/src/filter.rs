@@ -62,7 +62,9 @@ use tollgate_common::shared_data::{ensure_key, HostSharedData, StoreError};
 use tollgate_common::signals;
 
 use crate::body_end::BodyEnd;
-use crate::config::{Config, StoreFullAction, UnpricedCharge, PRICES_NAMESPACE};
+use crate::config::{
+    Config, StoreFullAction, UnknownModelAction, UnpricedCharge, PRICES_NAMESPACE,
+};
 use crate::counters::Counters;
 use crate::decode::{Coding, DecodeError, Decoder};
 use crate::global::{
@@ -77,6 +79,7 @@ use crate::price_table::{IncrementalParse, Loaded, PriceTable, Step};
 use crate::request::{stream_usage_on_request, RequestBody};
 use crate::sse::StreamState;
 use crate::unpriced::{estimate, Reason};
+use crate::unreadable::{self, Unreadable};
 use crate::usage::{scanned_body_usage, Usage};
 
 /// How often a worker logs one kind of recurring problem (ms).
@@ -123,6 +126,8 @@ struct Logs {
     global: LogEvery,
     /// A booking dropped (outbox or replay queue full or unavailable).
     dropped: LogEvery,
+    /// A request body refused because the filter cannot read it.
+    unreadable: LogEvery,
 }
 
 /// Global mode's per-worker state.
@@ -587,6 +592,7 @@ impl RootContext for CostRoot {
                 unpriced: LogEvery::new(LOG_INTERVAL_MS),
                 global: LogEvery::new(LOG_INTERVAL_MS),
                 dropped: LogEvery::new(LOG_INTERVAL_MS),
+                unreadable: LogEvery::new(LOG_INTERVAL_MS),
             },
             global,
         }));
@@ -639,6 +645,8 @@ impl RootContext for CostRoot {
             spend: None,
             ledger_key: None,
             budgeted: false,
+            must_read: false,
+            unreadable_headers: None,
             hold_request: false,
             completions_path: false,
             request_model: None,
@@ -683,6 +691,11 @@ struct CostHttp {
     ledger_key: Option<String>,
     /// Whether the tenant has a budget.
     budgeted: bool,
+    /// Whether a request body this filter cannot read is refused (`CostHttp::admitted`).
+    must_read: bool,
+    /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;
+    /// only looked at when `must_read`): refused at the body's first bytes.
+    unreadable_headers: Option<Unreadable>,
     /// The request body is being held to be read.
     hold_request: bool,
     /// The path is an OpenAI completions API (`request::stream_usage_on_request`).
@@ -956,27 +969,136 @@ impl CostHttp {
         )
     }
 
-    /// An admitted request: asks for an identity response and holds a POST body to read it.
+    /// An admitted request: asks for an identity response and holds its body to read it.
+    ///
+    /// A tenant whose requests must be read (`must_read`: it has a budget, or `unknown_model`
+    /// refuses an unpriced model for every tenant) has every request body read, whatever the
+    /// method (an upstream may serve an LLM call sent as a PUT, or a GET with a body) and
+    /// whatever `max_request_body_bytes` (0: none fits, refused with 413); its
+    /// `content-encoding` and `content-type` are checked here (`unreadable::headers`). Other
+    /// tenants have a POST's body read, when `max_request_body_bytes` is not 0, as before.
     fn admitted(&mut self, shared: &Shared, end_of_stream: bool) {
         let config = &shared.config;
         if config.identity_encoding {
             // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
             set_request_header("accept-encoding", Some("identity"));
         }
-        if !end_of_stream
-            && config.max_request_body_bytes > 0
-            && request_header_bytes(":method").as_deref() == Some(b"POST")
+        if end_of_stream {
+            return;
+        }
+        self.must_read = self.budgeted
+            || (config.unknown_model.action == UnknownModelAction::Refuse
+                && config.unknown_model.default_price.is_none());
+        if self.must_read {
+            self.unreadable_headers = unreadable::headers(
+                request_header_bytes("content-encoding").as_deref(),
+                request_header_bytes("content-type").as_deref(),
+            );
+        } else if config.max_request_body_bytes == 0
+            || request_header_bytes(":method").as_deref() != Some(b"POST")
         {
-            self.hold_request = true;
-            self.completions_path = request_header_bytes(":path")
-                .as_deref()
-                .is_some_and(stream_usage_on_request);
-            if config.add_stream_usage && self.completions_path {
-                // The body may be rewritten: the host frames it anew (chunked in Envoy, from
-                // the new length in nginx).
-                set_request_header("content-length", None);
+            return;
+        }
+        self.hold_request = true;
+        self.completions_path = request_header_bytes(":path")
+            .as_deref()
+            .is_some_and(stream_usage_on_request);
+        if config.add_stream_usage && self.completions_path {
+            // The body may be rewritten: the host frames it anew (chunked in Envoy, from
+            // the new length in nginx).
+            set_request_header("content-length", None);
+        }
+    }
+
+    /// A request body this filter cannot read (`reason`): counted; refused with
+    /// `reason.status()` and `{"error":"unreadable_body"}` (logged at most once per interval and
+    /// worker) when the tenant's requests must be read, else passed on unread.
+    fn unreadable(&mut self, shared: &Shared, reason: Unreadable) -> Action {
+        self.hold_request = false;
+        count(shared.counters.unreadable_reasons.id(reason));
+        if !self.must_read {
+            return Action::Continue;
+        }
+        if let Some(unlogged) = shared.logs.unreadable.due(now_unix_millis()) {
+            log::warn!(
+                "cost: tenant {}: request refused, its body cannot be read ({}): {} \
+                 ({unlogged} more since the last line)",
+                self.tenant,
+                reason.label(),
+                reason.message()
+            );
+        }
+        let headers: &[(&str, &str)] = match reason {
+            // RFC 9110 section 12.5.3: the codings the server accepts in a request.
+            Unreadable::ContentEncoding => &[("accept-encoding", "identity")],
+            _ => &[],
+        };
+        self.refuse(
+            shared.counters.unreadable_body,
+            "unreadable_body",
+            (
+                reason.status(),
+                headers,
+                "unreadable_body",
+                reason.message(),
+            ),
+        )
+    }
+
+    /// The whole request body (`body_size` bytes, held by the host): read, its model checked
+    /// against `unknown_model`, and rewritten to ask for a stream's usage (see `request`).
+    fn read_body(&mut self, shared: &Shared, body_size: usize) -> Action {
+        self.hold_request = false;
+        let config = &shared.config;
+        let body = body_chunk(BufferType::HttpRequestBody, body_size);
+        if body.len() != body_size {
+            return self.unreadable(shared, Unreadable::Host);
+        }
+        if body.is_empty() {
+            // No body: nothing for the upstream to read either.
+            return Action::Continue;
+        }
+        let mut request = match RequestBody::parse(&body) {
+            Ok(request) => request,
+            Err(reason) => return self.unreadable(shared, reason),
+        };
+        let model = request.take_model();
+        if let Some(m) = model
+            .as_deref()
+            .filter(|m| config.refuses_model(&shared.table(), m, self.budgeted))
+        {
+            let message = format!("model {m} has no price at this gateway");
+            signals::set(signals::COST_MODEL, m);
+            return self.refuse(
+                shared.counters.unknown_model,
+                "unknown_model",
+                (
+                    config.unknown_model.status,
+                    &[],
+                    "model_not_priced",
+                    &message,
+                ),
+            );
+        }
+        self.request_model = model;
+        if config.add_stream_usage
+            && self.completions_path
+            && request.stream()
+            && request.include_usage() != Some(true)
+        {
+            if let Some(rewritten) = request.with_stream_usage() {
+                match host::replace_body(BufferType::HttpRequestBody, body_size, &rewritten) {
+                    Ok(()) => {
+                        self.strip_usage = true;
+                        self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
+                    }
+                    Err(e) => log::warn!(
+                        "cost: could not add stream_options.include_usage: host status {e}"
+                    ),
+                }
             }
         }
+        Action::Continue
     }
 
     /// Global mode: asks the rate limit service whether the tenant's budgets are spent, the
@@ -1241,13 +1363,18 @@ impl HttpContext for CostHttp {
         if !self.hold_request || self.done {
             return Action::Continue;
         }
+        if let Some(reason) = self.unreadable_headers {
+            // Refused at the first bytes: the rest of the body is never read.
+            return self.unreadable(&shared, reason);
+        }
         let config = &shared.config;
         self.request_bytes = u64::try_from(body_size).unwrap_or(u64::MAX);
         if body_size > config.max_request_body_bytes {
             self.hold_request = false;
-            if self.budgeted {
+            if self.must_read {
                 let message = format!(
-                    "request bodies over {} bytes cannot be priced for a tenant with a budget",
+                    "request bodies over {} bytes cannot be read here, and this tenant's \
+                     requests must be read (it has a budget)",
                     config.max_request_body_bytes
                 );
                 return self.refuse(
@@ -1260,51 +1387,25 @@ impl HttpContext for CostHttp {
             return Action::Continue;
         }
         if !end_of_stream {
-            // Held (buffered by the host) until the whole body is here.
+            // Held (buffered by the host) until the whole body is here: its end, or trailers.
             return Action::Pause;
         }
-        self.hold_request = false;
-        let body = body_chunk(BufferType::HttpRequestBody, body_size);
-        let Some(request) = RequestBody::parse(&body) else {
+        self.read_body(&shared, body_size)
+    }
+
+    /// A body followed by trailers (HTTP/2, or HTTP/1.1 chunked where the host passes them on)
+    /// never reaches the body callback with `end_of_stream`: Envoy calls this instead, the body
+    /// held, and would otherwise send it upstream unread. The body is read here, its size being
+    /// the last body callback's.
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        let model = request.model();
-        if let Some(m) = model
-            .as_deref()
-            .filter(|m| config.refuses_model(&shared.table(), m, self.budgeted))
-        {
-            let message = format!("model {m} has no price at this gateway");
-            signals::set(signals::COST_MODEL, m);
-            return self.refuse(
-                shared.counters.unknown_model,
-                "unknown_model",
-                (
-                    config.unknown_model.status,
-                    &[],
-                    "model_not_priced",
-                    &message,
-                ),
-            );
+        if !self.hold_request || self.done {
+            return Action::Continue;
         }
-        self.request_model = model;
-        if config.add_stream_usage
-            && self.completions_path
-            && request.stream()
-            && request.include_usage() != Some(true)
-        {
-            if let Some(rewritten) = request.with_stream_usage() {
-                match host::replace_body(BufferType::HttpRequestBody, body_size, &rewritten) {
-                    Ok(()) => {
-                        self.strip_usage = true;
-                        self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
-                    }
-                    Err(e) => log::warn!(
-                        "cost: could not add stream_options.include_usage: host status {e}"
-                    ),
-                }
-            }
-        }
-        Action::Continue
+        let body_size = usize::try_from(self.request_bytes).unwrap_or(usize::MAX);
+        self.read_body(&shared, body_size)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {

@@ -10,6 +10,7 @@
 //! - [`price_table`]: LiteLLM's price file as it is, and the lookup of model names.
 //! - [`decode`]: bounded gzip/deflate decoding of compressed responses.
 //! - [`request`]: the request body (model, stream flags) and the `include_usage` rewrite.
+//! - [`unreadable`]: the request bodies the filter cannot read (refused for tenants with a budget).
 //! - [`json_scan`]: the incremental JSON scanner that reads `usage` from bodies of any size.
 //! - [`usage`]: the providers' usage objects, normalised.
 //! - [`sse`]: the bounded incremental event-stream parser and the streaming usage accumulator.
@@ -34,6 +35,7 @@ pub mod price_table;
 pub mod request;
 pub mod sse;
 pub mod unpriced;
+pub mod unreadable;
 pub mod usage;
 
 #[cfg(target_arch = "wasm32")]

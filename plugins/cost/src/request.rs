@@ -1,12 +1,12 @@
 //! The request body of an LLM API call: what the filter reads from it before the upstream (the
 //! model, the stream flags) and the one change it makes (`stream_options.include_usage`).
 //!
-//! The body is read as one JSON object whose members keep their order and their values' exact
-//! text (`serde_json::value::RawValue`). A name given twice keeps its last value, as
-//! `serde_json::Value`, Python's `json` and JavaScript's `JSON.parse` do. When the filter
-//! rewrites a body, it writes that object back (members in order, each name once), so the
-//! upstream parses exactly the values the filter decided on, whatever duplicate or oddly escaped
-//! names the client sent.
+//! A body is read only when every JSON reader an upstream may use reads the same members in it
+//! (`crate::unreadable`: one JSON object in UTF-8, the members the filter reads given once, under
+//! one spelling, with their APIs' types); otherwise [`RequestBody::parse`] says why not. When the
+//! filter rewrites a body, it writes the object back (members in order and values byte for byte,
+//! each name once: a name the filter does not read given twice keeps its last value, as
+//! `serde_json::Value`, Python's `json`, Go's `encoding/json` and `JSON.parse` read it).
 //!
 //! OpenAI's Chat Completions and Completions APIs send a streamed response's usage only when the
 //! request sets `stream_options.include_usage` (API reference, "stream_options"); without it a
@@ -20,6 +20,8 @@ use std::fmt;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::unreadable::{spells, Unreadable};
 
 /// A JSON object's members, in order, each name once (the last value given).
 #[derive(Debug, Default)]
@@ -95,124 +97,181 @@ impl Members {
     }
 }
 
-/// What the filter reads from a request body: the raw values of `model`, `stream` and
-/// `stream_options` (the last of each name given), borrowed from the body.
+/// What the filter reads from a request body: `model`, `stream`, and `stream_options` with its
+/// `include_usage`, under the rules of [`crate::unreadable`].
 ///
 /// Read with `serde_json` as a map whose names are compared as they are decoded and whose other
-/// values are skipped (`IgnoredAny`), not kept: a body is accepted exactly when `serde_json`
-/// reads it as an object of [`Members`] (the same grammar, names decoded alike, and the whole
-/// body valid UTF-8, checked once), without a `String` per name or a value per member.
+/// values are skipped (`IgnoredAny`), not kept: the whole body valid UTF-8, checked once, without
+/// a `String` per name or a value per member.
 #[derive(Debug)]
 pub struct RequestBody<'a> {
     /// The body.
     text: &'a str,
-    model: Option<&'a RawValue>,
-    stream: Option<&'a RawValue>,
+    model: Option<String>,
+    stream: bool,
+    /// `stream_options` (an object or `null`), for the rewrite.
     stream_options: Option<&'a RawValue>,
+    include_usage: Option<bool>,
 }
 
-/// The members [`RequestBody`] reads.
-enum Name {
-    Model,
-    Stream,
-    StreamOptions,
-    Other,
+/// The members of one object that the filter reads, as given (`slots`), and whether one of them
+/// came twice or another member's name spells one of them ([`spells`]).
+struct Slots<'a, const N: usize> {
+    slots: [Option<&'a RawValue>; N],
+    ambiguous: bool,
 }
 
-impl<'de> Deserialize<'de> for Name {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct NameVisitor;
-        impl Visitor<'_> for NameVisitor {
-            type Value = Name;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Name, E> {
-                Ok(match name {
-                    "model" => Name::Model,
-                    "stream" => Name::Stream,
-                    "stream_options" => Name::StreamOptions,
-                    _ => Name::Other,
-                })
-            }
-        }
-        d.deserialize_identifier(NameVisitor)
+/// The names read at the top of a body, then inside `stream_options`.
+const TOP: [&str; 3] = ["model", "stream", "stream_options"];
+const OPTIONS: [&str; 1] = ["include_usage"];
+
+/// A member name: the index of the name of `names` it is, `Err(true)` when it is another spelling
+/// of one of them, `Err(false)` for any other name.
+struct Name<const N: usize>(Result<usize, bool>);
+
+struct NameSeed<const N: usize>(&'static [&'static str; N]);
+
+impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for NameSeed<N> {
+    type Value = Name<N>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Name<N>, D::Error> {
+        d.deserialize_identifier(self)
     }
 }
 
-impl<'de> Deserialize<'de> for RequestBody<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Object;
-        impl<'de> Visitor<'de> for Object {
-            type Value = RequestBody<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<RequestBody<'de>, A::Error> {
-                let mut body = RequestBody {
-                    text: "",
-                    model: None,
-                    stream: None,
-                    stream_options: None,
-                };
-                while let Some(name) = map.next_key::<Name>()? {
-                    let slot = match name {
-                        Name::Model => &mut body.model,
-                        Name::Stream => &mut body.stream,
-                        Name::StreamOptions => &mut body.stream_options,
-                        Name::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
+impl<const N: usize> Visitor<'_> for NameSeed<N> {
+    type Value = Name<N>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Name<N>, E> {
+        if let Some(at) = self.0.iter().position(|n| *n == name) {
+            return Ok(Name(Ok(at)));
+        }
+        // An ASCII name spells a name only in another case, at its length or cut there by a NUL.
+        let may_spell = |n: &&str| {
+            name.len() == n.len() || name.as_bytes().get(n.len()).is_some_and(|&b| b == 0)
+        };
+        if name.is_ascii() && !self.0.iter().any(may_spell) {
+            return Ok(Name(Err(false)));
+        }
+        Ok(Name(Err(self.0.iter().any(|n| spells(name, n)))))
+    }
+}
+
+struct SlotsSeed<const N: usize>(&'static [&'static str; N]);
+
+impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for SlotsSeed<N> {
+    type Value = Slots<'de, N>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Slots<'de, N>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for SlotsSeed<N> {
+    type Value = Slots<'de, N>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Slots<'de, N>, A::Error> {
+        let mut read = Slots {
+            slots: [None; N],
+            ambiguous: false,
+        };
+        while let Some(Name(name)) = map.next_key_seed(NameSeed(self.0))? {
+            match name.map(|at| read.slots.get_mut(at)) {
+                Ok(Some(slot)) => {
+                    read.ambiguous |= slot.is_some();
                     *slot = Some(map.next_value::<&RawValue>()?);
                 }
-                Ok(body)
+                Ok(None) | Err(false) => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Err(true) => {
+                    read.ambiguous = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        d.deserialize_map(Object)
+        Ok(read)
+    }
+}
+
+/// A JSON boolean or `null` (`None`): `Err` for any other value.
+fn boolean(raw: Option<&RawValue>) -> Result<Option<bool>, Unreadable> {
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(_) => Err(Unreadable::MemberType),
     }
 }
 
 impl<'a> RequestBody<'a> {
-    /// The body as a JSON object; `None` when it is not one.
-    pub fn parse(body: &'a [u8]) -> Option<RequestBody<'a>> {
-        let text = std::str::from_utf8(body).ok()?;
-        let mut read: RequestBody<'a> = serde_json::from_str(text).ok()?;
-        read.text = text;
-        Some(read)
+    /// Reads a request body (not empty) under the rules of [`crate::unreadable`]: one JSON object
+    /// in UTF-8 (`Json` otherwise), `model`, `stream`, `stream_options` and its
+    /// `include_usage` each at most once and under no other spelling (`AmbiguousName`), a
+    /// string, a boolean or null, an object or null, a boolean or null (`MemberType`; a
+    /// `model` string that cannot be decoded, a lone surrogate escape in it, is `Json`).
+    pub fn parse(body: &'a [u8]) -> Result<RequestBody<'a>, Unreadable> {
+        let text = std::str::from_utf8(body).map_err(|_| Unreadable::Json)?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let top = serde::de::DeserializeSeed::deserialize(SlotsSeed(&TOP), &mut de)
+            .map_err(|_| Unreadable::Json)?;
+        de.end().map_err(|_| Unreadable::Json)?;
+        if top.ambiguous {
+            return Err(Unreadable::AmbiguousName);
+        }
+        let [model, stream, stream_options] = top.slots;
+        let model = match model {
+            None => None,
+            Some(raw) if raw.get().starts_with('"') => {
+                Some(serde_json::from_str::<String>(raw.get()).map_err(|_| Unreadable::Json)?)
+            }
+            Some(_) => return Err(Unreadable::MemberType),
+        };
+        let stream = boolean(stream)? == Some(true);
+        let (stream_options, include_usage) = match stream_options {
+            None => (None, None),
+            Some(raw) if raw.get() == "null" => (Some(raw), None),
+            Some(raw) if raw.get().starts_with('{') => {
+                let mut de = serde_json::Deserializer::from_str(raw.get());
+                let options = serde::de::DeserializeSeed::deserialize(SlotsSeed(&OPTIONS), &mut de)
+                    .map_err(|_| Unreadable::Json)?;
+                if options.ambiguous {
+                    return Err(Unreadable::AmbiguousName);
+                }
+                let [include_usage] = options.slots;
+                (Some(raw), boolean(include_usage)?)
+            }
+            Some(_) => return Err(Unreadable::MemberType),
+        };
+        Ok(RequestBody {
+            text,
+            model,
+            stream,
+            stream_options,
+            include_usage,
+        })
     }
 
-    /// `model`, when it is a string.
-    pub fn model(&self) -> Option<String> {
-        serde_json::from_str(self.model?.get()).ok()
+    /// `model` (taken: a second call gives `None`).
+    pub fn take_model(&mut self) -> Option<String> {
+        self.model.take()
     }
 
     /// Whether `stream` is `true`.
     pub fn stream(&self) -> bool {
-        self.stream.is_some_and(|raw| raw.get() == "true")
+        self.stream
     }
 
-    /// `stream_options.include_usage` when it is a boolean.
+    /// `stream_options.include_usage` (`None`: not given, or `null`).
     pub fn include_usage(&self) -> Option<bool> {
-        #[derive(Deserialize)]
-        struct StreamOptions {
-            #[serde(default)]
-            include_usage: Option<bool>,
-        }
-        serde_json::from_str::<Option<StreamOptions>>(self.stream_options?.get())
-            .ok()
-            .flatten()?
-            .include_usage
+        self.include_usage
     }
 
     /// The body with `stream_options.include_usage` set to `true` (the other members of
     /// `stream_options` kept): the body read again as [`Members`], written back. `None` when
-    /// `stream_options` is there but not an object (the upstream refuses such a request
-    /// anyway).
+    /// it cannot be (not after [`RequestBody::parse`] accepted it).
     pub fn with_stream_usage(self) -> Option<Vec<u8>> {
         let mut members: Members = serde_json::from_str(self.text).ok()?;
         let mut options = match self.stream_options {
@@ -239,39 +298,45 @@ mod tests {
     use super::*;
 
     fn rewrite(body: &str) -> Option<String> {
-        RequestBody::parse(body.as_bytes())?
+        RequestBody::parse(body.as_bytes())
+            .ok()?
             .with_stream_usage()
             .map(|b| String::from_utf8(b).unwrap())
     }
 
-    #[test]
-    fn reads_model_and_stream_flags() {
-        let b = RequestBody::parse(
-            br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false}}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            (b.model().as_deref(), b.stream(), b.include_usage()),
-            (Some("gpt-4o"), true, Some(false))
-        );
-        let b = RequestBody::parse(br#"{"model":7,"stream":"yes","stream_options":null}"#).unwrap();
-        assert_eq!(
-            (b.model(), b.stream(), b.include_usage()),
-            (None, false, None)
-        );
-        assert!(RequestBody::parse(b"[1]").is_none());
-        assert!(RequestBody::parse(b"{\"a\":").is_none());
+    fn read(body: &[u8]) -> Result<(Option<String>, bool, Option<bool>), Unreadable> {
+        let mut b = RequestBody::parse(body)?;
+        Ok((b.take_model(), b.stream(), b.include_usage()))
     }
 
     #[test]
-    fn the_last_duplicate_wins_and_the_rewrite_keeps_only_it() {
-        let body = r#"{"model":"cheap","stream":true,"model":"gpt-4o","stream_options":{"include_usage":true},"stream_options":{}}"#;
-        let b = RequestBody::parse(body.as_bytes()).unwrap();
-        assert_eq!(b.model().as_deref(), Some("gpt-4o"));
-        assert_eq!(b.include_usage(), None);
+    fn reads_model_and_stream_flags() {
         assert_eq!(
-            rewrite(body).unwrap(),
-            r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true}}"#
+            read(br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false}}"#),
+            Ok((Some("gpt-4o".into()), true, Some(false)))
+        );
+        assert_eq!(
+            read(br#"{"stream":null,"stream_options":null}"#),
+            Ok((None, false, None))
+        );
+        assert_eq!(
+            read(br#"{"model":7,"stream":"yes","stream_options":null}"#),
+            Err(Unreadable::MemberType)
+        );
+        assert_eq!(read(b"[1]"), Err(Unreadable::Json));
+        assert_eq!(read(b"{\"a\":"), Err(Unreadable::Json));
+    }
+
+    #[test]
+    fn a_member_read_twice_is_refused_where_the_last_one_won() {
+        // Before, the last of each won (and the rewrite kept only it); readers that take the
+        // first (RapidJSON's FindMember, simdjson's find_field) read another model.
+        let body = br#"{"model":"cheap","stream":true,"model":"gpt-4o","stream_options":{"include_usage":true},"stream_options":{}}"#;
+        assert_eq!(read(body), Err(Unreadable::AmbiguousName));
+        // Names the filter does not read may repeat: the rewrite keeps the last.
+        assert_eq!(
+            rewrite(r#"{"model":"m","n":1,"stream":true,"n":2}"#).unwrap(),
+            r#"{"model":"m","n":2,"stream":true,"stream_options":{"include_usage":true}}"#
         );
     }
 
@@ -291,16 +356,60 @@ mod tests {
             r#"{"stream_options":{"include_usage":true}}"#
         );
         assert_eq!(rewrite(r#"{"stream_options":"x"}"#), None);
-        // Names with escapes are written back in their plain form: one name, one value.
+        // A name with escapes is written back in its plain form.
         assert_eq!(
-            rewrite(r#"{"mod\u0065l":"a","model":"b"}"#).unwrap(),
-            r#"{"model":"b","stream_options":{"include_usage":true}}"#
+            rewrite(r#"{"mod\u0065l":"a","stre\u0061m":true}"#).unwrap(),
+            r#"{"model":"a","stream":true,"stream_options":{"include_usage":true}}"#
+        );
+        assert_eq!(
+            read(br#"{"mod\u0065l":"a","model":"b"}"#),
+            Err(Unreadable::AmbiguousName)
         );
     }
 
-    /// The reading of the whole body as [`Members`] (what `parse` did before it skipped the
-    /// values it does not read): whether it is an object, its model, stream flag and
-    /// `include_usage`.
+    /// The vectors of `testdata/request_bodies` (written by Python's `json` and Go's
+    /// `encoding/json`, with what each reads in them): the filter refuses each body for the
+    /// reason listed, and where it reads one, every reader that accepts it reads the same
+    /// model, stream flag and `include_usage`.
+    #[test]
+    fn vectors_read_as_python_and_go_read_them_or_refused() {
+        use base64::Engine as _;
+        use serde_json::Value;
+        let vectors: Vec<Value> =
+            serde_json::from_str(include_str!("../testdata/request_bodies/vectors.json")).unwrap();
+        let go: serde_json::Map<String, Value> =
+            serde_json::from_str(include_str!("../testdata/request_bodies/go_reads.json")).unwrap();
+        assert!(vectors.len() > 60);
+        for v in &vectors {
+            let name = v["name"].as_str().unwrap();
+            let body = base64::engine::general_purpose::STANDARD
+                .decode(v["body"].as_str().unwrap())
+                .unwrap();
+            let got = read(&body);
+            let label = got.as_ref().map_or_else(|e| e.label(), |_| "ok");
+            assert_eq!(label, v["expect"].as_str().unwrap(), "{name}");
+            let Ok((model, stream, include_usage)) = got else {
+                continue;
+            };
+            let ours = Value::from(model);
+            for reading in [&v["python"], &go[name]]
+                .into_iter()
+                .filter(|r| !r.is_null())
+            {
+                assert_eq!(reading["model"], ours, "{name}");
+                assert_eq!(reading["stream"] == Value::Bool(true), stream, "{name}");
+                assert_eq!(
+                    reading["include_usage"],
+                    Value::from(include_usage),
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    /// The reading of the whole body as [`Members`] (a name given twice: the last value), the
+    /// way `parse` read bodies before it refused the ambiguous ones: its model, stream flag and
+    /// `include_usage`; `None` when it is not an object.
     fn through_members(body: &[u8]) -> Option<(Option<String>, bool, Option<bool>)> {
         let members: Members = serde_json::from_slice(body).ok()?;
         let read = |name: &str| members.get(name).map(RawValue::get);
@@ -318,9 +427,9 @@ mod tests {
         Some((model, stream.unwrap_or(false), include_usage))
     }
 
-    /// The borrowed reading agrees with the reading through [`Members`] on generated bodies
-    /// (valid and damaged: invalid UTF-8, lone surrogates, escaped and repeated names), and
-    /// its rewrite is the one made from that reading.
+    /// On generated bodies (valid and damaged: invalid UTF-8, lone surrogates, escaped and
+    /// repeated names), a body `parse` reads is an object read alike through [`Members`], and
+    /// its rewrite is the one made from that reading; a body that is no object is refused.
     #[test]
     fn agrees_with_the_reading_through_members() {
         use crate::json_gen::{document, Rng};
@@ -335,6 +444,8 @@ mod tests {
             "n",
             "\\ud800",
             "",
+            "Model",
+            "\\u017ftream",
         ];
         let mut r = Rng(0x2545_f491_4f6c_dd1d);
         let (mut objects, mut others) = (0, 0);
@@ -351,37 +462,35 @@ mod tests {
         for body in &bodies {
             let text = String::from_utf8_lossy(body);
             let old = through_members(body);
-            let new = RequestBody::parse(body);
-            assert_eq!(
-                new.as_ref()
-                    .map(|b| (b.model(), b.stream(), b.include_usage())),
-                old,
-                "{text}"
-            );
-            match new {
-                Some(b) => {
+            match RequestBody::parse(body) {
+                Ok(mut b) => {
                     objects += 1;
-                    let want = RequestBody::parse(body).and_then(|_| {
-                        let members: Members = serde_json::from_slice(body).ok()?;
-                        let mut options = match members.get("stream_options").map(RawValue::get) {
-                            None | Some("null") => Members::default(),
-                            Some(raw) => serde_json::from_str::<Members>(raw).ok()?,
-                        };
-                        options.set("include_usage", RawValue::from_string("true".into()).ok()?);
-                        let mut members = members;
-                        members.set(
-                            "stream_options",
-                            RawValue::from_string(String::from_utf8(options.to_json()).ok()?)
-                                .ok()?,
-                        );
-                        Some(members.to_json())
-                    });
-                    assert_eq!(b.with_stream_usage(), want, "{text}");
+                    assert_eq!(
+                        Some((b.take_model(), b.stream(), b.include_usage())),
+                        old,
+                        "{text}"
+                    );
+                    let members: Members = serde_json::from_slice(body).unwrap();
+                    let mut options = match members.get("stream_options").map(RawValue::get) {
+                        None | Some("null") => Members::default(),
+                        Some(raw) => serde_json::from_str::<Members>(raw).unwrap(),
+                    };
+                    options.set(
+                        "include_usage",
+                        RawValue::from_string("true".into()).unwrap(),
+                    );
+                    let mut members = members;
+                    members.set(
+                        "stream_options",
+                        RawValue::from_string(String::from_utf8(options.to_json()).unwrap())
+                            .unwrap(),
+                    );
+                    assert_eq!(b.with_stream_usage(), Some(members.to_json()), "{text}");
                 }
-                None => others += 1,
+                Err(_) => others += 1,
             }
         }
-        assert!(objects > 5_000 && others > 5_000, "{objects} {others}");
+        assert!(objects > 3_000 && others > 5_000, "{objects} {others}");
     }
 
     #[test]
