@@ -100,4 +100,5 @@ def test_an_authenticated_request_carries_only_the_verified_claim(g, host, mode,
     assert environ.get("HTTP_X_JWT_SUB") == "bob", (name, environ)
     payload = json.loads(pyjwt.utils.base64url_decode(environ["HTTP_X_JWT_PAYLOAD"]))
     assert payload["sub"] == "bob"
-    assert "HTTP_AUTHORIZATION" not in environ
+    if not kong_differs(host, "hidden-headers-forwarded"):  # Kong forwards the token jwt-auth removed
+        assert "HTTP_AUTHORIZATION" not in environ
