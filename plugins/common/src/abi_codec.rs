@@ -74,6 +74,58 @@ pub fn decode_map(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     Some(pairs)
 }
 
+/// A header map as the host encoded it (`proxy_get_header_map_pairs`), read in place: one
+/// allocation for the whole map, none per lookup.
+pub struct HeaderList {
+    bytes: Vec<u8>,
+}
+
+impl HeaderList {
+    /// The map in `bytes`; `None` when they are not a well-formed map ([`for_each_entry`]).
+    pub fn new(bytes: Vec<u8>) -> Option<HeaderList> {
+        for_each_entry(&bytes, |_, _| {})?;
+        Some(HeaderList { bytes })
+    }
+
+    /// The value of the first entry named `name` (ASCII case-insensitive), as the ABI's
+    /// `proxy_get_header_map_value` answers.
+    pub fn first(&self, name: &str) -> Option<&[u8]> {
+        let mut found = None;
+        // Well-formed: checked by `new`.
+        let _ = for_each_entry(&self.bytes, |n, v| {
+            if found.is_none() && n.eq_ignore_ascii_case(name.as_bytes()) {
+                found = Some(v);
+            }
+        });
+        found
+    }
+
+    /// The values of the entries named `name` or a spelling of it that CGI-style upstreams read
+    /// as it (`crate::http::cgi_fold`), in order.
+    pub fn values(&self, name: &str) -> Vec<&[u8]> {
+        let folded = crate::http::cgi_fold(name.as_bytes());
+        let mut values = Vec::new();
+        let _ = for_each_entry(&self.bytes, |n, v| {
+            if n.eq_ignore_ascii_case(&folded) || crate::http::is_cgi_alias(n, &folded) {
+                values.push(v);
+            }
+        });
+        values
+    }
+
+    /// The names of the entries that are spellings of one of `folded` (each a
+    /// [`crate::http::cgi_fold`]) other than its case (`crate::http::is_cgi_alias`), in order.
+    pub fn cgi_aliases(&self, folded: &[Vec<u8>]) -> Vec<&[u8]> {
+        let mut aliases = Vec::new();
+        let _ = for_each_entry(&self.bytes, |n, _| {
+            if folded.iter().any(|f| crate::http::is_cgi_alias(n, f)) {
+                aliases.push(n);
+            }
+        });
+        aliases
+    }
+}
+
 /// A header value (or any host bytes) as text: non-UTF-8 sequences (obs-text, RFC 9110 section
 /// 5.5) become U+FFFD. Valid UTF-8, nearly every value, keeps its buffer: no second allocation
 /// and copy, which `String::from_utf8_lossy(..).into_owned()` always makes.
@@ -103,6 +155,30 @@ pub fn encode_path<'a>(path: &[&'a str]) -> Cow<'a, [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_lists_are_read_in_place() {
+        let pairs: [(&str, &[u8]); 5] = [
+            (":path", b"/x"),
+            ("Authorization", b"Bearer t"),
+            ("x_jwt_sub", b"admin"),
+            ("authorization", b"Bearer u"),
+            ("X.Jwt-Sub", b"root"),
+        ];
+        let list = HeaderList::new(encode_map(&pairs).unwrap()).unwrap();
+        assert_eq!(list.first("authorization"), Some(&b"Bearer t"[..]));
+        assert_eq!(list.first(":path"), Some(&b"/x"[..]));
+        assert_eq!(list.first("cookie"), None);
+        let folds = [crate::http::cgi_fold(b"x-jwt-sub")];
+        assert_eq!(list.cgi_aliases(&folds), [&b"x_jwt_sub"[..], b"X.Jwt-Sub"]);
+        assert_eq!(list.values("x-jwt-sub"), [&b"admin"[..], b"root"]);
+        assert_eq!(
+            list.values("authorization"),
+            [&b"Bearer t"[..], b"Bearer u"]
+        );
+        assert!(HeaderList::new(vec![9, 0, 0, 0]).is_none());
+        assert!(HeaderList::new(Vec::new()).is_some());
+    }
 
     #[test]
     fn text_replaces_only_what_is_not_utf8() {

@@ -219,30 +219,14 @@ pub fn request_header(name: &str) -> Option<String> {
     request_header_bytes(name).map(abi_codec::text)
 }
 
-/// Removes every request header whose name an upstream reading names the CGI way takes for one
-/// of `folded` (each a [`crate::http::cgi_fold`]) but which differs from it by more than case
-/// (`x_jwt_sub`, `X.Jwt-Sub` for `x-jwt-sub`): a removal or replacement of the name itself leaves
-/// those in place (README, "What a filter reads"). One read of the whole map.
+/// The request's header map, read once (`proxy_get_header_map_pairs`), for a filter that looks
+/// at several of its fields or at every name (`abi_codec::HeaderList`).
 ///
 /// # Errors
-/// The host's status when the map cannot be read: the caller cannot tell that no such header
-/// is left, and refuses the request.
-pub fn remove_cgi_aliases(folded: &[Vec<u8>]) -> Result<(), u32> {
-    let bytes = raw::header_map_bytes(MapType::HttpRequestHeaders)?;
-    let mut aliases: Vec<&[u8]> = Vec::new();
-    abi_codec::for_each_entry(&bytes, |name, _| {
-        if folded.iter().any(|f| crate::http::is_cgi_alias(name, f)) {
-            aliases.push(name);
-        }
-    })
-    .ok_or(raw::SERIALIZATION_FAILURE)?;
-    for name in aliases {
-        // An alias folds to ASCII, so it is ASCII itself.
-        if let Ok(name) = std::str::from_utf8(name) {
-            raw::set_header_value(MapType::HttpRequestHeaders, name, None)?;
-        }
-    }
-    Ok(())
+/// The host's status when the map cannot be read (or is not well-formed: `SerializationFailure`).
+pub fn request_header_list() -> Result<abi_codec::HeaderList, u32> {
+    abi_codec::HeaderList::new(raw::header_map_bytes(MapType::HttpRequestHeaders)?)
+        .ok_or(raw::SERIALIZATION_FAILURE)
 }
 
 /// Every value of request header `name` and of its CGI spellings (`x_api_key` for `x-api-key`,
@@ -251,16 +235,8 @@ pub fn remove_cgi_aliases(folded: &[Vec<u8>]) -> Result<(), u32> {
 /// # Errors
 /// The host's status when the map cannot be read.
 pub fn request_header_values(name: &str) -> Result<Vec<Vec<u8>>, u32> {
-    let bytes = raw::header_map_bytes(MapType::HttpRequestHeaders)?;
-    let folded = crate::http::cgi_fold(name.as_bytes());
-    let mut values = Vec::new();
-    abi_codec::for_each_entry(&bytes, |n, v| {
-        if n.eq_ignore_ascii_case(&folded) || crate::http::is_cgi_alias(n, &folded) {
-            values.push(v.to_vec());
-        }
-    })
-    .ok_or(raw::SERIALIZATION_FAILURE)?;
-    Ok(values)
+    let list = request_header_list()?;
+    Ok(list.values(name).into_iter().map(<[u8]>::to_vec).collect())
 }
 
 /// Sets (`Some`, replacing the value) or removes (`None`) a header of `map`; a host error is

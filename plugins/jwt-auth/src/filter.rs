@@ -7,11 +7,12 @@ use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, ContextType};
+use tollgate_common::abi_codec::{text, HeaderList};
 use tollgate_common::authority::canonical_host;
 use tollgate_common::bytes::same_bytes;
 use tollgate_common::host::{
     count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_authority, refuse_path,
-    remove_cgi_aliases, request_header, send_json_error, set_request_header,
+    request_header, request_header_list, send_json_error, set_request_header,
 };
 use tollgate_common::http::split_path_query;
 use tollgate_common::remote::TICK_MILLIS;
@@ -186,42 +187,77 @@ fn strip_output_headers(config: &Config) {
     }
 }
 
-/// Removes the client's copies of the headers this filter writes or removes under the other
-/// spellings a CGI-style upstream reads as them (`x_jwt_sub` for `x-jwt-sub`: README, "On
-/// success"). `false` when the host cannot list or edit the request's headers: the filter cannot
-/// tell that no forged copy is left, and the caller refuses the request (500).
-fn strip_cgi_aliases(shared: &Shared) -> bool {
-    let config = &shared.config;
-    if config.cgi_folds.is_empty() {
-        return true;
+/// The request's headers as this filter reads them: from one read of the whole list when the
+/// filter must look at every name (`Config::cgi_folds`), else one host call per header asked.
+enum Headers {
+    List(HeaderList),
+    Each,
+}
+
+impl Headers {
+    /// `None` when the host cannot list the headers: then the filter cannot tell that no forged
+    /// copy is left, and the request is refused (500, `headers_unavailable`).
+    fn read(shared: &Shared) -> Option<Headers> {
+        if shared.config.cgi_folds.is_empty() {
+            return Some(Headers::Each);
+        }
+        match request_header_list() {
+            Ok(list) => Some(Headers::List(list)),
+            Err(status) => {
+                log::error!(
+                    "jwt-auth: cannot read the request's headers (host status {status}); \
+                     refusing the request"
+                );
+                count(shared.counters.headers_unavailable);
+                strip_output_headers(&shared.config);
+                signals::set(signals::JWT_AUTH_RESULT, "headers_unavailable");
+                send_json_error(
+                    500,
+                    &[],
+                    "internal_error",
+                    "jwt-auth cannot read the request's headers",
+                );
+                None
+            }
+        }
     }
-    match remove_cgi_aliases(&config.cgi_folds) {
-        Ok(()) => true,
-        Err(status) => {
-            log::error!(
-                "jwt-auth: cannot read or edit the request's headers (host status {status}); \
-                 refusing the request"
-            );
-            count(shared.counters.headers_unavailable);
-            strip_output_headers(config);
-            signals::set(signals::JWT_AUTH_RESULT, "headers_unavailable");
-            send_json_error(
-                500,
-                &[],
-                "internal_error",
-                "jwt-auth cannot read the request's headers",
-            );
-            false
+
+    /// A header's value as text (`tollgate_common::host::request_header`).
+    fn get(&self, name: &str) -> Option<String> {
+        match self {
+            Headers::List(list) => list.first(name).map(|v| text(v.to_vec())),
+            Headers::Each => request_header(name),
+        }
+    }
+
+    /// Removes the client's copies of the headers this filter writes or removes under the other
+    /// spellings a CGI-style upstream reads as them (`x_jwt_sub` for `x-jwt-sub`: README, "On
+    /// success"), found in the list read when the request came in.
+    fn strip_cgi_aliases(&self, config: &Config) {
+        if let Headers::List(list) = self {
+            for name in list.cgi_aliases(&config.cgi_folds) {
+                // An alias folds to ASCII, so it is ASCII itself.
+                if let Ok(name) = std::str::from_utf8(name) {
+                    set_request_header(name, None);
+                }
+            }
         }
     }
 }
 
 impl JwtAuthHttp {
-    fn deny(&self, shared: &Shared, reason: Reason, method: &str, path: &str) -> HostAction {
+    fn deny(
+        &self,
+        shared: &Shared,
+        headers: &Headers,
+        reason: Reason,
+        method: &str,
+        path: &str,
+    ) -> HostAction {
         // The fast path skips pseudo-headers no rule needs; the log line wants them anyway.
         let fetch = |given: &str, name: &str| {
             if given.is_empty() {
-                request_header(name).unwrap_or_default()
+                headers.get(name).unwrap_or_default()
             } else {
                 given.to_string()
             }
@@ -274,9 +310,12 @@ impl HttpContext for JwtAuthHttp {
         };
         let config = &shared.config;
         let needs = config.needs;
+        let Some(headers) = Headers::read(&shared) else {
+            return HostAction::Pause;
+        };
         let get = |name: &str, needed: bool| {
             if needed {
-                request_header(name).unwrap_or_default()
+                headers.get(name).unwrap_or_default()
             } else {
                 String::new()
             }
@@ -320,9 +359,7 @@ impl HttpContext for JwtAuthHttp {
         let Action::Require { locations, .. } = action else {
             // Headers this filter writes are never taken from the client.
             strip_output_headers(config);
-            if !strip_cgi_aliases(&shared) {
-                return HostAction::Pause;
-            }
+            headers.strip_cgi_aliases(config);
             count(shared.counters.bypass);
             signals::set(signals::JWT_AUTH_RESULT, "bypass");
             if let Some(p) = &request_path {
@@ -330,8 +367,8 @@ impl HttpContext for JwtAuthHttp {
             }
             return HostAction::Continue;
         };
-        let Some(found) = extract(locations, request_header, query) else {
-            return self.deny(&shared, Reason::MissingToken, &method, path);
+        let Some(found) = extract(locations, |name| headers.get(name), query) else {
+            return self.deny(&shared, &headers, Reason::MissingToken, &method, path);
         };
         let now = now_unix_secs();
         let location = found.location;
@@ -344,11 +381,11 @@ impl HttpContext for JwtAuthHttp {
                     shared.cache.borrow_mut().insert(token, &v);
                     v
                 }
-                Err(reason) => return self.deny(&shared, reason, &method, path),
+                Err(reason) => return self.deny(&shared, &headers, reason, &method, path),
             },
         };
         if let Err(reason) = authorize(config, action, &verified, now) {
-            return self.deny(&shared, reason, &method, path);
+            return self.deny(&shared, &headers, reason, &method, path);
         }
         // Setting a header replaces every client copy; the other headers this filter writes are
         // removed, so a client cannot forge any of them. (A refused request never reaches the
@@ -367,9 +404,7 @@ impl HttpContext for JwtAuthHttp {
         {
             set_request_header(name, None);
         }
-        if !strip_cgi_aliases(&shared) {
-            return HostAction::Pause;
-        }
+        headers.strip_cgi_aliases(config);
         // The verified claim headers, for later filters that take an identity from them
         // (tollgate_common::identity): a property, which a client cannot set.
         for c in provider.map_or(&[][..], |p| &p.claim_to_headers) {
