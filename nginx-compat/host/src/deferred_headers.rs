@@ -5,14 +5,20 @@
 //! Most filters read a few fields of a request and write one or two: building the whole map
 //! (an allocation per name and value), freeing it and rebuilding the embedding's list from it
 //! cost more than the filters' own header work. A deferred map answers `num_headers`,
-//! `proxy_get_header_map_value` and the add / replace / remove of one field without being built;
-//! `proxy_get_header_map_pairs`, `_size` and `proxy_set_header_map_pairs` build it
-//! ([`DeferredMap::build`]: the source's map with the edits applied in order), and so does a
-//! long run of edits ([`MAX_EDITS`]). The embedding applies the edits to its own list itself
-//! where it can (`module/src/headers.rs`), or builds the map and writes all of it back.
+//! `proxy_get_header_map_value` and the add / replace / remove of one field without being built,
+//! and `proxy_get_header_map_pairs` and `_size` too: the source lists its entries
+//! ([`HeaderSource::for_each_entry`]), the map merges the edits into that listing
+//! ([`DeferredMap::for_each_entry`]) and serialises it straight into the guest's buffer
+//! ([`DeferredMap::serialize_into`]), so a filter that scans the whole map leaves it deferred.
+//! `proxy_set_header_map_pairs` builds it ([`DeferredMap::build`]: the source's map with the
+//! edits applied in order), and so does a long run of edits ([`MAX_EDITS`]). The embedding
+//! applies the edits to its own list itself where it can (`module/src/headers_in_place.rs`),
+//! or builds the map and writes all of it back.
 //!
 //! Every answer is the one the built map would give: the edits follow the semantics of the
-//! ABI's functions on a [`HeaderMap`] ([`HeaderEdit::apply`], which the built path uses too).
+//! ABI's functions on a [`HeaderMap`] ([`HeaderEdit::apply`], which the built path uses too),
+//! and the merged listing is the built map's, entry for entry (the tests compare them after
+//! every edit).
 
 use crate::header_map::HeaderMap;
 
@@ -37,6 +43,18 @@ pub trait HeaderSource {
     fn bytes(&self) -> usize;
     /// The map, built.
     fn build(&self) -> HeaderMap;
+    /// Calls `f` with every `(name, value)` entry of the map, in order: the entries of
+    /// [`HeaderSource::build`], names in any ASCII case (the map's name is the lower-case form;
+    /// an embedding passes its list's names as they are), read from the list without building
+    /// the map. `proxy_get_header_map_pairs` and `_size` serialise from it.
+    ///
+    /// The default builds the map and lists it (one allocation per name and value): an
+    /// embedding overrides it to list its own list in place.
+    fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (k, v) in &self.build() {
+            f(k, v);
+        }
+    }
     /// The embedding applied the edits to the list this source reads: the map now has `len`
     /// entries; anything computed from the list before is stale.
     fn edits_applied(&mut self, len: usize);
@@ -205,6 +223,141 @@ impl DeferredMap {
         }
         map
     }
+
+    /// Calls `f` with every `(name, value)` entry of the map after the edits, in order: the
+    /// entries of [`DeferredMap::build`] (names in any ASCII case, see
+    /// [`HeaderSource::for_each_entry`]), without building it. The source's entries come with
+    /// the edits' effect on their names ([`Merge`]), then the entries the edits appended that
+    /// are still there; nothing is allocated (more than [`MAX_EDITS`] edits, which the ABI
+    /// functions never keep, are listed from the built map instead).
+    pub fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        if self.edits.is_empty() {
+            return self.source.for_each_entry(f);
+        }
+        let Some(merge) = Merge::of(self) else {
+            for (k, v) in &self.build() {
+                f(k, v);
+            }
+            return;
+        };
+        let names = merge.names.get(..merge.names_len).unwrap_or_default();
+        // Per edited name: whether its one kept entry (a replaced name's) was listed.
+        let mut listed_first = [false; MAX_EDITS];
+        self.source.for_each_entry(&mut |k, v| {
+            // The length first: most names are told apart by it alone.
+            let edited = names
+                .iter()
+                .zip(listed_first.iter_mut())
+                .find(|((name, _), _)| k.len() == name.len() && k.eq_ignore_ascii_case(name));
+            match edited {
+                None | Some(((_, Listed::Kept), _)) => f(k, v),
+                Some(((_, Listed::First(value)), listed)) => {
+                    if !*listed {
+                        *listed = true;
+                        f(k, value);
+                    }
+                }
+                Some(((_, Listed::Gone), _)) => {}
+            }
+        });
+        for (k, v) in merge.appended.iter().take(self.edits.len()) {
+            if let Some(v) = v {
+                f(k, v);
+            }
+        }
+    }
+
+    /// The entry count and the size (bytes) of the map after the edits in the ABI's
+    /// serialization (`proxy_get_header_map_size`: a `u32` count, 8 bytes of sizes and 2 NULs
+    /// per entry, the names and values), from [`DeferredMap::for_each_entry`]; `None` past
+    /// `u32::MAX` bytes.
+    pub fn serialized_size(&self) -> Option<(usize, usize)> {
+        crate::mem::entries_size(|sink| self.for_each_entry(sink))
+    }
+
+    /// Writes the map after the edits, names lower-case, into `dst` in the ABI's serialization
+    /// (`proxy_get_header_map_pairs`), from [`DeferredMap::for_each_entry`]: the bytes
+    /// `mem::serialize_into` gives for [`DeferredMap::build`]. `entries` and `dst`'s length are
+    /// what [`DeferredMap::serialized_size`] gave; `None` (`dst` partly written) unless the map
+    /// still has exactly those (the guest's allocator ran in between).
+    pub fn serialize_into(&self, entries: usize, dst: &mut [u8]) -> Option<()> {
+        crate::mem::serialize_entries(dst, entries, true, |sink| self.for_each_entry(sink))
+    }
+}
+
+/// What the edits leave of the source's entries of one edited name.
+#[derive(Clone, Copy)]
+enum Listed<'a> {
+    /// Every one, as it is (only adds so far).
+    Kept,
+    /// The first one, with this value (a replace while the source's entries were there).
+    First(&'a [u8]),
+    /// None (removed, or the source has none).
+    Gone,
+}
+
+/// The map after at most [`MAX_EDITS`] edits, as a listing of the source needs it: an edit only
+/// appends an entry, changes an entry's value or drops entries (never moves one), so the map is
+/// the source's entries, each name's kept as [`Listed`] says, followed by the appended entries
+/// still there, in the order the edits appended them.
+struct Merge<'a> {
+    /// Each edited name (lower-case) with what is left of its source entries, in the order of
+    /// the first edit of each.
+    names: [(&'a [u8], Listed<'a>); MAX_EDITS],
+    names_len: usize,
+    /// Per edit: the name and value of the entry it appended, the value `None` when it appended
+    /// none or that entry went since (a replace may change it).
+    appended: [(&'a [u8], Option<&'a [u8]>); MAX_EDITS],
+}
+
+impl<'a> Merge<'a> {
+    /// Replays `d`'s edits on the names they touch, as [`HeaderEdit::apply`] would on the built
+    /// map. `None` with more than [`MAX_EDITS`] edits.
+    fn of(d: &'a DeferredMap) -> Option<Merge<'a>> {
+        let mut m = Merge {
+            names: [(&[][..], Listed::Gone); MAX_EDITS],
+            names_len: 0,
+            appended: [(&[][..], None); MAX_EDITS],
+        };
+        for (i, e) in d.edits.iter().enumerate() {
+            let name = e.name();
+            let known = m.names.get(..m.names_len)?;
+            let at = match known.iter().position(|(n, _)| *n == name) {
+                Some(at) => at,
+                None => {
+                    let at = m.names_len;
+                    let had = d.source.first(name).is_some();
+                    *m.names.get_mut(at)? = (name, if had { Listed::Kept } else { Listed::Gone });
+                    m.names_len = at.checked_add(1)?;
+                    at
+                }
+            };
+            let listed = &mut m.names.get_mut(at)?.1;
+            let (this, before) = m.appended.get_mut(..=i)?.split_last_mut()?;
+            let mut same_name = before.iter_mut().filter(|(n, v)| *n == name && v.is_some());
+            match e {
+                HeaderEdit::Add(k, v) => *this = (k.as_slice(), Some(v.as_slice())),
+                HeaderEdit::Remove(_) => {
+                    *listed = Listed::Gone;
+                    same_name.for_each(|(_, v)| *v = None);
+                }
+                // The first entry of the name takes the value and the later ones go: a source
+                // entry when one is left (they come first), else the first appended one.
+                HeaderEdit::Replace(k, v) => {
+                    if matches!(listed, Listed::Gone) {
+                        match same_name.next() {
+                            Some(first) => first.1 = Some(v.as_slice()),
+                            None => *this = (k.as_slice(), Some(v.as_slice())),
+                        }
+                    } else {
+                        *listed = Listed::First(v.as_slice());
+                    }
+                    same_name.for_each(|(_, v)| *v = None);
+                }
+            }
+        }
+        Some(m)
+    }
 }
 
 #[cfg(test)]
@@ -278,6 +431,143 @@ mod tests {
     /// Every name the edits or the base use, and one they do not.
     const NAMES: [&[u8]; 4] = [b"a", b"b", b"c", b"zz"];
 
+    /// An embedding's list whose names keep the case they arrived in (as nginx's do): the map
+    /// lower-cases them; counts its builds.
+    struct CasedList(HeaderMap, std::rc::Rc<std::cell::Cell<usize>>);
+
+    impl HeaderSource for CasedList {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn first(&self, name: &[u8]) -> Option<&[u8]> {
+            let mut named = self.0.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+            named.next().map(|(_, v)| &v[..])
+        }
+        fn count(&self, name: &[u8]) -> usize {
+            let named = self.0.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+            named.count()
+        }
+        fn bytes(&self) -> usize {
+            crate::valid::map_bytes(&self.0)
+        }
+        fn build(&self) -> HeaderMap {
+            self.1.set(self.1.get().saturating_add(1));
+            let lower = self
+                .0
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
+            lower.collect()
+        }
+        fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+            for (k, v) in &self.0 {
+                f(k, v);
+            }
+        }
+        fn edits_applied(&mut self, _len: usize) {}
+    }
+
+    /// Asserts that `d`'s listing and serialization are those of `built` (`d.build()`), bytes
+    /// for bytes, and that neither built the map (`builds`: its source's build count).
+    fn assert_pairs_are(d: &DeferredMap, built: &HeaderMap, builds: &std::cell::Cell<usize>) {
+        let before = builds.get();
+        let mut listed = HeaderMap::new();
+        d.for_each_entry(&mut |k, v| listed.push((k.to_ascii_lowercase(), v.to_vec())));
+        assert_eq!(&listed, built, "after {:?}", d.edits);
+        let (entries, size) = d.serialized_size().unwrap();
+        assert_eq!(entries, built.len());
+        assert_eq!(Some(size), crate::mem::serialized_size(built));
+        let mut want = vec![0u8; size];
+        crate::mem::serialize_into(built, &mut want).unwrap();
+        let mut got = vec![0xaa; size];
+        assert_eq!(d.serialize_into(entries, &mut got), Some(()));
+        assert_eq!(got, want, "after {:?}", d.edits);
+        // Sizes of another map (the guest's allocator ran and the map changed meanwhile).
+        let (more, fewer) = (entries.saturating_add(1), entries.saturating_sub(1));
+        assert_eq!(
+            d.serialize_into(entries, &mut vec![0; size.saturating_add(1)]),
+            None
+        );
+        assert_eq!(
+            d.serialize_into(entries, &mut vec![0; size.saturating_sub(1)]),
+            None
+        );
+        assert_eq!(
+            d.serialize_into(more, &mut vec![0; size.saturating_add(10)]),
+            None
+        );
+        if entries > 0 {
+            assert_eq!(d.serialize_into(fewer, &mut vec![0; size]), None);
+        }
+        if d.edits.len() <= MAX_EDITS {
+            assert_eq!(builds.get(), before, "a pairs read built the map");
+        }
+    }
+
+    #[test]
+    fn pairs_reads_interleaved_with_edits_are_the_built_maps() {
+        // Every sequence of up to four edits from an alphabet that adds, replaces and removes
+        // names the source has once, twice (in two cases) or not at all, on a source with those
+        // names in mixed case and on one with none of them: the listing after each edit is the
+        // built map's, without building it.
+        let alphabet = [
+            HeaderEdit::Add(b"a".to_vec(), b"n1".to_vec()),
+            HeaderEdit::Add(b"zz".to_vec(), b"n2".to_vec()),
+            HeaderEdit::Replace(b"a".to_vec(), b"r1".to_vec()),
+            HeaderEdit::Replace(b"b".to_vec(), b"r2".to_vec()),
+            HeaderEdit::Replace(b"zz".to_vec(), b"r3".to_vec()),
+            HeaderEdit::Remove(b"a".to_vec()),
+            HeaderEdit::Remove(b"zz".to_vec()),
+            HeaderEdit::Add(b":path".to_vec(), b"/x".to_vec()),
+        ];
+        let bases = [
+            pairs(&[
+                (":path", "/"),
+                ("A", "1"),
+                ("b", "2"),
+                ("Zy", "3"),
+                ("a", "4"),
+            ]),
+            pairs(&[(":path", "/"), ("x-Other", "5")]),
+        ];
+        let mut sequences = 0usize;
+        for base in &bases {
+            let mut todo: Vec<Vec<usize>> = vec![vec![]];
+            while let Some(seq) = todo.pop() {
+                let builds = std::rc::Rc::new(std::cell::Cell::new(0));
+                let mut d = DeferredMap::new(Box::new(CasedList(base.clone(), builds.clone())));
+                d.edits = seq.iter().map(|&i| alphabet[i].clone()).collect();
+                let built = d.build();
+                assert_eq!(d.len(), built.len(), "{:?}", d.edits);
+                assert_pairs_are(&d, &built, &builds);
+                sequences = sequences.saturating_add(1);
+                if seq.len() < 4 {
+                    for i in 0..alphabet.len() {
+                        todo.push([&seq[..], &[i]].concat());
+                    }
+                }
+            }
+        }
+        assert_eq!(sequences, 2 * (1 + 8 + 64 + 512 + 4096));
+    }
+
+    #[test]
+    fn more_edits_than_kept_are_listed_from_the_built_map() {
+        // The ABI functions build the map past MAX_EDITS; a map given more is still listed right.
+        let builds = std::rc::Rc::new(std::cell::Cell::new(0));
+        let base = pairs(&[(":path", "/"), ("A", "1")]);
+        let mut d = DeferredMap::new(Box::new(CasedList(base, builds.clone())));
+        for i in 0..=MAX_EDITS {
+            let v = i.to_string().into_bytes();
+            d.edits.push(match i % 3 {
+                0 => HeaderEdit::Add(b"a".to_vec(), v),
+                1 => HeaderEdit::Replace(b"b".to_vec(), v),
+                _ => HeaderEdit::Remove(b"a".to_vec()),
+            });
+        }
+        let built = d.build();
+        assert_pairs_are(&d, &built, &builds);
+    }
+
     #[test]
     fn answers_are_those_of_the_built_map_after_every_edit() {
         // A base with duplicates, and every kind of edit on present, duplicated and absent
@@ -294,11 +584,14 @@ mod tests {
             HeaderEdit::Add(b"a".to_vec(), b"9".to_vec()),
             HeaderEdit::Replace(b"b".to_vec(), b"10".to_vec()),
         ];
-        let mut d = DeferredMap::new(Box::new(MapSource::new(base.clone())));
+        let source = MapSource::new(base.clone());
+        let builds = source.builds.clone();
+        let mut d = DeferredMap::new(Box::new(source));
         let mut built = base;
         for e in edits {
             e.apply(&mut built);
             d.edits.push(e);
+            assert_pairs_are(&d, &built, &builds);
             assert_eq!(d.build(), built);
             assert_eq!(d.len(), built.len(), "after {:?}", d.edits.last());
             assert!(d.bytes() >= crate::valid::map_bytes(&built));

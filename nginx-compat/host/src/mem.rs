@@ -78,19 +78,67 @@ pub(crate) fn serialized_size(map: &HeaderMap) -> Option<usize> {
 
 /// Serializes `map` into `dst`; `None` unless `dst` is exactly `serialized_size(map)` long.
 pub(crate) fn serialize_into(map: &HeaderMap, dst: &mut [u8]) -> Option<()> {
-    let mut w = Writer { dst, at: 0 };
-    w.put(&u32::try_from(map.len()).ok()?.to_le_bytes())?;
-    for (k, v) in map {
-        w.put(&u32::try_from(k.len()).ok()?.to_le_bytes())?;
-        w.put(&u32::try_from(v.len()).ok()?.to_le_bytes())?;
-    }
-    for (k, v) in map {
-        w.put(k)?;
-        w.put(&[0])?;
-        w.put(v)?;
-        w.put(&[0])?;
-    }
-    (w.at == w.dst.len()).then_some(())
+    serialize_entries(dst, map.len(), false, |sink| {
+        for (k, v) in map {
+            sink(k, v);
+        }
+    })
+}
+
+/// The entry count and the size (bytes) of the serialization of the `(name, value)` entries
+/// `entries` gives to the sink it is called with (once); `None` if the size overflows `u32`.
+pub(crate) fn entries_size(
+    entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8])),
+) -> Option<(usize, usize)> {
+    let mut count = 0usize;
+    let mut size = Some(4usize);
+    entries(&mut |k, v| {
+        count = count.saturating_add(1);
+        size = size
+            .and_then(|s| s.checked_add(k.len()))
+            .and_then(|s| s.checked_add(v.len()))
+            .and_then(|s| s.checked_add(10));
+    });
+    let size = size?;
+    u32::try_from(size).ok()?;
+    Some((count, size))
+}
+
+/// Serializes a map of `count` entries into `dst` in one pass, without building it: `entries`
+/// is called once with a sink that takes each `(name, value)` in order, its sizes written at
+/// the front and its bytes after them; `lower` writes the names ASCII lower-case (as a built
+/// map's are). `None` unless exactly `count` entries came and they fill `dst` exactly (the
+/// size [`entries_size`] gives for the same entries); `dst` is then partly written.
+pub(crate) fn serialize_entries(
+    dst: &mut [u8],
+    count: usize,
+    lower: bool,
+    entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8])),
+) -> Option<()> {
+    let mut sizes = Writer { dst, at: 0 };
+    sizes.put(&u32::try_from(count).ok()?.to_le_bytes())?;
+    let (sizes, data) = sizes
+        .dst
+        .split_at_mut_checked(count.checked_mul(8)?.checked_add(4)?)?;
+    let mut sizes = Writer { dst: sizes, at: 4 };
+    let mut data = Writer { dst: data, at: 0 };
+    let mut left = Some(count);
+    entries(&mut |k, v| {
+        // After a failure (or one entry too many) the rest is skipped and `left` stays `None`.
+        left = left.and_then(|n| n.checked_sub(1)).and_then(|n| {
+            sizes.put(&u32::try_from(k.len()).ok()?.to_le_bytes())?;
+            sizes.put(&u32::try_from(v.len()).ok()?.to_le_bytes())?;
+            let name = data.put(k)?;
+            if lower {
+                name.make_ascii_lowercase();
+            }
+            data.put(&[0])?;
+            data.put(v)?;
+            data.put(&[0])?;
+            Some(n)
+        });
+    });
+    (left == Some(0) && sizes.at == sizes.dst.len() && data.at == data.dst.len()).then_some(())
 }
 
 struct Writer<'a> {
@@ -99,11 +147,13 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    fn put(&mut self, bytes: &[u8]) -> Option<()> {
+    /// Copies `bytes` at the write position and moves past them; the copy, to change in place.
+    fn put(&mut self, bytes: &[u8]) -> Option<&mut [u8]> {
         let end = self.at.checked_add(bytes.len())?;
-        self.dst.get_mut(self.at..end)?.copy_from_slice(bytes);
+        let dst = self.dst.get_mut(self.at..end)?;
+        dst.copy_from_slice(bytes);
         self.at = end;
-        Some(())
+        Some(dst)
     }
 }
 
