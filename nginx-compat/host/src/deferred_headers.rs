@@ -8,8 +8,9 @@
 //! `proxy_get_header_map_value` and the add / replace / remove of one field without being built,
 //! and `proxy_get_header_map_pairs` and `_size` too: the source lists its entries
 //! ([`HeaderSource::for_each_entry`]), the map merges the edits into that listing
-//! ([`DeferredMap::for_each_entry`]) and serialises it straight into the guest's buffer
-//! ([`DeferredMap::serialize_into`]), so a filter that scans the whole map leaves it deferred.
+//! ([`DeferredMap::for_each_entry`]), and the host serialises it from there (the size summed,
+//! the pairs written to a buffer it reuses, then copied into the guest's), so a filter that
+//! scans the whole map leaves it deferred.
 //! `proxy_set_header_map_pairs` builds it ([`DeferredMap::build`]: the source's map with the
 //! edits applied in order), and so does a long run of edits ([`MAX_EDITS`]). The embedding
 //! applies the edits to its own list itself where it can (`module/src/headers_in_place.rs`),
@@ -228,135 +229,202 @@ impl DeferredMap {
     /// entries of [`DeferredMap::build`] (names in any ASCII case, see
     /// [`HeaderSource::for_each_entry`]), without building it. The source's entries come with
     /// the edits' effect on their names ([`Merge`]), then the entries the edits appended that
-    /// are still there; nothing is allocated (more than [`MAX_EDITS`] edits, which the ABI
-    /// functions never keep, are listed from the built map instead).
+    /// are still there. One pass over the source, nothing allocated (more than [`MAX_EDITS`]
+    /// edits, which the ABI functions never keep, are listed from the built map instead).
     pub fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
         if self.edits.is_empty() {
             return self.source.for_each_entry(f);
         }
-        let Some(merge) = Merge::of(self) else {
+        let mut merge = Merge::new();
+        if merge.replay(&self.edits).is_none() {
             for (k, v) in &self.build() {
                 f(k, v);
             }
             return;
-        };
-        let names = merge.names.get(..merge.names_len).unwrap_or_default();
-        // Per edited name: whether its one kept entry (a replaced name's) was listed.
-        let mut listed_first = [false; MAX_EDITS];
+        }
+        // Per edited name: whether the source has it, and whether its one kept entry (a
+        // replaced name's) was listed.
+        let mut seen = [false; MAX_EDITS];
+        let mut first_listed = [false; MAX_EDITS];
         self.source.for_each_entry(&mut |k, v| {
-            // The length first: most names are told apart by it alone.
-            let edited = names
-                .iter()
-                .zip(listed_first.iter_mut())
-                .find(|((name, _), _)| k.len() == name.len() && k.eq_ignore_ascii_case(name));
-            match edited {
-                None | Some(((_, Listed::Kept), _)) => f(k, v),
-                Some(((_, Listed::First(value)), listed)) => {
-                    if !*listed {
+            let Some(at) = merge.position(&self.edits, k) else {
+                return f(k, v);
+            };
+            if let Some(seen) = seen.get_mut(at) {
+                *seen = true;
+            }
+            match merge.names.get(at).map(|(_, listed)| *listed) {
+                Some(Listed::Kept) | None => f(k, v),
+                Some(Listed::First(by)) => {
+                    if let (Some(listed @ false), Some(value)) =
+                        (first_listed.get_mut(at), value_of(&self.edits, by))
+                    {
                         *listed = true;
                         f(k, value);
                     }
                 }
-                Some(((_, Listed::Gone), _)) => {}
+                Some(Listed::Gone) => {}
             }
         });
-        for (k, v) in merge.appended.iter().take(self.edits.len()) {
-            if let Some(v) = v {
-                f(k, v);
+        if seen.iter().take(merge.names_len).any(|seen| !seen) {
+            // A name the source has none of: its replaces append (or change an appended entry)
+            // instead. The edits replayed knowing it (they were replayed once already: this
+            // cannot fail).
+            merge = Merge {
+                present: seen,
+                ..Merge::new()
+            };
+            if merge.replay(&self.edits).is_none() {
+                return;
+            }
+        }
+        for (e, by) in self.edits.iter().zip(merge.appended) {
+            if let Some(value) = by.and_then(|by| value_of(&self.edits, by)) {
+                f(e.name(), value);
             }
         }
     }
 
-    /// The entry count and the size (bytes) of the map after the edits in the ABI's
-    /// serialization (`proxy_get_header_map_size`: a `u32` count, 8 bytes of sizes and 2 NULs
-    /// per entry, the names and values), from [`DeferredMap::for_each_entry`]; `None` past
-    /// `u32::MAX` bytes.
-    pub fn serialized_size(&self) -> Option<(usize, usize)> {
+    /// The size (bytes) of the map after the edits in the ABI's serialization
+    /// (`proxy_get_header_map_size`: a `u32` count, 8 bytes of sizes and 2 NULs per entry, the
+    /// names and values), from [`DeferredMap::for_each_entry`]; `None` past `u32::MAX`.
+    pub fn serialized_size(&self) -> Option<usize> {
         crate::mem::entries_size(|sink| self.for_each_entry(sink))
     }
 
-    /// Writes the map after the edits, names lower-case, into `dst` in the ABI's serialization
-    /// (`proxy_get_header_map_pairs`), from [`DeferredMap::for_each_entry`]: the bytes
-    /// `mem::serialize_into` gives for [`DeferredMap::build`]. `entries` and `dst`'s length are
-    /// what [`DeferredMap::serialized_size`] gave; `None` (`dst` partly written) unless the map
-    /// still has exactly those (the guest's allocator ran in between).
-    pub fn serialize_into(&self, entries: usize, dst: &mut [u8]) -> Option<()> {
-        crate::mem::serialize_entries(dst, entries, true, |sink| self.for_each_entry(sink))
+    /// Serializes the map after the edits into `out` (emptied first), names lower-case, from
+    /// [`DeferredMap::for_each_entry`] (`proxy_get_header_map_pairs`): `out` then copies out the
+    /// bytes `mem::serialize_into` gives for [`DeferredMap::build`].
+    pub(crate) fn serialize(&self, out: &mut crate::mem::Pairs) {
+        out.clear();
+        self.for_each_entry(&mut |k, v| out.push(k, v));
     }
 }
 
 /// What the edits leave of the source's entries of one edited name.
 #[derive(Clone, Copy)]
-enum Listed<'a> {
+enum Listed {
     /// Every one, as it is (only adds so far).
     Kept,
-    /// The first one, with this value (a replace while the source's entries were there).
-    First(&'a [u8]),
+    /// The first one, with the value of this replace (an index in the edits), made while the
+    /// source's entries were there.
+    First(u8),
     /// None (removed, or the source has none).
     Gone,
+}
+
+/// The value edit `at` writes, if it writes one.
+fn value_of(edits: &[HeaderEdit], at: u8) -> Option<&[u8]> {
+    match edits.get(usize::from(at))? {
+        HeaderEdit::Add(_, v) | HeaderEdit::Replace(_, v) => Some(v),
+        HeaderEdit::Remove(_) => None,
+    }
 }
 
 /// The map after at most [`MAX_EDITS`] edits, as a listing of the source needs it: an edit only
 /// appends an entry, changes an entry's value or drops entries (never moves one), so the map is
 /// the source's entries, each name's kept as [`Listed`] says, followed by the appended entries
-/// still there, in the order the edits appended them.
-struct Merge<'a> {
-    /// Each edited name (lower-case) with what is left of its source entries, in the order of
-    /// the first edit of each.
-    names: [(&'a [u8], Listed<'a>); MAX_EDITS],
+/// still there, in the order the edits appended them. Edits are named by their index (a few
+/// bytes to set up and copy, not the slices).
+struct Merge {
+    /// Each edited name, as the index of its first edit, with what is left of its source
+    /// entries, in the order of the first edit of each.
+    names: [(u8, Listed); MAX_EDITS],
     names_len: usize,
-    /// Per edit: the name and value of the entry it appended, the value `None` when it appended
-    /// none or that entry went since (a replace may change it).
-    appended: [(&'a [u8], Option<&'a [u8]>); MAX_EDITS],
+    /// Per edited name (same order): whether the source has an entry of it. Taken as true at
+    /// first, which gives the right fate to the source's entries of every name (a name the
+    /// source lacks has no entry it would apply to); the listing then tells, and only the
+    /// appended entries of a name it lacks need the edits replayed.
+    present: [bool; MAX_EDITS],
+    /// Bit `n` set: an edited name is `n` bytes long (bit 63: 63 or more), so that most names of
+    /// the source are passed over without a comparison.
+    lengths: u64,
+    /// Per edit: the edit whose value the entry it appended has now (itself, or a later
+    /// replace), `None` when it appended none or that entry went since.
+    appended: [Option<u8>; MAX_EDITS],
 }
 
-impl<'a> Merge<'a> {
-    /// Replays `d`'s edits on the names they touch, as [`HeaderEdit::apply`] would on the built
-    /// map. `None` with more than [`MAX_EDITS`] edits.
-    fn of(d: &'a DeferredMap) -> Option<Merge<'a>> {
-        let mut m = Merge {
-            names: [(&[][..], Listed::Gone); MAX_EDITS],
+impl Merge {
+    fn new() -> Merge {
+        Merge {
+            names: [(0, Listed::Gone); MAX_EDITS],
             names_len: 0,
-            appended: [(&[][..], None); MAX_EDITS],
-        };
-        for (i, e) in d.edits.iter().enumerate() {
+            present: [true; MAX_EDITS],
+            lengths: 0,
+            appended: [None; MAX_EDITS],
+        }
+    }
+
+    /// The bit of [`Merge::lengths`] for a name `len` bytes long.
+    fn length_bit(len: usize) -> u64 {
+        1u64 << len.min(63)
+    }
+
+    /// The index in [`Merge::names`] of `name` (any ASCII case), if an edit names it.
+    fn position(&self, edits: &[HeaderEdit], name: &[u8]) -> Option<usize> {
+        if self.lengths & Merge::length_bit(name.len()) == 0 {
+            return None;
+        }
+        let names = self.names.get(..self.names_len)?;
+        names.iter().position(|(first, _)| {
+            edits
+                .get(usize::from(*first))
+                .is_some_and(|e| e.name().eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Replays `edits` on the names they touch, as [`HeaderEdit::apply`] would on the built
+    /// map, into a new merge (its `present` set as known). `None` with more than [`MAX_EDITS`]
+    /// edits.
+    fn replay(&mut self, edits: &[HeaderEdit]) -> Option<()> {
+        for (i, e) in edits.iter().enumerate() {
+            let index = u8::try_from(i).ok()?;
             let name = e.name();
-            let known = m.names.get(..m.names_len)?;
-            let at = match known.iter().position(|(n, _)| *n == name) {
+            let known = self.names.get(..self.names_len)?;
+            let same = |at: u8| edits.get(usize::from(at)).is_some_and(|o| o.name() == name);
+            let at = match known.iter().position(|(first, _)| same(*first)) {
                 Some(at) => at,
                 None => {
-                    let at = m.names_len;
-                    let had = d.source.first(name).is_some();
-                    *m.names.get_mut(at)? = (name, if had { Listed::Kept } else { Listed::Gone });
-                    m.names_len = at.checked_add(1)?;
+                    let at = self.names_len;
+                    let listed = match self.present.get(at) {
+                        Some(false) => Listed::Gone,
+                        _ => Listed::Kept,
+                    };
+                    *self.names.get_mut(at)? = (index, listed);
+                    self.names_len = at.checked_add(1)?;
+                    self.lengths |= Merge::length_bit(name.len());
                     at
                 }
             };
-            let listed = &mut m.names.get_mut(at)?.1;
-            let (this, before) = m.appended.get_mut(..=i)?.split_last_mut()?;
-            let mut same_name = before.iter_mut().filter(|(n, v)| *n == name && v.is_some());
+            let listed = &mut self.names.get_mut(at)?.1;
+            let (this, before) = self.appended.get_mut(..=i)?.split_last_mut()?;
+            let mut same_name = edits
+                .iter()
+                .zip(before.iter_mut())
+                .filter(|(o, by)| o.name() == name && by.is_some())
+                .map(|(_, by)| by);
             match e {
-                HeaderEdit::Add(k, v) => *this = (k.as_slice(), Some(v.as_slice())),
+                HeaderEdit::Add(..) => *this = Some(index),
                 HeaderEdit::Remove(_) => {
                     *listed = Listed::Gone;
-                    same_name.for_each(|(_, v)| *v = None);
+                    same_name.for_each(|by| *by = None);
                 }
                 // The first entry of the name takes the value and the later ones go: a source
                 // entry when one is left (they come first), else the first appended one.
-                HeaderEdit::Replace(k, v) => {
+                HeaderEdit::Replace(..) => {
                     if matches!(listed, Listed::Gone) {
                         match same_name.next() {
-                            Some(first) => first.1 = Some(v.as_slice()),
-                            None => *this = (k.as_slice(), Some(v.as_slice())),
+                            Some(first) => *first = Some(index),
+                            None => *this = Some(index),
                         }
                     } else {
-                        *listed = Listed::First(v.as_slice());
+                        *listed = Listed::First(index);
                     }
-                    same_name.for_each(|(_, v)| *v = None);
+                    same_name.for_each(|by| *by = None);
                 }
             }
         }
-        Some(m)
+        Some(())
     }
 }
 
@@ -466,38 +534,25 @@ mod tests {
         fn edits_applied(&mut self, _len: usize) {}
     }
 
-    /// Asserts that `d`'s listing and serialization are those of `built` (`d.build()`), bytes
-    /// for bytes, and that neither built the map (`builds`: its source's build count).
+    /// Asserts that `d`'s listing, size and serialization are those of `built` (`d.build()`),
+    /// byte for byte, and that none built the map (`builds`: its source's build count).
     fn assert_pairs_are(d: &DeferredMap, built: &HeaderMap, builds: &std::cell::Cell<usize>) {
         let before = builds.get();
         let mut listed = HeaderMap::new();
         d.for_each_entry(&mut |k, v| listed.push((k.to_ascii_lowercase(), v.to_vec())));
         assert_eq!(&listed, built, "after {:?}", d.edits);
-        let (entries, size) = d.serialized_size().unwrap();
-        assert_eq!(entries, built.len());
-        assert_eq!(Some(size), crate::mem::serialized_size(built));
+        let size = crate::mem::serialized_size(built).unwrap();
+        assert_eq!(d.serialized_size(), Some(size));
         let mut want = vec![0u8; size];
         crate::mem::serialize_into(built, &mut want).unwrap();
+        // A used buffer, as the host's is.
+        let mut pairs = crate::mem::Pairs::default();
+        pairs.push(b"stale", b"entry");
+        d.serialize(&mut pairs);
+        assert_eq!(pairs.size(), Some(size));
         let mut got = vec![0xaa; size];
-        assert_eq!(d.serialize_into(entries, &mut got), Some(()));
+        assert_eq!(pairs.copy_to(&mut got), Some(()));
         assert_eq!(got, want, "after {:?}", d.edits);
-        // Sizes of another map (the guest's allocator ran and the map changed meanwhile).
-        let (more, fewer) = (entries.saturating_add(1), entries.saturating_sub(1));
-        assert_eq!(
-            d.serialize_into(entries, &mut vec![0; size.saturating_add(1)]),
-            None
-        );
-        assert_eq!(
-            d.serialize_into(entries, &mut vec![0; size.saturating_sub(1)]),
-            None
-        );
-        assert_eq!(
-            d.serialize_into(more, &mut vec![0; size.saturating_add(10)]),
-            None
-        );
-        if entries > 0 {
-            assert_eq!(d.serialize_into(fewer, &mut vec![0; size]), None);
-        }
         if d.edits.len() <= MAX_EDITS {
             assert_eq!(builds.get(), before, "a pairs read built the map");
         }

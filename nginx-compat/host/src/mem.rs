@@ -78,67 +78,19 @@ pub(crate) fn serialized_size(map: &HeaderMap) -> Option<usize> {
 
 /// Serializes `map` into `dst`; `None` unless `dst` is exactly `serialized_size(map)` long.
 pub(crate) fn serialize_into(map: &HeaderMap, dst: &mut [u8]) -> Option<()> {
-    serialize_entries(dst, map.len(), false, |sink| {
-        for (k, v) in map {
-            sink(k, v);
-        }
-    })
-}
-
-/// The entry count and the size (bytes) of the serialization of the `(name, value)` entries
-/// `entries` gives to the sink it is called with (once); `None` if the size overflows `u32`.
-pub(crate) fn entries_size(
-    entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8])),
-) -> Option<(usize, usize)> {
-    let mut count = 0usize;
-    let mut size = Some(4usize);
-    entries(&mut |k, v| {
-        count = count.saturating_add(1);
-        size = size
-            .and_then(|s| s.checked_add(k.len()))
-            .and_then(|s| s.checked_add(v.len()))
-            .and_then(|s| s.checked_add(10));
-    });
-    let size = size?;
-    u32::try_from(size).ok()?;
-    Some((count, size))
-}
-
-/// Serializes a map of `count` entries into `dst` in one pass, without building it: `entries`
-/// is called once with a sink that takes each `(name, value)` in order, its sizes written at
-/// the front and its bytes after them; `lower` writes the names ASCII lower-case (as a built
-/// map's are). `None` unless exactly `count` entries came and they fill `dst` exactly (the
-/// size [`entries_size`] gives for the same entries); `dst` is then partly written.
-pub(crate) fn serialize_entries(
-    dst: &mut [u8],
-    count: usize,
-    lower: bool,
-    entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8])),
-) -> Option<()> {
-    let mut sizes = Writer { dst, at: 0 };
-    sizes.put(&u32::try_from(count).ok()?.to_le_bytes())?;
-    let (sizes, data) = sizes
-        .dst
-        .split_at_mut_checked(count.checked_mul(8)?.checked_add(4)?)?;
-    let mut sizes = Writer { dst: sizes, at: 4 };
-    let mut data = Writer { dst: data, at: 0 };
-    let mut left = Some(count);
-    entries(&mut |k, v| {
-        // After a failure (or one entry too many) the rest is skipped and `left` stays `None`.
-        left = left.and_then(|n| n.checked_sub(1)).and_then(|n| {
-            sizes.put(&u32::try_from(k.len()).ok()?.to_le_bytes())?;
-            sizes.put(&u32::try_from(v.len()).ok()?.to_le_bytes())?;
-            let name = data.put(k)?;
-            if lower {
-                name.make_ascii_lowercase();
-            }
-            data.put(&[0])?;
-            data.put(v)?;
-            data.put(&[0])?;
-            Some(n)
-        });
-    });
-    (left == Some(0) && sizes.at == sizes.dst.len() && data.at == data.dst.len()).then_some(())
+    let mut w = Writer { dst, at: 0 };
+    w.put(&u32::try_from(map.len()).ok()?.to_le_bytes())?;
+    for (k, v) in map {
+        w.put(&u32::try_from(k.len()).ok()?.to_le_bytes())?;
+        w.put(&u32::try_from(v.len()).ok()?.to_le_bytes())?;
+    }
+    for (k, v) in map {
+        w.put(k)?;
+        w.put(&[0])?;
+        w.put(v)?;
+        w.put(&[0])?;
+    }
+    (w.at == w.dst.len()).then_some(())
 }
 
 struct Writer<'a> {
@@ -147,13 +99,99 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Copies `bytes` at the write position and moves past them; the copy, to change in place.
-    fn put(&mut self, bytes: &[u8]) -> Option<&mut [u8]> {
+    fn put(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.at.checked_add(bytes.len())?;
-        let dst = self.dst.get_mut(self.at..end)?;
-        dst.copy_from_slice(bytes);
+        self.dst.get_mut(self.at..end)?.copy_from_slice(bytes);
         self.at = end;
-        Some(dst)
+        Some(())
+    }
+}
+
+/// Size of the serialization of the `(name, value)` entries `entries` gives to the sink it is
+/// called with (once); `None` if it overflows `u32`.
+pub(crate) fn entries_size(entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]))) -> Option<usize> {
+    let mut size = Some(4usize);
+    entries(&mut |k, v| {
+        size = size
+            .and_then(|s| s.checked_add(k.len()))
+            .and_then(|s| s.checked_add(v.len()))
+            .and_then(|s| s.checked_add(10));
+    });
+    let size = size?;
+    u32::try_from(size).ok()?;
+    Some(size)
+}
+
+/// A map serialized as it is listed, entry by entry, before its entry count is known: the
+/// sizes and the names and values are kept apart ([`Pairs::push`]) and joined when copied out
+/// ([`Pairs::copy_to`]). Kept and reused from call to call, it allocates only when a map is
+/// larger than any before.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    count: u32,
+    /// `(u32 key_len, u32 value_len)` per entry.
+    sizes: Vec<u8>,
+    /// Each key and value followed by a NUL.
+    data: Vec<u8>,
+    /// An entry count or a length past `u32`.
+    overflow: bool,
+}
+
+impl Pairs {
+    /// Empties it, keeping its memory.
+    pub(crate) fn clear(&mut self) {
+        self.count = 0;
+        self.sizes.clear();
+        self.data.clear();
+        self.overflow = false;
+    }
+
+    /// Appends an entry, its name written ASCII lower-case (as a built map's names are).
+    pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
+        let (Ok(k), Ok(v), Some(count)) = (
+            u32::try_from(name.len()),
+            u32::try_from(value.len()),
+            self.count.checked_add(1),
+        ) else {
+            self.overflow = true;
+            return;
+        };
+        self.count = count;
+        self.sizes.extend_from_slice(&k.to_le_bytes());
+        self.sizes.extend_from_slice(&v.to_le_bytes());
+        let at = self.data.len();
+        self.data.extend_from_slice(name);
+        if let Some(name) = self.data.get_mut(at..) {
+            name.make_ascii_lowercase();
+        }
+        self.data.push(0);
+        self.data.extend_from_slice(value);
+        self.data.push(0);
+    }
+
+    /// The size of the serialization (bytes); `None` past `u32::MAX`.
+    pub(crate) fn size(&self) -> Option<usize> {
+        if self.overflow {
+            return None;
+        }
+        let size = self
+            .sizes
+            .len()
+            .checked_add(self.data.len())?
+            .checked_add(4)?;
+        u32::try_from(size).ok()?;
+        Some(size)
+    }
+
+    /// Writes the serialization into `dst`; `None` unless `dst` is exactly [`Pairs::size`] long.
+    pub(crate) fn copy_to(&self, dst: &mut [u8]) -> Option<()> {
+        if Some(dst.len()) != self.size() {
+            return None;
+        }
+        let mut w = Writer { dst, at: 0 };
+        w.put(&self.count.to_le_bytes())?;
+        w.put(&self.sizes)?;
+        w.put(&self.data)
     }
 }
 
@@ -212,6 +250,26 @@ mod tests {
         let mut bad = buf.clone();
         bad[0] = 200;
         assert!(deserialize(&bad, true).is_none());
+    }
+
+    #[test]
+    fn pairs_serialize_as_the_built_map_and_are_reused() {
+        let map: HeaderMap = vec![(b"a".to_vec(), b"1".to_vec()), (b"bb".to_vec(), Vec::new())];
+        let mut want = vec![0u8; serialized_size(&map).unwrap()];
+        serialize_into(&map, &mut want).unwrap();
+        let mut pairs = Pairs::default();
+        for _ in 0..2 {
+            pairs.clear();
+            pairs.push(b"A", b"1");
+            pairs.push(b"bB", b"");
+            assert_eq!(pairs.size(), Some(want.len()));
+            let mut got = vec![0u8; want.len()];
+            pairs.copy_to(&mut got).unwrap();
+            assert_eq!(got, want);
+            assert!(pairs.copy_to(&mut vec![0u8; want.len() + 1]).is_none());
+        }
+        pairs.clear();
+        assert_eq!(pairs.size(), Some(4));
     }
 
     #[test]

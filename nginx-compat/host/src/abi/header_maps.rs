@@ -24,14 +24,22 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
     d.env(
         "proxy_get_header_map_pairs",
         |mut c: C<'_>, t: u32, ret_ptr: u32, ret_size: u32| -> R {
-            if let Some(d) = c.data().deferred(t) {
-                // Serialised from the source and the edits: the map stays deferred.
-                let Some((entries, size)) = d.serialized_size() else {
-                    return Ok(INTERNAL_FAILURE);
+            if c.data().deferred(t).is_some() {
+                // Serialised from the source and the edits (the map stays deferred) into the
+                // state's buffer, taken out while the guest's allocator runs (a guest calling
+                // back from it gets a buffer of its own), and put back to be reused.
+                let mut pairs = std::mem::take(&mut c.data_mut().pairs);
+                if let Some(d) = c.data().deferred(t) {
+                    d.serialize(&mut pairs);
+                }
+                let status = match pairs.size() {
+                    Some(size) => {
+                        return_with(&mut c, ret_ptr, ret_size, size, |dst, _| pairs.copy_to(dst))
+                    }
+                    None => Ok(INTERNAL_FAILURE),
                 };
-                return return_with(&mut c, ret_ptr, ret_size, size, |dst, s| {
-                    s.deferred(t)?.serialize_into(entries, dst)
-                });
+                c.data_mut().pairs = pairs;
+                return status;
             }
             let Some(map) = c.data().map(t) else {
                 return Ok(NOT_FOUND);
@@ -48,7 +56,7 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
         "proxy_get_header_map_size",
         |mut c: C<'_>, t: u32, ret_size: u32| -> u32 {
             let size = match c.data().deferred(t) {
-                Some(d) => d.serialized_size().map(|(_, size)| size),
+                Some(d) => d.serialized_size(),
                 None => match c.data().map(t) {
                     Some(map) => mem::serialized_size(map),
                     None => return NOT_FOUND,
