@@ -110,6 +110,32 @@ def test_a_local_response_with_a_body_gets_a_content_type(host, gateways, upstre
     assert r.headers["content-type"] == "text/plain" and r.headers["x-probe"] == "local"
 
 
+def test_the_whole_request_map_lists_every_field_lower_case_in_arrival_order(host, gateways, upstream, answer_server):
+    """`proxy_get_header_map_pairs` on a request without hop-by-hop fields (nginx-compat serialises
+    nginx's own list without building the map): every field the client sent, names lower-case
+    whatever their case on the wire, in arrival order, duplicates kept, Host only as `:authority`."""
+    g = probe_gateway(host, gateways, upstream, answer_server, request_headers="echo")
+    port = int(g.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /echo HTTP/1.1\r\nHost: t\r\nX-Mixed-Case: 1\r\nx-dup: a\r\nAccept: */*\r\n"
+                  b"X-DUP: b\r\nX-End: 1\r\n\r\n")
+        data = b""
+        while b"]" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    names = json.loads(data.partition(b"\r\n\r\n")[2].decode())
+    sent = ["x-mixed-case", "x-dup", "accept", "x-dup", "x-end"]
+    ours = [n for n in names if n.lower() in sent]
+    if kong_differs(host, "hop-by-hop-request-fields"):
+        # nginx's request fields as the client sent them (names in its case).
+        assert [n.lower() for n in ours] == sent, names
+    else:
+        assert ours == sent, names
+        assert names.count(":authority") == 1 and "host" not in names, names
+
+
 def test_hop_by_hop_request_headers_are_not_in_the_map(host, gateways, upstream, answer_server):
     g = probe_gateway(host, gateways, upstream, answer_server, request_headers="echo")
     port = int(g.url.rsplit(":", 1)[1])

@@ -5,14 +5,21 @@
 //! Most filters read a few fields of a request and write one or two: building the whole map
 //! (an allocation per name and value), freeing it and rebuilding the embedding's list from it
 //! cost more than the filters' own header work. A deferred map answers `num_headers`,
-//! `proxy_get_header_map_value` and the add / replace / remove of one field without being built;
-//! `proxy_get_header_map_pairs`, `_size` and `proxy_set_header_map_pairs` build it
-//! ([`DeferredMap::build`]: the source's map with the edits applied in order), and so does a
-//! long run of edits ([`MAX_EDITS`]). The embedding applies the edits to its own list itself
-//! where it can (`module/src/headers.rs`), or builds the map and writes all of it back.
+//! `proxy_get_header_map_value` and the add / replace / remove of one field without being built,
+//! and `proxy_get_header_map_pairs` and `_size` too: the source lists its entries
+//! ([`HeaderSource::for_each_entry`]), the map merges the edits into that listing
+//! ([`DeferredMap::for_each_entry`]), and the host serialises it from there (the size summed,
+//! the pairs written to a buffer it reuses, then copied into the guest's), so a filter that
+//! scans the whole map leaves it deferred.
+//! `proxy_set_header_map_pairs` builds it ([`DeferredMap::build`]: the source's map with the
+//! edits applied in order), and so does a long run of edits ([`MAX_EDITS`]). The embedding
+//! applies the edits to its own list itself where it can (`module/src/headers_in_place.rs`),
+//! or builds the map and writes all of it back.
 //!
 //! Every answer is the one the built map would give: the edits follow the semantics of the
-//! ABI's functions on a [`HeaderMap`] ([`HeaderEdit::apply`], which the built path uses too).
+//! ABI's functions on a [`HeaderMap`] ([`HeaderEdit::apply`], which the built path uses too),
+//! and the merged listing is the built map's, entry for entry (the tests compare them after
+//! every edit).
 
 use crate::header_map::HeaderMap;
 
@@ -37,6 +44,18 @@ pub trait HeaderSource {
     fn bytes(&self) -> usize;
     /// The map, built.
     fn build(&self) -> HeaderMap;
+    /// Calls `f` with every `(name, value)` entry of the map, in order: the entries of
+    /// [`HeaderSource::build`], names in any ASCII case (the map's name is the lower-case form;
+    /// an embedding passes its list's names as they are), read from the list without building
+    /// the map. `proxy_get_header_map_pairs` and `_size` serialise from it.
+    ///
+    /// The default builds the map and lists it (one allocation per name and value): an
+    /// embedding overrides it to list its own list in place.
+    fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (k, v) in &self.build() {
+            f(k, v);
+        }
+    }
     /// The embedding applied the edits to the list this source reads: the map now has `len`
     /// entries; anything computed from the list before is stale.
     fn edits_applied(&mut self, len: usize);
@@ -205,6 +224,208 @@ impl DeferredMap {
         }
         map
     }
+
+    /// Calls `f` with every `(name, value)` entry of the map after the edits, in order: the
+    /// entries of [`DeferredMap::build`] (names in any ASCII case, see
+    /// [`HeaderSource::for_each_entry`]), without building it. The source's entries come with
+    /// the edits' effect on their names ([`Merge`]), then the entries the edits appended that
+    /// are still there. One pass over the source, nothing allocated (more than [`MAX_EDITS`]
+    /// edits, which the ABI functions never keep, are listed from the built map instead).
+    pub fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        if self.edits.is_empty() {
+            return self.source.for_each_entry(f);
+        }
+        let mut merge = Merge::new();
+        if merge.replay(&self.edits).is_none() {
+            for (k, v) in &self.build() {
+                f(k, v);
+            }
+            return;
+        }
+        // Per edited name: whether the source has it, and whether its one kept entry (a
+        // replaced name's) was listed.
+        let mut seen = [false; MAX_EDITS];
+        let mut first_listed = [false; MAX_EDITS];
+        self.source.for_each_entry(&mut |k, v| {
+            let Some(at) = merge.position(&self.edits, k) else {
+                return f(k, v);
+            };
+            if let Some(seen) = seen.get_mut(at) {
+                *seen = true;
+            }
+            match merge.names.get(at).map(|(_, listed)| *listed) {
+                Some(Listed::Kept) | None => f(k, v),
+                Some(Listed::First(by)) => {
+                    if let (Some(listed @ false), Some(value)) =
+                        (first_listed.get_mut(at), value_of(&self.edits, by))
+                    {
+                        *listed = true;
+                        f(k, value);
+                    }
+                }
+                Some(Listed::Gone) => {}
+            }
+        });
+        if seen.iter().take(merge.names_len).any(|seen| !seen) {
+            // A name the source has none of: its replaces append (or change an appended entry)
+            // instead. The edits replayed knowing it (they were replayed once already: this
+            // cannot fail).
+            merge = Merge {
+                present: seen,
+                ..Merge::new()
+            };
+            if merge.replay(&self.edits).is_none() {
+                return;
+            }
+        }
+        for (e, by) in self.edits.iter().zip(merge.appended) {
+            if let Some(value) = by.and_then(|by| value_of(&self.edits, by)) {
+                f(e.name(), value);
+            }
+        }
+    }
+
+    /// The size (bytes) of the map after the edits in the ABI's serialization
+    /// (`proxy_get_header_map_size`: a `u32` count, 8 bytes of sizes and 2 NULs per entry, the
+    /// names and values), from [`DeferredMap::for_each_entry`]; `None` past `u32::MAX`.
+    pub fn serialized_size(&self) -> Option<usize> {
+        crate::mem::entries_size(|sink| self.for_each_entry(sink))
+    }
+
+    /// Serializes the map after the edits into `out` (emptied first), names lower-case, from
+    /// [`DeferredMap::for_each_entry`] (`proxy_get_header_map_pairs`): `out` then copies out the
+    /// bytes `mem::serialize_into` gives for [`DeferredMap::build`].
+    pub(crate) fn serialize(&self, out: &mut crate::mem::Pairs) {
+        out.clear();
+        self.for_each_entry(&mut |k, v| out.push(k, v));
+    }
+}
+
+/// What the edits leave of the source's entries of one edited name.
+#[derive(Clone, Copy)]
+enum Listed {
+    /// Every one, as it is (only adds so far).
+    Kept,
+    /// The first one, with the value of this replace (an index in the edits), made while the
+    /// source's entries were there.
+    First(u8),
+    /// None (removed, or the source has none).
+    Gone,
+}
+
+/// The value edit `at` writes, if it writes one.
+fn value_of(edits: &[HeaderEdit], at: u8) -> Option<&[u8]> {
+    match edits.get(usize::from(at))? {
+        HeaderEdit::Add(_, v) | HeaderEdit::Replace(_, v) => Some(v),
+        HeaderEdit::Remove(_) => None,
+    }
+}
+
+/// The map after at most [`MAX_EDITS`] edits, as a listing of the source needs it: an edit only
+/// appends an entry, changes an entry's value or drops entries (never moves one), so the map is
+/// the source's entries, each name's kept as [`Listed`] says, followed by the appended entries
+/// still there, in the order the edits appended them. Edits are named by their index (a few
+/// bytes to set up and copy, not the slices).
+struct Merge {
+    /// Each edited name, as the index of its first edit, with what is left of its source
+    /// entries, in the order of the first edit of each.
+    names: [(u8, Listed); MAX_EDITS],
+    names_len: usize,
+    /// Per edited name (same order): whether the source has an entry of it. Taken as true at
+    /// first, which gives the right fate to the source's entries of every name (a name the
+    /// source lacks has no entry it would apply to); the listing then tells, and only the
+    /// appended entries of a name it lacks need the edits replayed.
+    present: [bool; MAX_EDITS],
+    /// Bit `n` set: an edited name is `n` bytes long (bit 63: 63 or more), so that most names of
+    /// the source are passed over without a comparison.
+    lengths: u64,
+    /// Per edit: the edit whose value the entry it appended has now (itself, or a later
+    /// replace), `None` when it appended none or that entry went since.
+    appended: [Option<u8>; MAX_EDITS],
+}
+
+impl Merge {
+    fn new() -> Merge {
+        Merge {
+            names: [(0, Listed::Gone); MAX_EDITS],
+            names_len: 0,
+            present: [true; MAX_EDITS],
+            lengths: 0,
+            appended: [None; MAX_EDITS],
+        }
+    }
+
+    /// The bit of [`Merge::lengths`] for a name `len` bytes long.
+    fn length_bit(len: usize) -> u64 {
+        1u64 << len.min(63)
+    }
+
+    /// The index in [`Merge::names`] of `name` (any ASCII case), if an edit names it.
+    fn position(&self, edits: &[HeaderEdit], name: &[u8]) -> Option<usize> {
+        if self.lengths & Merge::length_bit(name.len()) == 0 {
+            return None;
+        }
+        let names = self.names.get(..self.names_len)?;
+        names.iter().position(|(first, _)| {
+            edits
+                .get(usize::from(*first))
+                .is_some_and(|e| e.name().eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Replays `edits` on the names they touch, as [`HeaderEdit::apply`] would on the built
+    /// map, into a new merge (its `present` set as known). `None` with more than [`MAX_EDITS`]
+    /// edits.
+    fn replay(&mut self, edits: &[HeaderEdit]) -> Option<()> {
+        for (i, e) in edits.iter().enumerate() {
+            let index = u8::try_from(i).ok()?;
+            let name = e.name();
+            let known = self.names.get(..self.names_len)?;
+            let same = |at: u8| edits.get(usize::from(at)).is_some_and(|o| o.name() == name);
+            let at = match known.iter().position(|(first, _)| same(*first)) {
+                Some(at) => at,
+                None => {
+                    let at = self.names_len;
+                    let listed = match self.present.get(at) {
+                        Some(false) => Listed::Gone,
+                        _ => Listed::Kept,
+                    };
+                    *self.names.get_mut(at)? = (index, listed);
+                    self.names_len = at.checked_add(1)?;
+                    self.lengths |= Merge::length_bit(name.len());
+                    at
+                }
+            };
+            let listed = &mut self.names.get_mut(at)?.1;
+            let (this, before) = self.appended.get_mut(..=i)?.split_last_mut()?;
+            let mut same_name = edits
+                .iter()
+                .zip(before.iter_mut())
+                .filter(|(o, by)| o.name() == name && by.is_some())
+                .map(|(_, by)| by);
+            match e {
+                HeaderEdit::Add(..) => *this = Some(index),
+                HeaderEdit::Remove(_) => {
+                    *listed = Listed::Gone;
+                    same_name.for_each(|by| *by = None);
+                }
+                // The first entry of the name takes the value and the later ones go: a source
+                // entry when one is left (they come first), else the first appended one.
+                HeaderEdit::Replace(..) => {
+                    if matches!(listed, Listed::Gone) {
+                        match same_name.next() {
+                            Some(first) => *first = Some(index),
+                            None => *this = Some(index),
+                        }
+                    } else {
+                        *listed = Listed::First(index);
+                    }
+                    same_name.for_each(|by| *by = None);
+                }
+            }
+        }
+        Some(())
+    }
 }
 
 #[cfg(test)]
@@ -278,6 +499,130 @@ mod tests {
     /// Every name the edits or the base use, and one they do not.
     const NAMES: [&[u8]; 4] = [b"a", b"b", b"c", b"zz"];
 
+    /// An embedding's list whose names keep the case they arrived in (as nginx's do): the map
+    /// lower-cases them; counts its builds.
+    struct CasedList(HeaderMap, std::rc::Rc<std::cell::Cell<usize>>);
+
+    impl HeaderSource for CasedList {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn first(&self, name: &[u8]) -> Option<&[u8]> {
+            let mut named = self.0.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+            named.next().map(|(_, v)| &v[..])
+        }
+        fn count(&self, name: &[u8]) -> usize {
+            let named = self.0.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+            named.count()
+        }
+        fn bytes(&self) -> usize {
+            crate::valid::map_bytes(&self.0)
+        }
+        fn build(&self) -> HeaderMap {
+            self.1.set(self.1.get().saturating_add(1));
+            let lower = self
+                .0
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
+            lower.collect()
+        }
+        fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+            for (k, v) in &self.0 {
+                f(k, v);
+            }
+        }
+        fn edits_applied(&mut self, _len: usize) {}
+    }
+
+    /// Asserts that `d`'s listing, size and serialization are those of `built` (`d.build()`),
+    /// byte for byte, and that none built the map (`builds`: its source's build count).
+    fn assert_pairs_are(d: &DeferredMap, built: &HeaderMap, builds: &std::cell::Cell<usize>) {
+        let before = builds.get();
+        let mut listed = HeaderMap::new();
+        d.for_each_entry(&mut |k, v| listed.push((k.to_ascii_lowercase(), v.to_vec())));
+        assert_eq!(&listed, built, "after {:?}", d.edits);
+        let size = crate::mem::serialized_size(built).unwrap();
+        assert_eq!(d.serialized_size(), Some(size));
+        let mut want = vec![0u8; size];
+        crate::mem::serialize_into(built, &mut want).unwrap();
+        // A used buffer, as the host's is.
+        let mut pairs = crate::mem::Pairs::default();
+        pairs.push(b"stale", b"entry");
+        d.serialize(&mut pairs);
+        assert_eq!(pairs.size(), Some(size));
+        let mut got = vec![0xaa; size];
+        assert_eq!(pairs.copy_to(&mut got), Some(()));
+        assert_eq!(got, want, "after {:?}", d.edits);
+        if d.edits.len() <= MAX_EDITS {
+            assert_eq!(builds.get(), before, "a pairs read built the map");
+        }
+    }
+
+    #[test]
+    fn pairs_reads_interleaved_with_edits_are_the_built_maps() {
+        // Every sequence of up to four edits from an alphabet that adds, replaces and removes
+        // names the source has once, twice (in two cases) or not at all, on a source with those
+        // names in mixed case and on one with none of them: the listing after each edit is the
+        // built map's, without building it.
+        let alphabet = [
+            HeaderEdit::Add(b"a".to_vec(), b"n1".to_vec()),
+            HeaderEdit::Add(b"zz".to_vec(), b"n2".to_vec()),
+            HeaderEdit::Replace(b"a".to_vec(), b"r1".to_vec()),
+            HeaderEdit::Replace(b"b".to_vec(), b"r2".to_vec()),
+            HeaderEdit::Replace(b"zz".to_vec(), b"r3".to_vec()),
+            HeaderEdit::Remove(b"a".to_vec()),
+            HeaderEdit::Remove(b"zz".to_vec()),
+            HeaderEdit::Add(b":path".to_vec(), b"/x".to_vec()),
+        ];
+        let bases = [
+            pairs(&[
+                (":path", "/"),
+                ("A", "1"),
+                ("b", "2"),
+                ("Zy", "3"),
+                ("a", "4"),
+            ]),
+            pairs(&[(":path", "/"), ("x-Other", "5")]),
+        ];
+        let mut sequences = 0usize;
+        for base in &bases {
+            let mut todo: Vec<Vec<usize>> = vec![vec![]];
+            while let Some(seq) = todo.pop() {
+                let builds = std::rc::Rc::new(std::cell::Cell::new(0));
+                let mut d = DeferredMap::new(Box::new(CasedList(base.clone(), builds.clone())));
+                d.edits = seq.iter().map(|&i| alphabet[i].clone()).collect();
+                let built = d.build();
+                assert_eq!(d.len(), built.len(), "{:?}", d.edits);
+                assert_pairs_are(&d, &built, &builds);
+                sequences = sequences.saturating_add(1);
+                if seq.len() < 4 {
+                    for i in 0..alphabet.len() {
+                        todo.push([&seq[..], &[i]].concat());
+                    }
+                }
+            }
+        }
+        assert_eq!(sequences, 2 * (1 + 8 + 64 + 512 + 4096));
+    }
+
+    #[test]
+    fn more_edits_than_kept_are_listed_from_the_built_map() {
+        // The ABI functions build the map past MAX_EDITS; a map given more is still listed right.
+        let builds = std::rc::Rc::new(std::cell::Cell::new(0));
+        let base = pairs(&[(":path", "/"), ("A", "1")]);
+        let mut d = DeferredMap::new(Box::new(CasedList(base, builds.clone())));
+        for i in 0..=MAX_EDITS {
+            let v = i.to_string().into_bytes();
+            d.edits.push(match i % 3 {
+                0 => HeaderEdit::Add(b"a".to_vec(), v),
+                1 => HeaderEdit::Replace(b"b".to_vec(), v),
+                _ => HeaderEdit::Remove(b"a".to_vec()),
+            });
+        }
+        let built = d.build();
+        assert_pairs_are(&d, &built, &builds);
+    }
+
     #[test]
     fn answers_are_those_of_the_built_map_after_every_edit() {
         // A base with duplicates, and every kind of edit on present, duplicated and absent
@@ -294,11 +639,14 @@ mod tests {
             HeaderEdit::Add(b"a".to_vec(), b"9".to_vec()),
             HeaderEdit::Replace(b"b".to_vec(), b"10".to_vec()),
         ];
-        let mut d = DeferredMap::new(Box::new(MapSource::new(base.clone())));
+        let source = MapSource::new(base.clone());
+        let builds = source.builds.clone();
+        let mut d = DeferredMap::new(Box::new(source));
         let mut built = base;
         for e in edits {
             e.apply(&mut built);
             d.edits.push(e);
+            assert_pairs_are(&d, &built, &builds);
             assert_eq!(d.build(), built);
             assert_eq!(d.len(), built.len(), "after {:?}", d.edits.last());
             assert!(d.bytes() >= crate::valid::map_bytes(&built));

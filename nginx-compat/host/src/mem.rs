@@ -107,6 +107,94 @@ impl Writer<'_> {
     }
 }
 
+/// Size of the serialization of the `(name, value)` entries `entries` gives to the sink it is
+/// called with (once); `None` if it overflows `u32`.
+pub(crate) fn entries_size(entries: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]))) -> Option<usize> {
+    let mut size = Some(4usize);
+    entries(&mut |k, v| {
+        size = size
+            .and_then(|s| s.checked_add(k.len()))
+            .and_then(|s| s.checked_add(v.len()))
+            .and_then(|s| s.checked_add(10));
+    });
+    let size = size?;
+    u32::try_from(size).ok()?;
+    Some(size)
+}
+
+/// A map serialized as it is listed, entry by entry, before its entry count is known: the
+/// sizes and the names and values are kept apart ([`Pairs::push`]) and joined when copied out
+/// ([`Pairs::copy_to`]). Kept and reused from call to call, it allocates only when a map is
+/// larger than any before.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    count: u32,
+    /// `(u32 key_len, u32 value_len)` per entry.
+    sizes: Vec<u8>,
+    /// Each key and value followed by a NUL.
+    data: Vec<u8>,
+    /// An entry count or a length past `u32`.
+    overflow: bool,
+}
+
+impl Pairs {
+    /// Empties it, keeping its memory.
+    pub(crate) fn clear(&mut self) {
+        self.count = 0;
+        self.sizes.clear();
+        self.data.clear();
+        self.overflow = false;
+    }
+
+    /// Appends an entry, its name written ASCII lower-case (as a built map's names are).
+    pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
+        let (Ok(k), Ok(v), Some(count)) = (
+            u32::try_from(name.len()),
+            u32::try_from(value.len()),
+            self.count.checked_add(1),
+        ) else {
+            self.overflow = true;
+            return;
+        };
+        self.count = count;
+        self.sizes.extend_from_slice(&k.to_le_bytes());
+        self.sizes.extend_from_slice(&v.to_le_bytes());
+        let at = self.data.len();
+        self.data.extend_from_slice(name);
+        if let Some(name) = self.data.get_mut(at..) {
+            name.make_ascii_lowercase();
+        }
+        self.data.push(0);
+        self.data.extend_from_slice(value);
+        self.data.push(0);
+    }
+
+    /// The size of the serialization (bytes); `None` past `u32::MAX`.
+    pub(crate) fn size(&self) -> Option<usize> {
+        if self.overflow {
+            return None;
+        }
+        let size = self
+            .sizes
+            .len()
+            .checked_add(self.data.len())?
+            .checked_add(4)?;
+        u32::try_from(size).ok()?;
+        Some(size)
+    }
+
+    /// Writes the serialization into `dst`; `None` unless `dst` is exactly [`Pairs::size`] long.
+    pub(crate) fn copy_to(&self, dst: &mut [u8]) -> Option<()> {
+        if Some(dst.len()) != self.size() {
+            return None;
+        }
+        let mut w = Writer { dst, at: 0 };
+        w.put(&self.count.to_le_bytes())?;
+        w.put(&self.sizes)?;
+        w.put(&self.data)
+    }
+}
+
 /// Parses a serialized map; `lower` lower-cases the keys (header names). `None` when
 /// malformed (sizes past the end, missing NUL terminators). An empty buffer is an empty map.
 pub(crate) fn deserialize(bytes: &[u8], lower: bool) -> Option<HeaderMap> {
@@ -162,6 +250,26 @@ mod tests {
         let mut bad = buf.clone();
         bad[0] = 200;
         assert!(deserialize(&bad, true).is_none());
+    }
+
+    #[test]
+    fn pairs_serialize_as_the_built_map_and_are_reused() {
+        let map: HeaderMap = vec![(b"a".to_vec(), b"1".to_vec()), (b"bb".to_vec(), Vec::new())];
+        let mut want = vec![0u8; serialized_size(&map).unwrap()];
+        serialize_into(&map, &mut want).unwrap();
+        let mut pairs = Pairs::default();
+        for _ in 0..2 {
+            pairs.clear();
+            pairs.push(b"A", b"1");
+            pairs.push(b"bB", b"");
+            assert_eq!(pairs.size(), Some(want.len()));
+            let mut got = vec![0u8; want.len()];
+            pairs.copy_to(&mut got).unwrap();
+            assert_eq!(got, want);
+            assert!(pairs.copy_to(&mut vec![0u8; want.len() + 1]).is_none());
+        }
+        pairs.clear();
+        assert_eq!(pairs.size(), Some(4));
     }
 
     #[test]

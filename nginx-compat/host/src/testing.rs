@@ -342,6 +342,11 @@ impl HeaderSource for MapSource {
         self.builds.set(self.builds.get().saturating_add(1));
         self.map.clone()
     }
+    fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (k, v) in &self.map {
+            f(k, v);
+        }
+    }
     fn edits_applied(&mut self, _len: usize) {}
 }
 

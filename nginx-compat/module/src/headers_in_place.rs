@@ -3,8 +3,8 @@
 //! edits applied to those lists in place ([`apply_request_edits`], [`apply_response_edits`]).
 //!
 //! The maps they stand for are exactly those of `headers.rs` ([`crate::headers::request_map`],
-//! [`crate::headers::response_map`]), which also builds them when a filter asks for the whole
-//! map. Edits are applied in place where that gives the list what the full write-back of the
+//! [`crate::headers::response_map`]), which also builds them when a filter writes the whole map;
+//! a read of the whole map lists the same entries from the list (`for_each_entry`). Edits are applied in place where that gives the list what the full write-back of the
 //! built map would give it (the same fields in the same order, values and typed pointers): an
 //! added field goes last, a replaced one takes the value in its first element, a removed one's
 //! elements go. Names nginx keeps outside the list or treats with its own meaning (`host`, the
@@ -24,6 +24,9 @@ use crate::headers::{
     request_map, request_target, response_map,
 };
 use crate::util::{bytes, pool_str, table_elts};
+
+/// The request map's pseudo-headers, in [`request_map`]'s order.
+const PSEUDO: [&[u8]; 4] = [b":authority", b":path", b":method", b":scheme"];
 
 /// The request's header map read in place: for a request without hop-by-hop fields only
 /// ([`crate::headers::plain_request_count`] gave `len`), whose map hides nothing.
@@ -116,12 +119,10 @@ impl HeaderSource for RequestSource {
 
     fn bytes(&self) -> usize {
         *self.bytes.get_or_init(|| {
-            let pseudo = [&b":authority"[..], b":path", b":method", b":scheme"]
-                .into_iter()
-                .map(|n| {
-                    n.len()
-                        .saturating_add(self.pseudo(n).map_or(0, <[u8]>::len))
-                });
+            let pseudo = PSEUDO.into_iter().map(|n| {
+                n.len()
+                    .saturating_add(self.pseudo(n).map_or(0, <[u8]>::len))
+            });
             pseudo
                 .chain(self.entries().map(|(k, v)| k.len().saturating_add(v.len())))
                 .fold(0usize, usize::saturating_add)
@@ -131,6 +132,18 @@ impl HeaderSource for RequestSource {
     fn build(&self) -> HeaderMap {
         // SAFETY: the live request.
         unsafe { request_map(self.r).0 }
+    }
+
+    /// [`request_map`]'s entries from the request and its list, names as the client sent them.
+    fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for n in PSEUDO {
+            if let Some(v) = self.pseudo(n) {
+                f(n, v);
+            }
+        }
+        for (k, v) in self.entries() {
+            f(k, v);
+        }
     }
 }
 
@@ -239,6 +252,18 @@ impl HeaderSource for ResponseSource {
     fn build(&self) -> HeaderMap {
         // SAFETY: the live request in its header filter.
         unsafe { response_map(self.r) }
+    }
+
+    /// [`response_map`]'s entries: nginx's own fields, then its list (names as they are there).
+    fn for_each_entry(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (n, v) in self.fields() {
+            if let Some(v) = v {
+                f(n, v);
+            }
+        }
+        for (k, v) in self.entries() {
+            f(k, v);
+        }
     }
 }
 

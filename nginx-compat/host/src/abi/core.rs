@@ -88,6 +88,8 @@ pub(crate) struct State {
     /// The lower-case name of the header `proxy_get_header_map_value` returns from a deferred
     /// map (read again after the guest's allocator ran).
     pub(crate) header_key: Vec<u8>,
+    /// A reused buffer: a deferred header map serialized for `proxy_get_header_map_pairs`.
+    pub(crate) pairs: crate::mem::Pairs,
     /// The instance's memory and table caps (the store's `ResourceLimiter`).
     pub(crate) limiter: Limiter,
 }
@@ -126,6 +128,7 @@ impl State {
             stderr: Vec::new(),
             scratch: Vec::new(),
             header_key: Vec::new(),
+            pairs: crate::mem::Pairs::default(),
         }
     }
 

@@ -24,7 +24,23 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
     d.env(
         "proxy_get_header_map_pairs",
         |mut c: C<'_>, t: u32, ret_ptr: u32, ret_size: u32| -> R {
-            c.data_mut().load(t);
+            if c.data().deferred(t).is_some() {
+                // Serialised from the source and the edits (the map stays deferred) into the
+                // state's buffer, taken out while the guest's allocator runs (a guest calling
+                // back from it gets a buffer of its own), and put back to be reused.
+                let mut pairs = std::mem::take(&mut c.data_mut().pairs);
+                if let Some(d) = c.data().deferred(t) {
+                    d.serialize(&mut pairs);
+                }
+                let status = match pairs.size() {
+                    Some(size) => {
+                        return_with(&mut c, ret_ptr, ret_size, size, |dst, _| pairs.copy_to(dst))
+                    }
+                    None => Ok(INTERNAL_FAILURE),
+                };
+                c.data_mut().pairs = pairs;
+                return status;
+            }
             let Some(map) = c.data().map(t) else {
                 return Ok(NOT_FOUND);
             };
@@ -39,11 +55,14 @@ fn define_reads(d: &mut Def<'_>) -> Result<(), Error> {
     d.env(
         "proxy_get_header_map_size",
         |mut c: C<'_>, t: u32, ret_size: u32| -> u32 {
-            c.data_mut().load(t);
-            let Some(map) = c.data().map(t) else {
-                return NOT_FOUND;
+            let size = match c.data().deferred(t) {
+                Some(d) => d.serialized_size(),
+                None => match c.data().map(t) {
+                    Some(map) => mem::serialized_size(map),
+                    None => return NOT_FOUND,
+                },
             };
-            match mem::serialized_size(map).and_then(|s| u32::try_from(s).ok()) {
+            match size.and_then(|s| u32::try_from(s).ok()) {
                 Some(size) => return_u32(&mut c, ret_size, size),
                 None => INTERNAL_FAILURE,
             }
@@ -190,8 +209,9 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
 
 impl State {
     /// Builds map `t` if it is deferred (the request or response headers: see
-    /// [`crate::deferred_headers`]); every function of this area that needs the whole map
-    /// calls it first.
+    /// [`crate::deferred_headers`]); [`State::map_mut`] calls it first, for a write of the
+    /// whole map (`proxy_set_header_map_pairs`) or an edit past [`MAX_EDITS`]. The reads of
+    /// the whole map serialise a deferred one without building it.
     pub(crate) fn load(&mut self, t: u32) {
         match t {
             0 => self.stream.load_headers(false),
@@ -396,11 +416,77 @@ mod tests {
     }
 
     #[test]
-    fn a_deferred_map_is_read_and_edited_in_place_and_built_only_for_the_whole_map() {
+    fn a_pairs_read_of_a_deferred_map_leaves_it_deferred() {
+        // on_request_headers adds `x-n: 1`, then reads the request map's pairs and its size,
+        // sets the response trailers (a built map) to those pairs, and adds `x-ok` with the
+        // statuses of the pairs read, the size read and the set, and whether the two sizes agree.
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_header_map_pairs" (func $pairs (param i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_header_map_size" (func $size (param i32 i32) (result i32)))
+               (import "env" "proxy_set_header_map_pairs" (func $set (param i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 100) "x-n")
+               (data (i32.const 110) "1")
+               (data (i32.const 120) "x-ok")
+               (func $digit (param $at i32) (param $n i32)
+                 (i32.store8 (local.get $at) (i32.add (i32.const 48) (local.get $n))))
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (drop (call $add (i32.const 0) (i32.const 100) (i32.const 3) (i32.const 110) (i32.const 1)))
+                 (call $digit (i32.const 200) (call $pairs (i32.const 0) (i32.const 300) (i32.const 304)))
+                 (call $digit (i32.const 201) (call $size (i32.const 0) (i32.const 308)))
+                 (call $digit (i32.const 202) (i32.eq (i32.load (i32.const 304)) (i32.load (i32.const 308))))
+                 (call $digit (i32.const 203)
+                   (call $set (i32.const 3) (i32.load (i32.const 300)) (i32.load (i32.const 304))))
+                 (drop (call $add (i32.const 0) (i32.const 120) (i32.const 4) (i32.const 200) (i32.const 4)))
+                 (i32.const 0))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        let source = MapSource::new(vec![
+            (b":path".to_vec(), b"/".to_vec()),
+            (b"x-a".to_vec(), b"7".to_vec()),
+            (b"x-n".to_vec(), b"0".to_vec()),
+        ]);
+        let builds = source.builds.clone();
+        let mut s = Stream {
+            request_headers_deferred: Some(DeferredMap::new(Box::new(source))),
+            ..Default::default()
+        };
+        let id = vm.create_http(root).unwrap();
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        // The pairs are the map with the pending add, read without building it; the edits
+        // made after the read are kept as edits, for the write-back in place.
+        assert_eq!(
+            s.response_trailers,
+            vec![
+                (b":path".to_vec(), b"/".to_vec()),
+                (b"x-a".to_vec(), b"7".to_vec()),
+                (b"x-n".to_vec(), b"0".to_vec()),
+                (b"x-n".to_vec(), b"1".to_vec()),
+            ]
+        );
+        assert_eq!(builds.get(), 0, "a pairs or size read built the map");
+        let d = s.request_headers_deferred.as_ref().unwrap();
+        assert_eq!(
+            d.edits,
+            vec![
+                HeaderEdit::Add(b"x-n".to_vec(), b"1".to_vec()),
+                HeaderEdit::Add(b"x-ok".to_vec(), b"0010".to_vec()),
+            ]
+        );
+        assert!(s.request_headers.is_empty() && s.request_headers_changed);
+    }
+
+    #[test]
+    fn a_deferred_map_is_read_sized_and_edited_in_place() {
         // on_request_headers gets num_headers; at the end of the stream it reads x-a, writes
         // `x-n: <num_headers><x-a's value>` with an add and removes x-b; then, on a second
-        // end-of-stream call with a trailing `x-n` present, it asks for the map's size (which
-        // needs the whole map).
+        // end-of-stream call with a trailing `x-n` present, it asks for the map's size (the
+        // whole map's, serialised from the source and the edits).
         let m = compile(&wat(
             "0_2_1",
             r#"(import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
@@ -459,9 +545,13 @@ mod tests {
         );
         assert_eq!(s.headers_len(false), 3);
 
-        // The map's size needs the whole map: built once, with the edits applied.
+        // The map's size leaves it deferred, edits kept; the embedding that cannot apply them
+        // in place builds it once, with the edits applied.
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();
+        assert_eq!(builds.get(), 0);
+        assert_eq!(s.request_headers_deferred.as_ref().unwrap().edits.len(), 2);
+        s.load_headers(false);
         assert_eq!(builds.get(), 1);
         assert!(s.request_headers_deferred.is_none());
         assert_eq!(
