@@ -46,7 +46,8 @@ impl<'de> serde::Deserialize<'de> for Names {
 /// them.
 fn unambiguous(members: &Names, read: &[&str]) -> bool {
     let names = || members.0.iter().map(|(n, _)| n.as_str());
-    read.iter().all(|r| names().filter(|n| spells(n, r)).count() <= 1)
+    read.iter()
+        .all(|r| names().filter(|n| spells(n, r)).count() <= 1)
         && names().all(|n| read.contains(&n) || !read.iter().any(|r| spells(n, r)))
 }
 
