@@ -21,6 +21,8 @@
 //! and the merged listing is the built map's, entry for entry (the tests compare them after
 //! every edit).
 
+use std::cell::Cell;
+
 use crate::header_map::HeaderMap;
 
 /// Edits kept before a deferred map is built instead (each lookup walks them).
@@ -122,8 +124,12 @@ impl HeaderEdit {
 /// documentation).
 pub struct DeferredMap {
     pub source: Box<dyn HeaderSource>,
-    /// The filters' writes, in order, not applied to the source.
-    pub edits: Vec<HeaderEdit>,
+    /// The filters' writes, in order, not applied to the source ([`DeferredMap::push`]).
+    edits: Vec<HeaderEdit>,
+    /// The entry count after the edits, once first asked ([`DeferredMap::len`]), then kept by
+    /// [`DeferredMap::push`]: every filter's `on_request_headers` asks it (`num_headers`), and
+    /// counting it afresh walks the source once per edit.
+    len: Cell<Option<usize>>,
 }
 
 impl DeferredMap {
@@ -132,7 +138,25 @@ impl DeferredMap {
         DeferredMap {
             source,
             edits: Vec::new(),
+            len: Cell::new(None),
         }
+    }
+
+    /// The edits made since the source was last read, in order.
+    pub fn edits(&self) -> &[HeaderEdit] {
+        &self.edits
+    }
+
+    /// Adds an edit (the ABI's add, replace or remove of one field); the entry count, if
+    /// known, follows it: one count of the edit's name, no walk per edit.
+    pub fn push(&mut self, edit: HeaderEdit) {
+        if let Some(n) = self.len.get() {
+            let before = self.count(edit.name());
+            let after = edit.count_after(before);
+            self.len
+                .set(Some(n.saturating_sub(before).saturating_add(after)));
+        }
+        self.edits.push(edit);
     }
 
     /// The value of the first entry named `name` (lower-case) after the edits.
@@ -166,16 +190,22 @@ impl DeferredMap {
             .fold(self.source.count(name), |c, e| e.count_after(c))
     }
 
-    /// The entry count after the edits.
+    /// The entry count after the edits (counted once, then kept by [`DeferredMap::push`]).
     pub fn len(&self) -> usize {
-        self.edits
+        if let Some(n) = self.len.get() {
+            return n;
+        }
+        let n = self
+            .edits
             .iter()
             .enumerate()
             .fold(self.source.len(), |n, (i, e)| {
                 let before = self.count_before(e.name(), i);
                 n.saturating_sub(before)
                     .saturating_add(e.count_after(before))
-            })
+            });
+        self.len.set(Some(n));
+        n
     }
 
     /// Whether the map has no entry.
@@ -213,6 +243,7 @@ impl DeferredMap {
         }
         self.edits.clear();
         self.source.edits_applied(len);
+        self.len.set(Some(len));
         Ok(true)
     }
 
@@ -472,8 +503,8 @@ mod tests {
         ])));
         let given = std::rc::Rc::new(std::cell::Cell::new(usize::MAX));
         let mut d = DeferredMap::new(Box::new(LiveList(list.clone(), given.clone())));
-        d.edits.push(HeaderEdit::Remove(b"x".to_vec()));
-        d.edits.push(HeaderEdit::Add(b"z".to_vec(), b"4".to_vec()));
+        d.push(HeaderEdit::Remove(b"x".to_vec()));
+        d.push(HeaderEdit::Add(b"z".to_vec(), b"4".to_vec()));
         let applied = d.apply_in_place(|edits| {
             for e in edits {
                 e.apply(&mut list.borrow_mut());
@@ -483,11 +514,11 @@ mod tests {
         assert_eq!(applied, Ok(true));
         assert_eq!(given.get(), 2);
         assert_eq!(given.get(), list.borrow().len());
-        assert!(d.edits.is_empty());
+        assert!(d.edits().is_empty());
         // An embedding that cannot: the edits stay for the built map.
-        d.edits.push(HeaderEdit::Remove(b"y".to_vec()));
+        d.push(HeaderEdit::Remove(b"y".to_vec()));
         assert_eq!(d.apply_in_place(|_| Ok::<bool, ()>(false)), Ok(false));
-        assert_eq!(d.edits.len(), 1);
+        assert_eq!(d.edits().len(), 1);
     }
 
     fn pairs(p: &[(&str, &str)]) -> HeaderMap {
@@ -540,7 +571,7 @@ mod tests {
         let before = builds.get();
         let mut listed = HeaderMap::new();
         d.for_each_entry(&mut |k, v| listed.push((k.to_ascii_lowercase(), v.to_vec())));
-        assert_eq!(&listed, built, "after {:?}", d.edits);
+        assert_eq!(&listed, built, "after {:?}", d.edits());
         let size = crate::mem::serialized_size(built).unwrap();
         assert_eq!(d.serialized_size(), Some(size));
         let mut want = vec![0u8; size];
@@ -552,8 +583,8 @@ mod tests {
         assert_eq!(pairs.size(), Some(size));
         let mut got = vec![0xaa; size];
         assert_eq!(pairs.copy_to(&mut got), Some(()));
-        assert_eq!(got, want, "after {:?}", d.edits);
-        if d.edits.len() <= MAX_EDITS {
+        assert_eq!(got, want, "after {:?}", d.edits());
+        if d.edits().len() <= MAX_EDITS {
             assert_eq!(builds.get(), before, "a pairs read built the map");
         }
     }
@@ -590,9 +621,14 @@ mod tests {
             while let Some(seq) = todo.pop() {
                 let builds = std::rc::Rc::new(std::cell::Cell::new(0));
                 let mut d = DeferredMap::new(Box::new(CasedList(base.clone(), builds.clone())));
-                d.edits = seq.iter().map(|&i| alphabet[i].clone()).collect();
+                // Counted first, so that every push keeps the count (DeferredMap::push).
+                let unedited = d.len();
+                assert_eq!(unedited, base.len());
+                for &i in &seq {
+                    d.push(alphabet[i].clone());
+                }
                 let built = d.build();
-                assert_eq!(d.len(), built.len(), "{:?}", d.edits);
+                assert_eq!(d.len(), built.len(), "{:?}", d.edits());
                 assert_pairs_are(&d, &built, &builds);
                 sequences = sequences.saturating_add(1);
                 if seq.len() < 4 {
@@ -613,7 +649,7 @@ mod tests {
         let mut d = DeferredMap::new(Box::new(CasedList(base, builds.clone())));
         for i in 0..=MAX_EDITS {
             let v = i.to_string().into_bytes();
-            d.edits.push(match i % 3 {
+            d.push(match i % 3 {
                 0 => HeaderEdit::Add(b"a".to_vec(), v),
                 1 => HeaderEdit::Replace(b"b".to_vec(), v),
                 _ => HeaderEdit::Remove(b"a".to_vec()),
@@ -645,14 +681,19 @@ mod tests {
         let mut built = base;
         for e in edits {
             e.apply(&mut built);
-            d.edits.push(e);
+            d.push(e);
             assert_pairs_are(&d, &built, &builds);
             assert_eq!(d.build(), built);
-            assert_eq!(d.len(), built.len(), "after {:?}", d.edits.last());
+            assert_eq!(d.len(), built.len(), "after {:?}", d.edits().last());
             assert!(d.bytes() >= crate::valid::map_bytes(&built));
             for name in NAMES {
                 let first = built.iter().find(|(k, _)| k == name).map(|(_, v)| &v[..]);
-                assert_eq!(d.first(name), first, "{name:?} after {:?}", d.edits.last());
+                assert_eq!(
+                    d.first(name),
+                    first,
+                    "{name:?} after {:?}",
+                    d.edits().last()
+                );
                 let count = built.iter().filter(|(k, _)| k == name).count();
                 assert_eq!(d.count(name), count, "{name:?}");
             }
@@ -665,7 +706,7 @@ mod tests {
         let source = MapSource::new(base);
         let builds = source.builds.clone();
         let mut d = DeferredMap::new(Box::new(source));
-        d.edits.push(HeaderEdit::Add(b"b".to_vec(), b"2".to_vec()));
+        d.push(HeaderEdit::Add(b"b".to_vec(), b"2".to_vec()));
         assert_eq!(d.first(b"a"), Some(&b"1"[..]));
         assert_eq!(d.first(b"b"), Some(&b"2"[..]));
         assert_eq!((d.len(), d.count(b"a"), d.count(b"b")), (3, 1, 1));

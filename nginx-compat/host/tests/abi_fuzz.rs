@@ -262,8 +262,8 @@ fn check_caps(stream: &Stream) -> Result<(), String> {
     .into_iter()
     .flatten()
     {
-        if d.edits.len() > tollgate_host::MAX_EDITS {
-            return Err(format!("{} edits kept on a deferred map", d.edits.len()));
+        if d.edits().len() > tollgate_host::MAX_EDITS {
+            return Err(format!("{} edits kept on a deferred map", d.edits().len()));
         }
     }
     let props: usize = stream

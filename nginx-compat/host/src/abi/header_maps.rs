@@ -265,8 +265,8 @@ impl State {
                 }
             }
         };
-        if let Some(d) = deferred.as_mut().filter(|d| d.edits.len() < MAX_EDITS) {
-            d.edits.push(edit);
+        if let Some(d) = deferred.as_mut().filter(|d| d.edits().len() < MAX_EDITS) {
+            d.push(edit);
             *changed = true;
             return OK;
         }
@@ -472,8 +472,8 @@ mod tests {
         assert_eq!(builds.get(), 0, "a pairs or size read built the map");
         let d = s.request_headers_deferred.as_ref().unwrap();
         assert_eq!(
-            d.edits,
-            vec![
+            d.edits(),
+            [
                 HeaderEdit::Add(b"x-n".to_vec(), b"1".to_vec()),
                 HeaderEdit::Add(b"x-ok".to_vec(), b"0010".to_vec()),
             ]
@@ -537,8 +537,8 @@ mod tests {
         assert!(s.request_headers_changed);
         let d = s.request_headers_deferred.as_ref().unwrap();
         assert_eq!(
-            d.edits,
-            vec![
+            d.edits(),
+            [
                 HeaderEdit::Add(b"x-n".to_vec(), b"37".to_vec()),
                 HeaderEdit::Remove(b"x-b".to_vec())
             ]
@@ -550,7 +550,10 @@ mod tests {
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();
         assert_eq!(builds.get(), 0);
-        assert_eq!(s.request_headers_deferred.as_ref().unwrap().edits.len(), 2);
+        assert_eq!(
+            s.request_headers_deferred.as_ref().unwrap().edits().len(),
+            2
+        );
         s.load_headers(false);
         assert_eq!(builds.get(), 1);
         assert!(s.request_headers_deferred.is_none());
