@@ -59,6 +59,20 @@ impl NgxProps {
         }
     }
 
+    /// Whether every request header name is letters, digits and `-` only
+    /// (`Attribute::PlainHeaderNames`).
+    fn plain_header_names(&self) -> bool {
+        // SAFETY: the request's header list is live.
+        unsafe {
+            crate::util::table_elts(&raw mut (*self.r).headers_in.headers).all(|h| {
+                (*h).hash == 0
+                    || bytes(&(*h).key)
+                        .iter()
+                        .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            })
+        }
+    }
+
     fn header_in(&self, name: &[u8]) -> Option<Vec<u8>> {
         // SAFETY: the request's header list is live.
         unsafe {
@@ -109,14 +123,7 @@ impl NgxProps {
                 Attribute::RequestPath => Some(bytes(&(*r).unparsed_uri).to_vec()),
                 Attribute::RequestUrlPath => Some(url_path(bytes(&(*r).unparsed_uri)).to_vec()),
                 Attribute::RequestQuery => Some(bytes(&(*r).args).to_vec()),
-                Attribute::RequestHost => {
-                    let h = (*r).headers_in.host;
-                    if h.is_null() {
-                        Some(bytes(&(*r).headers_in.server).to_vec())
-                    } else {
-                        Some(bytes(&(*h).value).to_vec())
-                    }
-                }
+                Attribute::RequestHost => Some(crate::headers::authority(r).to_vec()),
                 Attribute::RequestMethod => Some(bytes(&(*r).method_name).to_vec()),
                 Attribute::RequestScheme => Some(if c.is_null() || (*c).ssl.is_null() {
                     b"http".to_vec()
@@ -139,6 +146,11 @@ impl NgxProps {
                 }
                 Attribute::RequestUserAgent => self.header_in(b"user-agent"),
                 Attribute::RequestReferer => self.header_in(b"referer"),
+                Attribute::PlainHeaderNames => Some(vec![if self.plain_header_names() {
+                    b'1'
+                } else {
+                    b'0'
+                }]),
                 Attribute::RequestHeader(name) => self.header_in(name),
                 Attribute::SourceAddress | Attribute::SourcePort => {
                     if c.is_null() {
