@@ -16,7 +16,7 @@ import time
 import jwt as pyjwt
 import pytest
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from harness import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs
 from raw_http import exchange, json_body, request
 from tokens import ISSUER
 from wsgi_upstream import WsgiUpstream
@@ -102,3 +102,27 @@ def test_an_authenticated_request_carries_only_the_verified_claim(g, host, mode,
     assert payload["sub"] == "bob"
     if not kong_differs(host, "hidden-headers-forwarded"):  # Kong forwards the token jwt-auth removed
         assert "HTTP_AUTHORIZATION" not in environ
+
+
+@pytest.mark.parametrize("forwarded", [False, True])
+def test_the_host_vouches_for_plain_names_only_when_they_are(host, gateways, upstream, forwarded):
+    """jwt-auth skips listing the names when the host answers `tollgate.request.plain_header_names`
+    with `1` (Tollgate's nginx module); so `1` must never be given for a request that carries a name
+    with `_` or `.`, however nginx is configured. Envoy and Kong's module have no such property."""
+    spec = GatewaySpec(filters=[FilterSpec("probe", {"request_headers": "plain_header_names"}, wasm_file=PROBE_WASM)],
+                       upstreams={"upstream": upstream.port}, underscores_in_headers=forwarded or None)
+    g = gateways(host, spec)
+    cases = [([(b"X-Plain-1", b"a")], "1")] + [([(b"X-Plain-1", b"a"), (name, b"admin")], "0") for name in SPELLINGS]
+    for fields, plain in cases:
+        status, _, body = exchange(g.url, request(b"/x", [(b"Host", b"gw.test"), *fields]))
+        if host.name != "nginx" and host.name != "nginx-musl":
+            assert status in (200, 400), body[:200]
+            if status == 200:
+                assert json.loads(body) is None, (host.name, body)
+            continue
+        assert status == 200, body[:200]
+        # nginx drops names with `_` unless `underscores_in_headers on`, and names with `.` unless
+        # `ignore_invalid_headers off`: what it drops is not there to vouch for.
+        dropped = not (forwarded and b"." not in fields[-1][0])
+        want = "1" if plain == "1" or dropped else "0"
+        assert json.loads(body) == want, (forwarded, fields, body)

@@ -37,6 +37,19 @@ pub fn is_cgi_alias(name: &[u8], folded: &[u8]) -> bool {
             .all(|(&a, &b)| cgi_fold_byte(a) == b)
 }
 
+/// The property through which a host says that no request header name has a spelling
+/// [`is_cgi_alias`] could match: `1` when every name is letters, digits and `-` only, so a filter
+/// that removes a header need not list the names to find its other spellings. Tollgate's nginx
+/// module answers it (nginx-compat/README.md, properties); Envoy and Kong's module do not, and a
+/// filter then lists the names itself ([`names_are_plain`]).
+pub const PLAIN_HEADER_NAMES_PROPERTY: [&str; 3] = ["tollgate", "request", "plain_header_names"];
+
+/// Whether a host's answer to [`PLAIN_HEADER_NAMES_PROPERTY`] vouches that no name needs a look:
+/// only an explicit `1`; no answer, or any other, means the names must be listed.
+pub fn names_are_plain(answer: Option<&[u8]>) -> bool {
+    answer == Some(b"1")
+}
+
 /// A small JSON error body, `{"error":"<error>","message":"<message>"}`, as bytes.
 pub fn json_error_body(error: &str, message: &str) -> Vec<u8> {
     let body = serde_json::json!({ "error": error, "message": message });
@@ -97,6 +110,14 @@ mod tests {
         assert!(!is_safe_header_value("a\r\nx-admin: 1"));
         assert!(!is_safe_header_value("a\0"));
         assert!(!is_safe_header_value("a\x7f"));
+    }
+
+    #[test]
+    fn only_an_explicit_one_vouches_for_plain_names() {
+        assert!(names_are_plain(Some(b"1")));
+        for answer in [None, Some(&b"0"[..]), Some(b""), Some(b"1 "), Some(b"true")] {
+            assert!(!names_are_plain(answer), "{answer:?}");
+        }
     }
 
     #[test]

@@ -11,10 +11,10 @@ use tollgate_common::abi_codec::{text, HeaderList};
 use tollgate_common::authority::canonical_host;
 use tollgate_common::bytes::same_bytes;
 use tollgate_common::host::{
-    count, forward_normal_path, now_unix_secs, plugin_configuration, refuse_authority, refuse_path,
-    request_header, request_header_list, send_json_error, set_request_header,
+    count, forward_normal_path, now_unix_secs, plugin_configuration, property, refuse_authority,
+    refuse_path, request_header, request_header_list, send_json_error, set_request_header,
 };
-use tollgate_common::http::split_path_query;
+use tollgate_common::http::{names_are_plain, split_path_query, PLAIN_HEADER_NAMES_PROPERTY};
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::signals;
@@ -189,6 +189,8 @@ fn strip_output_headers(config: &Config) {
 
 /// The request's headers as this filter reads them: from one read of the whole list when the
 /// filter must look at every name (`Config::cgi_folds`), else one host call per header asked.
+/// The names need no look when the host vouches that none has an `_` or `.`
+/// (`http::PLAIN_HEADER_NAMES_PROPERTY`: Tollgate's nginx module does; Envoy and Kong's do not).
 enum Headers {
     List(HeaderList),
     Each,
@@ -198,7 +200,9 @@ impl Headers {
     /// `None` when the host cannot list the headers: then the filter cannot tell that no forged
     /// copy is left, and the request is refused (500, `headers_unavailable`).
     fn read(shared: &Shared) -> Option<Headers> {
-        if shared.config.cgi_folds.is_empty() {
+        if shared.config.cgi_folds.is_empty()
+            || names_are_plain(property(&PLAIN_HEADER_NAMES_PROPERTY).as_deref())
+        {
             return Some(Headers::Each);
         }
         match request_header_list() {

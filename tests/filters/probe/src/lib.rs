@@ -22,7 +22,9 @@
 //!   JSON body is `{"configure": {KEY: VALUE}, "request": {KEY: VALUE}}`: the property
 //!   `tollgate.shared_data.eviction.<KEY>` of each `eviction_keys` key as read in the root
 //!   context's `on_configure` and in this HTTP context, `null` when the host answers NotFound,
-//!   `"error: STATUS"` for another status).
+//!   `"error: STATUS"` for another status), `plain_header_names` (200 whose JSON body is the
+//!   property `tollgate.request.plain_header_names` as read in this HTTP context, with the same
+//!   encoding: its text, `null`, or `"error: STATUS"`).
 //! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
 //! - `call_upstream`: the cluster (Envoy) or upstream (nginx) of `dispatch_http_call`.
@@ -81,7 +83,12 @@ const GRPC_ABORT_MESSAGE: &str = "probe aborted the call: 100% sûr";
 /// NotFound, `"error: STATUS"` for another status (read with the SDK's hostcall, which returns
 /// InternalFailure instead of panicking as the trait's `get_property` would).
 fn eviction_of(key: &str) -> serde_json::Value {
-    let path = vec!["tollgate", "shared_data", "eviction", key];
+    property_of(vec!["tollgate", "shared_data", "eviction", key])
+}
+
+/// A property's value as the probe reports it: its text, `null` for NotFound, `"error: STATUS"`
+/// for another status.
+fn property_of(path: Vec<&str>) -> serde_json::Value {
     match proxy_wasm::hostcalls::get_property(path) {
         Ok(Some(v)) => serde_json::Value::String(String::from_utf8_lossy(&v).into_owned()),
         Ok(None) => serde_json::Value::Null,
@@ -445,6 +452,16 @@ impl Probe {
                     200,
                     vec![("content-type", "application/json")],
                     Some(body.to_string().as_bytes()),
+                );
+                Action::Pause
+            }
+            "plain_header_names" => {
+                let body =
+                    property_of(vec!["tollgate", "request", "plain_header_names"]).to_string();
+                self.send_http_response(
+                    200,
+                    vec![("content-type", "application/json")],
+                    Some(body.as_bytes()),
                 );
                 Action::Pause
             }
