@@ -1,9 +1,13 @@
 """End-to-end harness: real gateways and upstreams on loopback, started and stopped by the tests.
 
 A test describes the gateway it needs with a host-agnostic `GatewaySpec` (filters in chain order
-with their plugin configurations, upstream clusters, workers); a host (`EnvoyHost` here, the nginx
-host later) renders it into its own configuration, starts the proxy and stops it. Tests only use
-`Gateway.url`, so the same test runs against every host with the same expectations.
+with their plugin configurations, upstream clusters, workers, zones); a host renders it into its
+own configuration, starts the proxy and stops it: `EnvoyHost` (Envoy's YAML), `NginxHost` (Debian's
+nginx with Tollgate's module), `NginxMuslHost` (nginx and the module built on musl) and `KongHost`
+(Kong's ngx_wasm_module, whose known differences are `KONG_DIFFERENCES`, asked with
+`kong_differs`). `HOSTS` maps the names `TOLLGATE_HOSTS` selects to them. Tests use the
+`Gateway` a host returns (`url`, logs, stop), so the same test runs against every host with the
+same expectations. bench/ and fuzz/ import it too, to start the same gateways.
 """
 from __future__ import annotations
 

@@ -12,6 +12,11 @@
 //! - [`grpc_client`]: unary `proxy_grpc_call`s over HTTP/2; [`grpc_status`]: gRPC statuses and
 //!   `grpc-message` text as Envoy reads and writes them, and the trailers-only local reply a
 //!   filter's `proxy_send_local_response` becomes on a gRPC request.
+//! - [`zone`]: what every zone shares (attaching, the size/version sentinel at its start).
+//!
+//! Private: `shm` (the region and all `unsafe` code), `lock` (a spinlock across processes),
+//! `http_pool` (each HTTP client thread's kept-alive connections), `bench` (micro-benchmarks,
+//! tests only).
 //!
 //! Shared memory comes in as a [`SharedRegion`]: the address and size of a zone nginx mapped
 //! `MAP_SHARED` before forking its workers (`ngx_shared_memory_add`, then `shm.addr` and

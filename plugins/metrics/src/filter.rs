@@ -5,7 +5,7 @@
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' signals
 //! (`tollgate_common::signals`), and updates the series. Host calls go through
-//! `proxy_wasm::hostcalls` with errors handled; nothing here traps.
+//! `tollgate_common::host` (the raw ABI, errors handled); nothing here traps.
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -1,8 +1,9 @@
 //! proxy-wasm glue: the root context (configuration, metrics, the zone record) and the HTTP
 //! context (one request), a thin shell over the host-free modules.
 //!
-//! Host calls go through `proxy_wasm::hostcalls` with their errors handled, not through the SDK's
-//! trait helpers that unwrap (a header value that is not UTF-8 would trap there).
+//! Host calls go through `tollgate_common::host` (the raw ABI, errors handled), not through the
+//! SDK's trait helpers or `hostcalls` wrappers, which unwrap or panic on statuses a host may give
+//! (a header value that is not UTF-8 would trap there).
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
