@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Import cycles between the modules (files) of each crate of nginx-compat/.
+"""Import cycles between the modules (files) of each crate of nginx-compat/ and plugins/.
 
 A module is a source file (`src/a.rs` is `a`, `src/a/b.rs` is `a::b`, `src/a/mod.rs` is `a`,
 `src/lib.rs` is the crate root). Module A depends on module B when A's code (comments and
@@ -9,7 +9,7 @@ crate root. `mod` declarations are not dependencies. Prints each crate's edges w
 --verbose, and every strongly connected component of more than one module (or a module that
 depends on itself through a path); exits 1 if any.
 
-Usage: scripts/check-module-cycles.py [--verbose] [CRATE_DIR...]   (default: nginx-compat/*/)
+Usage: scripts/check-module-cycles.py [--verbose] [CRATE_DIR...]   (default: nginx-compat/*/ plugins/*/)
 """
 import re
 import sys
@@ -195,7 +195,8 @@ def main():
     args = sys.argv[1:]
     verbose = "--verbose" in args
     dirs = [Path(a) for a in args if a != "--verbose"] or sorted(
-        p for p in (ROOT / "nginx-compat").iterdir() if (p / "Cargo.toml").exists() and (p / "src").is_dir())
+        p for top in ("nginx-compat", "plugins") for p in (ROOT / top).iterdir()
+        if (p / "Cargo.toml").exists() and (p / "src").is_dir())
     bad = 0
     for d in dirs:
         mods, edges = crate_graph(d)

@@ -61,7 +61,7 @@ log "nginx-compat: gRPC calls, HTTP calls and the tick through a real nginx"
 "$VENV/bin/python" nginx-compat/tests/calls/tick_rearm.py
 # HTTP calls through a real nginx reuse their connections (200 calls, at most 4 connections).
 "$VENV/bin/python" nginx-compat/tests/calls/http_latency.py --check
-# No import cycle between the modules of nginx-compat's crates, no function over 150 lines
+# No import cycle between the modules of nginx-compat's crates and of the filters, no function over 150 lines
 # without a reason beside it.
 python3 scripts/check-module-cycles.py
 python3 scripts/long-functions.py >/dev/null

@@ -292,7 +292,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("must be 1 to {MAX_MODEL_BYTES} bytes"),
             ));
         }
-        let label = crate::labels::sanitize(m).into_owned();
+        let label = tollgate_common::metrics::sanitize(m).into_owned();
         if label == OTHER || models.contains(&label) {
             return Err(ConfigError::new(
                 format!("models[{i}]"),

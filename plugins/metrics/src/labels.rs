@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use tollgate_common::metrics::label_char;
+pub use tollgate_common::metrics::{sanitize, sanitize_bytes, sanitize_chars};
 use tollgate_common::path::{normalize, PathPolicy};
 use tollgate_common::route::prefix_matches;
 
@@ -135,61 +135,6 @@ pub fn route_label<'a>(routes: &'a [Route], target: &[u8], paths: &PathPolicy) -
         .map_or(Label::OTHER, |(i, r)| Label::nth(i, &r.name))
 }
 
-/// Whether the name encoding keeps byte `b` as it is (`[a-z0-9_-]`).
-const fn keeps(b: u8) -> bool {
-    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-')
-}
-
-/// [`keeps`] of every byte, by value: one load a byte where the label values are checked.
-static CLEAN: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0u8;
-    loop {
-        // `b` is a u8: always within the table's 256 entries.
-        #[allow(clippy::indexing_slicing)]
-        {
-            table[b as usize] = keeps(b);
-        }
-        if b == u8::MAX {
-            break table;
-        }
-        b = b.wrapping_add(1);
-    }
-};
-
-/// Whether the name encoding keeps byte `b` as it is.
-fn is_clean(b: u8) -> bool {
-    CLEAN.get(usize::from(b)).copied().unwrap_or(false)
-}
-
-/// A value as the name encoding writes it (`tollgate_common::metrics::label_char`): ASCII
-/// letters lower-cased, `[a-z0-9_-]` kept, any other character (a multi-byte one included) `_`.
-/// Borrowed, without allocating, when the value is already in that form (the usual case: the
-/// other filters' signals and most tenants).
-pub fn sanitize(value: &str) -> Cow<'_, str> {
-    if value.bytes().all(is_clean) {
-        return Cow::Borrowed(value);
-    }
-    Cow::Owned(sanitize_chars(value))
-}
-
-/// The encoding of [`sanitize`] char by char, always allocating: the path for values that are
-/// not already clean, and the reference its borrowed fast path is tested against (unit tests,
-/// the `metrics_series` fuzz target).
-pub fn sanitize_chars(value: &str) -> String {
-    value.chars().map(label_char).collect()
-}
-
-/// [`sanitize`] of bytes read as UTF-8 with each invalid sequence replaced by U+FFFD (as
-/// `String::from_utf8_lossy`), so that each becomes one `_`.
-pub fn sanitize_bytes(value: &[u8]) -> Cow<'_, str> {
-    match std::str::from_utf8(value) {
-        Ok(text) => sanitize(text),
-        // The lossy text holds U+FFFD, never clean: straight to the char-by-char encoding.
-        Err(_) => Cow::Owned(sanitize_chars(&String::from_utf8_lossy(value))),
-    }
-}
-
 /// The model label: the sanitised model if configured (index: its position in `models`), else
 /// `other`.
 pub fn model_label<'a>(models: &'a [String], model: &str) -> Label<'a> {
@@ -220,76 +165,6 @@ pub fn signal_label(value: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sanitize_agrees_with_the_char_by_char_encoding() {
-        let samples = [
-            "",
-            "ok",
-            "per-user",
-            "bad_signature",
-            "Acme",
-            "a.b",
-            "a b",
-            "caf\u{e9}",
-            "\u{1f600}x",
-            "x\u{0}y",
-            "ALLOWED",
-            "--__09az",
-            "z{",
-            "`a",
-            "/",
-            ":",
-            "@",
-            "[",
-            "\u{7f}",
-        ];
-        for s in samples {
-            assert_eq!(sanitize(s), sanitize_chars(s), "{s:?}");
-        }
-        // Every single byte that is a character, and every pair of ASCII bytes.
-        for a in 0u8..128 {
-            let one = (a as char).to_string();
-            assert_eq!(sanitize(&one), sanitize_chars(&one), "{a}");
-            for b in 0u8..128 {
-                let two: String = [a as char, b as char].iter().collect();
-                assert_eq!(sanitize(&two), sanitize_chars(&two), "{a} {b}");
-            }
-        }
-        assert!(matches!(sanitize("per-user_1"), Cow::Borrowed(_)));
-        assert!(matches!(sanitize("Per-user"), Cow::Owned(_)));
-    }
-
-    #[test]
-    fn sanitize_bytes_replaces_each_invalid_sequence_once() {
-        for raw in [
-            &b"acme"[..],
-            b"Acme.Corp",
-            b"\xff",
-            b"a\xff\xfeb",
-            b"caf\xc3\xa9",
-            b"x\xc3",
-            b"\xe2\x82",
-        ] {
-            assert_eq!(
-                sanitize_bytes(raw),
-                sanitize_chars(&String::from_utf8_lossy(raw)),
-                "{raw:?}"
-            );
-        }
-        assert!(matches!(sanitize_bytes(b"acme-1"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn the_table_is_the_predicate() {
-        for b in 0..=u8::MAX {
-            assert_eq!(is_clean(b), keeps(b), "{b}");
-            assert_eq!(
-                keeps(b),
-                sanitize_chars(&(b as char).to_string()) == (b as char).to_string() && b < 128
-            );
-        }
-    }
 
     #[test]
     fn indices_name_the_values() {

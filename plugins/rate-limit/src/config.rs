@@ -563,7 +563,7 @@ fn compile_rule(
         }
         let prefix = key_prefix(zone, &r.name, j);
         limits.push(RuleLimit {
-            descriptor_rule: crate::global::descriptor_rule(zone, &r.name, j),
+            descriptor_rule: descriptor_rule(zone, &r.name, j),
             overflow_key: shared_key(&prefix, OVERFLOW_BUCKET),
             missing_key: shared_key(&prefix, MISSING_BUCKET),
             key_prefix: prefix,
@@ -664,4 +664,12 @@ fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
             format!("{name:?} must be 1 to {MAX_NAME_BYTES} characters of A-Z a-z 0-9 . _ -"),
         ))
     }
+}
+
+/// The global mode's `rule` descriptor entry value (`crate::global`) of limit `index` of `rule`
+/// in `zone`: `<len>:<zone>/<rule>/<index>`, `len` the byte length of what follows the colon, so
+/// that no two (zone, rule, index) triples give one value.
+pub fn descriptor_rule(zone: &str, rule: &str, index: usize) -> String {
+    let body = format!("{zone}/{rule}/{index}");
+    format!("{}:{body}", body.len())
 }

@@ -41,12 +41,7 @@ pub const RULE_ENTRY: &str = "rule";
 /// The key of the descriptor entry carrying the client key.
 pub const KEY_ENTRY: &str = "key";
 
-/// The `rule` entry's value of limit `index` of `rule` in `zone`: `<len>:<zone>/<rule>/<index>`,
-/// `len` the byte length of what follows the colon.
-pub fn descriptor_rule(zone: &str, rule: &str, index: usize) -> String {
-    let body = format!("{zone}/{rule}/{index}");
-    format!("{}:{body}", body.len())
-}
+pub use crate::config::descriptor_rule;
 
 /// The service's unit for a period (`envoy.type.v3.RateLimitUnit`).
 pub fn unit(period: Period) -> Unit {
