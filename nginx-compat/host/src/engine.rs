@@ -2,7 +2,7 @@
 
 use wasmtime::InstancePre;
 
-use crate::abi::core::State;
+use crate::abi::store::State;
 use crate::error::Error;
 use crate::limits::EpochTicker;
 use crate::link;

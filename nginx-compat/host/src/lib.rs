@@ -32,7 +32,7 @@ mod valid;
 mod vm;
 mod wasi;
 
-pub use abi::core::tick_generation;
+pub use abi::store::tick_generation;
 pub use context_ids::{HttpId, RootId};
 pub use deferred_headers::{DeferredMap, HeaderEdit, HeaderSource, MAX_EDITS};
 pub use embedder::{

@@ -4,7 +4,7 @@
 use wasmtime::{Engine, Linker, Val, ValType};
 
 use crate::abi;
-use crate::abi::core::{Def, State, UNIMPLEMENTED};
+use crate::abi::store::{Def, State, UNIMPLEMENTED};
 use crate::error::Error;
 use crate::wasi;
 

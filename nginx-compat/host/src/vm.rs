@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use wasmtime::{Instance, Store, TypedFunc};
 
-use crate::abi::core::State;
+use crate::abi::store::State;
 use crate::context_ids::{HttpId, RootId};
 use crate::embedder::{GrpcCallResult, Host, HttpCallResponse};
 use crate::engine::Module;
@@ -641,7 +641,7 @@ impl Drop for Vm {
     /// Its roots' tick periods end with it: an embedding that follows
     /// [`crate::tick_generation`] re-reads the periods.
     fn drop(&mut self) {
-        crate::abi::core::tick_periods_changed();
+        crate::abi::store::tick_periods_changed();
     }
 }
 

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::abi::core::{ms, put, realtime_ns, Def, State, C};
+use crate::abi::store::{ms, put, realtime_ns, Def, State, C};
 use crate::embedder::LogLevel;
 use crate::error::Error;
 use crate::mem;

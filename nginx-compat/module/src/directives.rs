@@ -21,8 +21,8 @@ use ngx::ngx_string;
 
 use crate::base::main_conf_of_cf;
 use crate::conf::{FilterDef, Isolation, LocConf, MainConf};
-use crate::core::{command_table, core_conf, loc_command, ANY_LEVEL};
 use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
+use crate::wasm_block::{command_table, core_conf, loc_command, ANY_LEVEL};
 
 pub(crate) unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
     // SAFETY: pool allocation with a drop cleanup.
@@ -207,7 +207,7 @@ unsafe extern "C" fn metrics_directive(
 }
 
 /// The directives of this file.
-const OWN_COMMANDS: [ngx_command_t; 5] = [
+const TOLLGATE_HTTP_COMMANDS: [ngx_command_t; 5] = [
     loc_command!(
         "proxy_wasm",
         ANY_LEVEL | NGX_CONF_TAKE12,
@@ -235,5 +235,7 @@ const OWN_COMMANDS: [ngx_command_t; 5] = [
     ),
 ];
 
-pub(crate) static mut HTTP_COMMANDS: [ngx_command_t; 19] =
-    command_table(OWN_COMMANDS, crate::kong_directives::HTTP_COMMANDS);
+pub(crate) static mut HTTP_TABLE: [ngx_command_t; 19] = command_table(
+    TOLLGATE_HTTP_COMMANDS,
+    crate::kong_directives::KONG_HTTP_COMMANDS,
+);

@@ -4,7 +4,7 @@
 
 use ngx::ffi::{ngx_http_module_t, ngx_module_t, ngx_uint_t, NGX_HTTP_MODULE};
 
-use crate::directives::{create_loc_conf, create_main_conf, merge_loc_conf, HTTP_COMMANDS};
+use crate::directives::{create_loc_conf, create_main_conf, merge_loc_conf, HTTP_TABLE};
 use crate::lifecycle::{exit_process, init_process, postconfiguration};
 
 static mut HTTP_CTX: ngx_http_module_t = ngx_http_module_t {
@@ -22,7 +22,7 @@ static mut HTTP_CTX: ngx_http_module_t = ngx_http_module_t {
 #[no_mangle]
 pub static mut ngx_http_tollgate_wasm_module: ngx_module_t = ngx_module_t {
     ctx: (&raw mut HTTP_CTX).cast(),
-    commands: (&raw mut HTTP_COMMANDS).cast(),
+    commands: (&raw mut HTTP_TABLE).cast(),
     type_: NGX_HTTP_MODULE as ngx_uint_t,
     init_process: Some(init_process),
     exit_process: Some(exit_process),

@@ -37,8 +37,8 @@ use ngx::ffi::{
 use ngx::ngx_string;
 
 use crate::conf::{CallDefaults, LocConf, SocketTimeouts};
-use crate::core::{command, command_table, loc_command, ANY_LEVEL, TOLLGATE_WASM_CONF};
 use crate::util::{conf_args, conf_error, lossy, CONF_OK};
+use crate::wasm_block::{command, command_table, loc_command, ANY_LEVEL, TOLLGATE_WASM_CONF};
 
 /// `cmd_type` inside `wasm { wasmtime {} }`.
 const WASMTIME_CONF: ngx_uint_t = 0x0400_0000;
@@ -609,7 +609,7 @@ unsafe extern "C" fn init_conf(_cycle: *mut ngx_cycle_t, _conf: *mut c_void) -> 
     CONF_OK
 }
 
-static mut KONG_COMMANDS: [ngx_command_t; 25] = command_table(CORE_COMMANDS, []);
+static mut KONG_WASM_BLOCK_TABLE: [ngx_command_t; 25] = command_table(KONG_WASM_BLOCK_COMMANDS, []);
 
 static mut KONG_CTX: ngx_core_module_t = ngx_core_module_t {
     name: ngx_string!("tollgate_wasm_kong"),
@@ -618,11 +618,11 @@ static mut KONG_CTX: ngx_core_module_t = ngx_core_module_t {
 };
 
 /// The core module of ngx_wasm_module's other `wasm{}` directives (its own configuration,
-/// [`KongCore`], so that `core.rs` does not depend on this file).
+/// [`KongCore`], so that `wasm_block.rs` does not depend on this file).
 #[no_mangle]
 pub static mut ngx_tollgate_wasm_kong_module: ngx_module_t = ngx_module_t {
     ctx: (&raw mut KONG_CTX).cast(),
-    commands: (&raw mut KONG_COMMANDS).cast(),
+    commands: (&raw mut KONG_WASM_BLOCK_TABLE).cast(),
     type_: NGX_CORE_MODULE as ngx_uint_t,
     ..ngx_module_t::default()
 };
@@ -635,7 +635,7 @@ const IN_OTHER_RUNTIME: u32 = OTHER_RUNTIME_CONF as u32 | NGX_DIRECT_CONF;
 const IN_METRICS: u32 = METRICS_CONF as u32 | NGX_DIRECT_CONF;
 
 /// The `wasm{}` commands of this file.
-const CORE_COMMANDS: [ngx_command_t; 24] = [
+const KONG_WASM_BLOCK_COMMANDS: [ngx_command_t; 24] = [
     command!(
         "socket_connect_timeout",
         IN_WASM | NGX_CONF_TAKE1,
@@ -735,7 +735,7 @@ const CORE_COMMANDS: [ngx_command_t; 24] = [
 ];
 
 /// The http{}, server{}, location{} commands of this file (appended to the http module's).
-pub const HTTP_COMMANDS: [ngx_command_t; 13] = [
+pub const KONG_HTTP_COMMANDS: [ngx_command_t; 13] = [
     loc_command!(
         "wasm_socket_connect_timeout",
         ANY_LEVEL | NGX_CONF_TAKE1,

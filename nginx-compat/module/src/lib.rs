@@ -4,7 +4,7 @@
 //! `proxy_wasm_isolation`, `proxy_wasm_request_headers_in_access`).
 //!
 //! The `.so` holds three nginx modules:
-//! - [`core::ngx_tollgate_wasm_core_module`] (`NGX_CORE_MODULE`): the top-level `wasm {}` block.
+//! - [`wasm_block::ngx_tollgate_wasm_core_module`] (`NGX_CORE_MODULE`): the top-level `wasm {}` block.
 //!   Modules are compiled there, in the master, at configuration time.
 //! - [`kong_directives::ngx_tollgate_wasm_kong_module`] (`NGX_CORE_MODULE`): ngx_wasm_module's
 //!   other `wasm{}` directives (sockets, resolver, `wasmtime{}`, `metrics{}`, `tls_*`...).
@@ -20,7 +20,7 @@
 #![allow(clippy::missing_safety_doc)] // extern "C" callbacks; contracts are nginx's.
 
 // Where to look (imports go down this list, never up; `scripts/check-module-cycles.py`):
-// - the module tables nginx loads: `core.rs` (the `wasm {}` block), `http_module.rs`;
+// - the module tables nginx loads: `wasm_block.rs` (the `wasm {}` block), `http_module.rs`;
 // - configuration: `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
 //   other directives: honoured, tuning or refused), `lifecycle.rs` (postconfiguration,
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
@@ -44,7 +44,6 @@ pub mod body;
 pub mod calls;
 pub mod conf;
 pub mod conf_file;
-pub mod core;
 pub mod directives;
 pub mod grpc_calls;
 pub mod headers;
@@ -62,13 +61,14 @@ pub mod timers;
 pub mod upstreams;
 pub mod util;
 pub mod wake;
+pub mod wasm_block;
 pub mod worker;
 pub mod worker_host;
 pub mod zone_props;
 
-use crate::core::ngx_tollgate_wasm_core_module;
 use crate::http_module::ngx_http_tollgate_wasm_module;
 use crate::kong_directives::ngx_tollgate_wasm_kong_module;
+use crate::wasm_block::ngx_tollgate_wasm_core_module;
 
 /// The modules of this shared object, in load order (read by nginx's `load_module`).
 /// (`ngx::ngx_modules!` of ngx 0.5.1 does not expand for two modules.)

@@ -13,9 +13,9 @@ use ngx::ffi::{ngx_conf_t, ngx_core_conf_t, ngx_http_request_t, ngx_int_t, ngx_s
 use tollgate_services::metrics_zone::{MetricsConfig, MetricsLayout, MetricsZone};
 
 use crate::base::rc;
-use crate::core::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
 use crate::metrics_text;
 use crate::util::{bytes, level, log};
+use crate::wasm_block::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
 
 /// Most metrics (definitions) and value slots per worker.
 const MAX_METRICS: u32 = 4096;
@@ -68,7 +68,7 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> Result<(), String> {
         )?;
         // The default shm_kv zone `*` (4 MiB) when none was declared: the filters' shared data.
         if !core.kv_zones.iter().any(|z| z.name == "*") {
-            crate::core::add_kv_zone(
+            crate::wasm_block::add_kv_zone(
                 cf,
                 core,
                 "*",

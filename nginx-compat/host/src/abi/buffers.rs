@@ -4,7 +4,7 @@
 //! (and their later names `proxy_get_buffer`/`proxy_set_buffer`), `proxy_get_buffer_status`,
 //! `proxy_get_configuration`.
 
-use crate::abi::core::{
+use crate::abi::store::{
     ms, put, return_with, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS,
     NOT_FOUND, OK, R,
 };

@@ -19,7 +19,7 @@
 //! Streams (`proxy_grpc_stream`, `proxy_grpc_send`) are not implemented: they stay linked to the
 //! `Unimplemented` stub.
 
-use crate::abi::core::{
+use crate::abi::store::{
     code, guest_str, ms, put, refused_map, return_bytes, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };
@@ -125,7 +125,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
 }
 
 /// The next free unary-call token: 1 modulo 4, never 0, not pending.
-fn next_token(state: &mut crate::abi::core::State) -> u32 {
+fn next_token(state: &mut crate::abi::store::State) -> u32 {
     loop {
         let token = state.next_grpc_token;
         state.next_grpc_token = token.wrapping_add(4);

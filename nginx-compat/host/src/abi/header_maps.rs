@@ -3,7 +3,7 @@
 //! `_value`, `proxy_set_header_map_pairs`, `proxy_add_`/`replace_`/`remove_header_map_value`.
 //! Every write is checked ([`refused_field`], [`refused_map`], [`refused_growth`]).
 
-use crate::abi::core::{
+use crate::abi::store::{
     eq_name, ms, refused_field, refused_growth, refused_map, return_u32, return_with, Def, State,
     BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };

@@ -3,7 +3,7 @@
 //! `proxy_call_foreign_function` (no foreign functions: `NotFound`). gRPC calls are linked to the
 //! `Unimplemented` stub.
 
-use crate::abi::core::{
+use crate::abi::store::{
     code, guest_str, ms, refused_map, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, NOT_FOUND, OK,
 };

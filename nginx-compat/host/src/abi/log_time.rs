@@ -1,7 +1,7 @@
 //! Logging and time: `proxy_log`, `proxy_get_log_level`,
 //! `proxy_get_current_time_nanoseconds`, `proxy_set_tick_period_milliseconds`.
 
-use crate::abi::core::{
+use crate::abi::store::{
     ms, realtime_ns, return_u32, return_u64, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, OK,
 };
@@ -43,7 +43,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 Some(root) => {
                     if root.tick_ms != period {
                         root.tick_ms = period;
-                        crate::abi::core::tick_periods_changed();
+                        crate::abi::store::tick_periods_changed();
                     }
                     OK
                 }

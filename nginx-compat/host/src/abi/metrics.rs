@@ -1,7 +1,7 @@
 //! Metrics: `proxy_define_metric`, `proxy_increment_metric`, `proxy_record_metric`,
 //! `proxy_get_metric`, answered by the embedding's [`Host`](crate::embedder::Host).
 
-use crate::abi::core::{code, guest_str, return_u32, return_u64, status_of, Def, BAD_ARGUMENT, C};
+use crate::abi::store::{code, guest_str, return_u32, return_u64, status_of, Def, BAD_ARGUMENT, C};
 use crate::embedder::MetricKind;
 use crate::error::Error;
 

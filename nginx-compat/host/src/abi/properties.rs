@@ -3,7 +3,7 @@
 //! then the stream's [`PropertySource`](crate::stream::PropertySource)) and
 //! `proxy_set_property` (refused with `BadArgument` for the embedding's read-only paths).
 
-use crate::abi::core::{
+use crate::abi::store::{
     ms, refused_growth, return_bytes, return_with, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };

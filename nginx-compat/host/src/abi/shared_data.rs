@@ -1,7 +1,7 @@
 //! Shared data (key-value with CAS tokens, shared by every `Vm` of the embedding):
 //! `proxy_get_shared_data`, `proxy_set_shared_data`.
 
-use crate::abi::core::{
+use crate::abi::store::{
     code, ms, return_bytes, return_u32, status_of, Def, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS,
     OK, R,
 };

@@ -2,7 +2,7 @@
 //! `proxy_on_queue_ready`), `proxy_resolve_shared_queue`, `proxy_enqueue_shared_queue`,
 //! `proxy_dequeue_shared_queue`.
 
-use crate::abi::core::{
+use crate::abi::store::{
     code, guest_str, ms, return_bytes, return_u32, status_of, Def, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, R,
 };

@@ -2,7 +2,7 @@
 //! (`proxy_continue_stream` and its 0.2.0 names), `proxy_close_stream`,
 //! `proxy_set_effective_context`, and the no-ops `proxy_clear_route_cache` and `proxy_done`.
 
-use crate::abi::core::{
+use crate::abi::store::{
     ms, refused_map, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, OK,
 };
 use crate::context_ids::HttpId;

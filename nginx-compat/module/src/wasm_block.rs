@@ -753,8 +753,8 @@ pub(crate) const LOC_OFFSET: ngx_uint_t = nginx_sys::NGX_HTTP_LOC_CONF_OFFSET as
 macro_rules! loc_command {
     ($name:literal, $type:expr, $set:expr) => {
         ngx_command_t {
-            conf: $crate::core::LOC_OFFSET,
-            ..$crate::core::command!($name, $type, $set)
+            conf: $crate::wasm_block::LOC_OFFSET,
+            ..$crate::wasm_block::command!($name, $type, $set)
         }
     };
 }
@@ -763,7 +763,7 @@ pub(crate) use loc_command;
 const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
 
 /// The `wasm{}` directives of this file.
-const OWN_COMMANDS: [ngx_command_t; 9] = [
+const WASM_BLOCK_COMMANDS: [ngx_command_t; 9] = [
     command!(
         "wasm",
         NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
@@ -815,7 +815,7 @@ pub(crate) const fn command_table<const A: usize, const B: usize, const N: usize
     out
 }
 
-static mut CORE_COMMANDS: [ngx_command_t; 10] = command_table(OWN_COMMANDS, []);
+static mut WASM_BLOCK_TABLE: [ngx_command_t; 10] = command_table(WASM_BLOCK_COMMANDS, []);
 
 static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
     name: ngx_string!("tollgate_wasm"),
@@ -827,7 +827,7 @@ static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
 #[no_mangle]
 pub static mut ngx_tollgate_wasm_core_module: ngx_module_t = ngx_module_t {
     ctx: (&raw mut CORE_CTX).cast(),
-    commands: (&raw mut CORE_COMMANDS).cast(),
+    commands: (&raw mut WASM_BLOCK_TABLE).cast(),
     type_: NGX_CORE_MODULE as ngx_uint_t,
     ..ngx_module_t::default()
 };
