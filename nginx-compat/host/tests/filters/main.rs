@@ -113,8 +113,8 @@ fn now_secs() -> u64 {
 }
 
 mod cost;
-mod costs;
 mod jwt_auth;
+mod measurements;
 mod metrics_filter;
 mod rate_limit;
 mod sticky_and_floor;
