@@ -68,7 +68,8 @@ pub enum Attribute<'a> {
     /// and, in PHP, `.` as `_`: RFC 3875 section 4.1.18), and a filter that removes a header
     /// need not look for its other spellings (`x_jwt_sub` for `x-jwt-sub`). nginx drops names
     /// with `_` unless `underscores_in_headers on`, and other characters unless
-    /// `ignore_invalid_headers off`, so with its defaults the answer is always `1`. Envoy and
+    /// `ignore_invalid_headers off`, so with its defaults in every `server {}` the answer is
+    /// `1` without looking at the names (`props.rs`, `nginx_drops_other_names`). Envoy and
     /// Kong's module have no such property: a filter then looks at every name itself.
     PlainHeaderNames,
 }
