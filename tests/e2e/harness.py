@@ -770,14 +770,15 @@ def selected_nginx_hosts() -> list[str]:
 class RawNginx:
     """nginx with the module and a configuration written by the test: `wasm` is the body of the
     `wasm {}` block, `http` the body of the `server {}` block (`extra_http` goes in `http {}`),
-    `host` picks the build (`nginx` or `nginx-musl`)."""
+    `host` picks the build (`nginx` or `nginx-musl`), `port` the server's port (default: a free
+    one; given, so that a server in `extra_http` can listen on it too)."""
 
     def __init__(self, tmp: pathlib.Path, wasm: str, http: str, workers: int = 1, host: str = "nginx",
-                 log_level: str = "info", extra_http: str = "", main: str = ""):
+                 log_level: str = "info", extra_http: str = "", main: str = "", port: int | None = None):
         binary, module = NGINX_BUILDS[host]
         log_level = NGINX_LOG_LEVEL or log_level
         self.binary = binary
-        self.port = free_port()
+        self.port = port or free_port()
         self.prefix = tmp
         self.log = tmp / "error.log"
         self.conf = tmp / "nginx.conf"

@@ -16,7 +16,8 @@ import time
 import jwt as pyjwt
 import pytest
 
-from harness import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs
+from harness import PROBE_WASM, WASM_DIR, FilterSpec, GatewaySpec, RawNginx, free_port, kong_differs, nginx_quote,\
+    selected_nginx_hosts
 from raw_http import exchange, json_body, request
 from tokens import ISSUER
 from wsgi_upstream import WsgiUpstream
@@ -105,24 +106,56 @@ def test_an_authenticated_request_carries_only_the_verified_claim(g, host, mode,
 
 
 @pytest.mark.parametrize("forwarded", [False, True])
-def test_the_host_vouches_for_plain_names_only_when_they_are(host, gateways, upstream, forwarded):
-    """jwt-auth skips listing the names when the host answers `tollgate.request.plain_header_names`
-    with `1` (Tollgate's nginx module); so `1` must never be given for a request that carries a name
-    with `_` or `.`, however nginx is configured. Envoy and Kong's module have no such property."""
+def test_the_host_vouches_for_plain_names_only_when_nginx_drops_the_others(host, gateways, upstream, forwarded):
+    """jwt-auth lists no request's names when the host answers `tollgate.http.plain_header_names`
+    with `1` (Tollgate's nginx module, when nginx drops every name with `_` or `.`); so `1` must
+    never be given where such a name reaches the filters, and a name the answer vouches for never
+    does. Envoy and Kong's module have no such property."""
     spec = GatewaySpec(filters=[FilterSpec("probe", {"request_headers": "plain_header_names"}, wasm_file=PROBE_WASM)],
                        upstreams={"upstream": upstream.port}, underscores_in_headers=forwarded or None)
     g = gateways(host, spec)
-    cases = [([(b"X-Plain-1", b"a")], "1")] + [([(b"X-Plain-1", b"a"), (name, b"admin")], "0") for name in SPELLINGS]
-    for fields, plain in cases:
+    nginx = host.name in ("nginx", "nginx-musl")
+    for fields in [[(b"X-Plain-1", b"a")]] + [[(b"X-Plain-1", b"a"), (name, b"admin")] for name in SPELLINGS]:
         status, _, body = exchange(g.url, request(b"/x", [(b"Host", b"gw.test"), *fields]))
-        if host.name != "nginx" and host.name != "nginx-musl":
+        if not nginx:
             assert status in (200, 400), body[:200]
             if status == 200:
                 assert json.loads(body) is None, (host.name, body)
             continue
         assert status == 200, body[:200]
-        # nginx drops names with `_` unless `underscores_in_headers on`, and names with `.` unless
-        # `ignore_invalid_headers off`: what it drops is not there to vouch for.
-        dropped = not (forwarded and b"." not in fields[-1][0])
-        want = "1" if plain == "1" or dropped else "0"
-        assert json.loads(body) == want, (forwarded, fields, body)
+        # `underscores_in_headers on` lets names with `_` through: then no vouching.
+        assert json.loads(body) == ("0" if forwarded else "1"), (forwarded, fields, body)
+
+
+@pytest.mark.parametrize("build", selected_nginx_hosts())
+def test_a_default_server_that_forwards_underscores_makes_every_server_look(tmp_path, wsgi, build):
+    """nginx reads the headers before Host with the settings of the address's default server (or
+    the TLS SNI server), and those after with the server the Host selects (ngx_http_request.c
+    takes the server's settings again after each header), so `underscores_in_headers on` in the
+    default server lets an `x_jwt_sub` sent before Host into a server that keeps it off. The module vouches for plain
+    names only when every server keeps the defaults; here it must not, and jwt-auth, guarding
+    the Host-selected server, removes the spelling itself."""
+    port = free_port()
+    jwt = nginx_quote(json.dumps(JWT))
+    lenient = f"""    server {{
+        listen 127.0.0.1:{port} default_server;
+        underscores_in_headers on;
+        location / {{ return 404; }}
+    }}
+    upstream wsgi {{ server 127.0.0.1:{wsgi.port}; }}"""
+    n = RawNginx(tmp_path, f"    module jwt_auth {WASM_DIR / 'tollgate_jwt_auth.wasm'};", f"""
+        server_name api.test;
+        location / {{ proxy_wasm jwt_auth {jwt}; proxy_pass http://wsgi; }}""", host=build, extra_http=lenient,
+                 port=port)
+    try:
+        for name in (b"x_jwt_sub", b"X_Jwt_Sub"):
+            # Before Host, nginx reads the name with the default server's settings and keeps it
+            # (without jwt-auth the upstream sees HTTP_X_JWT_SUB: admin); after Host, with
+            # api.test's, and drops it.
+            for fields in ([(name, b"admin"), (b"Host", b"api.test")], [(b"Host", b"api.test"), (name, b"admin")]):
+                status, _, body = exchange(f"http://127.0.0.1:{port}", request(b"/public/x", fields))
+                environ = (json_body(body) or {}).get("environ", {})
+                assert status == 200, body[:300]
+                assert "HTTP_X_JWT_SUB" not in environ, (fields, environ)
+    finally:
+        n.stop()

@@ -62,16 +62,6 @@ pub enum Attribute<'a> {
     ResponseTotalSize,
     /// `ngx.<name>`: the nginx variable `<name>`.
     NgxVariable(&'a [u8]),
-    /// `tollgate.request.plain_header_names`: Tollgate's own, `1` when every request header
-    /// name is letters, digits and `-` only, else `0`: then no two names of the request are one
-    /// name to an upstream that reads names the CGI way (`HTTP_` and the name upper-cased, `-`
-    /// and, in PHP, `.` as `_`: RFC 3875 section 4.1.18), and a filter that removes a header
-    /// need not look for its other spellings (`x_jwt_sub` for `x-jwt-sub`). nginx drops names
-    /// with `_` unless `underscores_in_headers on`, and other characters unless
-    /// `ignore_invalid_headers off`, so with its defaults in every `server {}` the answer is
-    /// `1` without looking at the names (`props.rs`, `nginx_drops_other_names`). Envoy and
-    /// Kong's module have no such property: a filter then looks at every name itself.
-    PlainHeaderNames,
 }
 
 /// The `\0`-joined form of a property path. A dotted path (`request.path`, no `\0`) is
@@ -114,7 +104,6 @@ pub fn parse(path: &[u8]) -> Option<Attribute<'_>> {
         b"response\0code_details" => Attribute::ResponseCodeDetails,
         b"response\0size" => Attribute::ResponseSize,
         b"response\0total_size" => Attribute::ResponseTotalSize,
-        b"tollgate\0request\0plain_header_names" => Attribute::PlainHeaderNames,
         _ => {
             if let Some(name) = path.strip_prefix(b"request\0headers\0") {
                 return Some(Attribute::RequestHeader(name));
@@ -161,10 +150,6 @@ mod tests {
             (b"request.url_path", Attribute::RequestUrlPath),
             (b"source.port", Attribute::SourcePort),
             (b"response.code_details", Attribute::ResponseCodeDetails),
-            (
-                b"tollgate.request.plain_header_names",
-                Attribute::PlainHeaderNames,
-            ),
             (
                 b"request.headers.x-tenant",
                 Attribute::RequestHeader(b"x-tenant"),

@@ -136,6 +136,10 @@ pub struct MainConf {
     /// The file each filter's configuration was read from (`tollgate_proxy_wasm_file`), by
     /// filter index, for error messages.
     pub config_files: Vec<(usize, std::path::PathBuf)>,
+    /// Whether nginx drops every client header name outside `[A-Za-z0-9-]` (every server keeps
+    /// `underscores_in_headers off` and `ignore_invalid_headers on`): the property
+    /// `tollgate.http.plain_header_names` (`header_names.rs`), set in `postconfiguration`.
+    pub plain_header_names: bool,
 }
 
 /// A server or location configuration.

@@ -46,6 +46,7 @@ pub mod conf;
 pub mod conf_file;
 pub mod directives;
 pub mod grpc_calls;
+pub mod header_names;
 pub mod headers;
 pub mod headers_in_place;
 pub mod http_module;

@@ -33,6 +33,34 @@ unsafe fn push_phase(
     }
 }
 
+/// Whether every server of the http configuration `cmcf` keeps `underscores_in_headers off` and
+/// `ignore_invalid_headers on` (`header_names.rs`); `false` without servers.
+///
+/// # Safety
+/// `cmcf` must be null or the core module's main configuration of a parsed `http {}` block.
+unsafe fn nginx_drops_other_names(cmcf: *const ngx_http_core_main_conf_t) -> bool {
+    // SAFETY: the caller's configuration; its `servers` array holds one server configuration
+    // pointer per `server {}`, live for the cycle.
+    unsafe {
+        if cmcf.is_null() || (*cmcf).servers.elts.is_null() {
+            return false;
+        }
+        let servers = std::slice::from_raw_parts(
+            (*cmcf)
+                .servers
+                .elts
+                .cast::<*mut nginx_sys::ngx_http_core_srv_conf_t>(),
+            (*cmcf).servers.nelts,
+        );
+        !servers.is_empty()
+            && servers.iter().all(|&cscf| {
+                !cscf.is_null()
+                    && (*cscf).underscores_in_headers == 0
+                    && (*cscf).ignore_invalid_headers != 0
+            })
+    }
+}
+
 pub(crate) unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: standard module initialisation on the http configuration.
     unsafe {
@@ -56,6 +84,9 @@ pub(crate) unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_in
         );
         if !ok {
             return rc::ERROR;
+        }
+        if let Some(main) = main_conf_of_cf(cf) {
+            main.plain_header_names = nginx_drops_other_names(cmcf);
         }
         crate::response_filters::install();
 
@@ -90,6 +121,7 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
             (*cf).log,
             queues,
             core.zone_evictions(),
+            main.plain_header_names,
         ));
         // The guests' start-up calls run under their deadline here too (a looping on_configure
         // fails `nginx -t`); the ticker thread is joined before this returns, so no thread
@@ -191,7 +223,8 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
         );
         let host = crate::worker_host::WorkerHost::new((*cycle).log, Some(zones), metrics, queues)
             .with_calls(calls)
-            .with_evictions(core.zone_evictions());
+            .with_evictions(core.zone_evictions())
+            .with_plain_header_names(main.plain_header_names);
         // Completed calls wake the worker through an eventfd; without one (no descriptor or
         // connection left), the poll timer collects them every 2 ms.
         match crate::wake::open(cycle, crate::timers::wake_handler) {

@@ -2,53 +2,11 @@
 //! no filter set the property): the values of `attributes.rs`'s attributes, read from the
 //! request, its connection and its upstream.
 
-use ngx::ffi::{
-    ngx_connection_t, ngx_http_core_main_conf_t, ngx_http_core_srv_conf_t, ngx_http_request_t,
-    ngx_str_t, ngx_uint_t,
-};
+use ngx::ffi::{ngx_connection_t, ngx_http_request_t, ngx_str_t, ngx_uint_t};
 use tollgate_host::PropertySource;
 
 use crate::attributes::{body_bytes_sent, int, joined, parse, time_ns, url_path, Attribute};
 use crate::util::bytes;
-
-/// Whether nginx kept no request header whose name has a character other than letters, digits
-/// and `-`: every `server {}` of the `http {}` block has `underscores_in_headers off` and
-/// `ignore_invalid_headers on` (nginx's defaults). nginx parses a request's headers with the
-/// settings of the default server of the address, of the TLS SNI server, or of the server the
-/// Host selects (ngx_http_request.c takes the server's configuration once per read of the
-/// headers, and its documentation says the default server's value can apply), so a per-server
-/// answer would need to know which one applied; all of them agreeing needs no such guess. With
-/// those settings HTTP/1 drops a name with `_` or any character outside `[A-Za-z0-9-]`
-/// (`ngx_http_parse_header_line` marks it invalid, `ignore_invalid_headers` drops it) and
-/// HTTP/2 and HTTP/3 do the same (`ngx_http_v2_validate_header`, `ngx_http_v3_...`). Headers
-/// that nginx modules or filters add are the operator's, not the client's. Cost: one pass over
-/// the configured servers, a few instructions each.
-///
-/// # Safety
-/// `r` must be a live request.
-unsafe fn nginx_drops_other_names(r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: the core module's main configuration of a live request, and its array of server
-    // configurations (pointers, one per `server {}`), live for the cycle.
-    unsafe {
-        let cmcf = (*(*r)
-            .main_conf
-            .add(nginx_sys::ngx_http_core_module.ctx_index))
-        .cast::<ngx_http_core_main_conf_t>();
-        if cmcf.is_null() || (*cmcf).servers.elts.is_null() {
-            return false;
-        }
-        let servers = std::slice::from_raw_parts(
-            (*cmcf).servers.elts.cast::<*mut ngx_http_core_srv_conf_t>(),
-            (*cmcf).servers.nelts,
-        );
-        !servers.is_empty()
-            && servers.iter().all(|&cscf| {
-                !cscf.is_null()
-                    && (*cscf).underscores_in_headers == 0
-                    && (*cscf).ignore_invalid_headers != 0
-            })
-    }
-}
 
 /// The property source of one request.
 pub struct NgxProps {
@@ -98,22 +56,6 @@ impl NgxProps {
                 return Some(Vec::new());
             }
             Some(std::slice::from_raw_parts((*v).data, len).to_vec())
-        }
-    }
-
-    /// Whether every request header name is letters, digits and `-` only
-    /// (`Attribute::PlainHeaderNames`): known without looking at the names when nginx dropped
-    /// every other name the client sent ([`nginx_drops_other_names`]), else looked at.
-    fn plain_header_names(&self) -> bool {
-        // SAFETY: the request, its main configuration and its header list are live.
-        unsafe {
-            nginx_drops_other_names(self.r)
-                || crate::util::table_elts(&raw mut (*self.r).headers_in.headers).all(|h| {
-                    (*h).hash == 0
-                        || bytes(&(*h).key)
-                            .iter()
-                            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-                })
         }
     }
 
@@ -190,11 +132,6 @@ impl NgxProps {
                 }
                 Attribute::RequestUserAgent => self.header_in(b"user-agent"),
                 Attribute::RequestReferer => self.header_in(b"referer"),
-                Attribute::PlainHeaderNames => Some(vec![if self.plain_header_names() {
-                    b'1'
-                } else {
-                    b'0'
-                }]),
                 Attribute::RequestHeader(name) => self.header_in(name),
                 Attribute::SourceAddress | Attribute::SourcePort => {
                     if c.is_null() {

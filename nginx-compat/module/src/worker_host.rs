@@ -205,6 +205,8 @@ pub struct WorkerHost {
     calls: CallConf,
     /// The `shm_kv` zones' eviction policies (`tollgate.shared_data.eviction.<KEY>`).
     evictions: ZoneEvictions,
+    /// `tollgate.http.plain_header_names` (`header_names.rs`).
+    plain_header_names: bool,
     /// The request whose filter callback is running (null: a root context's), whose
     /// location's directives a call made now takes (`enter_request`).
     current: Cell<*mut ngx_http_request_t>,
@@ -235,6 +237,7 @@ impl WorkerHost {
             grpc_ids: RefCell::new(rustc_hash::FxHashMap::default()),
             calls: CallConf::default(),
             evictions: ZoneEvictions::default(),
+            plain_header_names: false,
             current: Cell::new(std::ptr::null_mut()),
             local: RefCell::new(HashMap::new()),
             local_metrics: RefCell::new(Vec::new()),
@@ -252,10 +255,22 @@ impl WorkerHost {
         WorkerHost { evictions, ..self }
     }
 
+    /// This host answering `plain` to `tollgate.http.plain_header_names`.
+    pub fn with_plain_header_names(self, plain: bool) -> WorkerHost {
+        WorkerHost {
+            plain_header_names: plain,
+            ..self
+        }
+    }
+
     /// The host's own read-only properties (`tollgate_host::Host::property`):
-    /// `tollgate.shared_data.eviction.<KEY>` (`zone_props.rs`).
+    /// `tollgate.shared_data.eviction.<KEY>` (`zone_props.rs`) and
+    /// `tollgate.http.plain_header_names` (`header_names.rs`).
     fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
-        self.evictions.property(path).map(|p| p.as_bytes().to_vec())
+        if let Some(p) = self.evictions.property(path) {
+            return Some(p.as_bytes().to_vec());
+        }
+        crate::header_names::property(path, self.plain_header_names).map(<[u8]>::to_vec)
     }
 
     /// Marks `r` as the request whose callbacks run until the returned guard drops: calls
@@ -630,10 +645,18 @@ impl ConfHost {
     /// filter registering another queue fails its configuration, as it would in a worker);
     /// `evictions`: the declared `shm_kv` zones' eviction policies (their zones do not exist
     /// yet; `tollgate.shared_data.eviction.<KEY>` answers from the declarations, as in a worker).
-    pub fn new(log: *mut ngx_log_t, queues: Vec<String>, evictions: ZoneEvictions) -> ConfHost {
+    /// `plain_header_names`: `tollgate.http.plain_header_names`, as in a worker.
+    pub fn new(
+        log: *mut ngx_log_t,
+        queues: Vec<String>,
+        evictions: ZoneEvictions,
+        plain_header_names: bool,
+    ) -> ConfHost {
         ConfHost {
             log,
-            inner: WorkerHost::new(log, None, None, Vec::new()).with_evictions(evictions),
+            inner: WorkerHost::new(log, None, None, Vec::new())
+                .with_evictions(evictions)
+                .with_plain_header_names(plain_header_names),
             queues,
         }
     }

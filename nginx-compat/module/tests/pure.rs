@@ -14,3 +14,6 @@ mod attributes;
 
 #[path = "../src/zone_props.rs"]
 mod zone_props;
+
+#[path = "../src/header_names.rs"]
+mod header_names;

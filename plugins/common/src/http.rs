@@ -37,12 +37,15 @@ pub fn is_cgi_alias(name: &[u8], folded: &[u8]) -> bool {
             .all(|(&a, &b)| cgi_fold_byte(a) == b)
 }
 
-/// The property through which a host says that no request header name has a spelling
-/// [`is_cgi_alias`] could match: `1` when every name is letters, digits and `-` only, so a filter
-/// that removes a header need not list the names to find its other spellings. Tollgate's nginx
-/// module answers it (nginx-compat/README.md, properties); Envoy and Kong's module do not, and a
-/// filter then lists the names itself ([`names_are_plain`]).
-pub const PLAIN_HEADER_NAMES_PROPERTY: [&str; 3] = ["tollgate", "request", "plain_header_names"];
+/// The property through which a host says that no client's request header name has a spelling
+/// [`is_cgi_alias`] could match: `1` when the proxy drops every name that is not letters, digits
+/// and `-` only, so a filter that removes a header need not list a request's names to find its
+/// other spellings. A property of the configuration, the same in every context (a filter reads
+/// it once, in `on_configure`). Tollgate's nginx module answers it, `1` when every `server {}`
+/// keeps `underscores_in_headers off` and `ignore_invalid_headers on` (nginx-compat/README.md,
+/// properties); Envoy and Kong's module do not, and a filter then lists the names itself
+/// ([`names_are_plain`]).
+pub const PLAIN_HEADER_NAMES_PROPERTY: [&str; 3] = ["tollgate", "http", "plain_header_names"];
 
 /// Whether a host's answer to [`PLAIN_HEADER_NAMES_PROPERTY`] vouches that no name needs a look:
 /// only an explicit `1`; no answer, or any other, means the names must be listed.

@@ -37,6 +37,10 @@ struct Shared {
     remote_keys: RefCell<Vec<Option<KeySet>>>,
     cache: RefCell<VerifiedCache>,
     counters: Counters,
+    /// The host vouches that no client header name has an `_` or `.`
+    /// (`http::PLAIN_HEADER_NAMES_PROPERTY`, read once in `on_configure`): then no request's
+    /// names are listed to find CGI spellings.
+    plain_header_names: bool,
 }
 
 impl Shared {
@@ -138,6 +142,8 @@ impl RootContext for JwtAuthRoot {
             cache: RefCell::new(VerifiedCache::new(config.cache_entries)),
             remote_keys: RefCell::new((0..providers).map(|_| None).collect()),
             counters: Counters::define(),
+            plain_header_names: !config.cgi_folds.is_empty()
+                && names_are_plain(property(&PLAIN_HEADER_NAMES_PROPERTY).as_deref()),
             config,
         }));
         if !self.remotes.is_empty() {
@@ -189,8 +195,9 @@ fn strip_output_headers(config: &Config) {
 
 /// The request's headers as this filter reads them: from one read of the whole list when the
 /// filter must look at every name (`Config::cgi_folds`), else one host call per header asked.
-/// The names need no look when the host vouches that none has an `_` or `.`
-/// (`http::PLAIN_HEADER_NAMES_PROPERTY`: Tollgate's nginx module does; Envoy and Kong's do not).
+/// The names need no look when the host vouches that no client's has an `_` or `.`
+/// (`Shared::plain_header_names`: Tollgate's nginx module with nginx's defaults does; Envoy and
+/// Kong's module do not).
 enum Headers {
     List(HeaderList),
     Each,
@@ -200,9 +207,7 @@ impl Headers {
     /// `None` when the host cannot list the headers: then the filter cannot tell that no forged
     /// copy is left, and the request is refused (500, `headers_unavailable`).
     fn read(shared: &Shared) -> Option<Headers> {
-        if shared.config.cgi_folds.is_empty()
-            || names_are_plain(property(&PLAIN_HEADER_NAMES_PROPERTY).as_deref())
-        {
+        if shared.config.cgi_folds.is_empty() || shared.plain_header_names {
             return Some(Headers::Each);
         }
         match request_header_list() {

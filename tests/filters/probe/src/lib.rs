@@ -23,7 +23,7 @@
 //!   `tollgate.shared_data.eviction.<KEY>` of each `eviction_keys` key as read in the root
 //!   context's `on_configure` and in this HTTP context, `null` when the host answers NotFound,
 //!   `"error: STATUS"` for another status), `plain_header_names` (200 whose JSON body is the
-//!   property `tollgate.request.plain_header_names` as read in this HTTP context, with the same
+//!   property `tollgate.http.plain_header_names` as read in this HTTP context, with the same
 //!   encoding: its text, `null`, or `"error: STATUS"`).
 //! - `call_response`: `resume` (default), `local` (403 `denied by call`), `loop`, `report`
 //!   (200 whose body is the call's `:status`, or `failed` when the call failed).
@@ -456,8 +456,7 @@ impl Probe {
                 Action::Pause
             }
             "plain_header_names" => {
-                let body =
-                    property_of(vec!["tollgate", "request", "plain_header_names"]).to_string();
+                let body = property_of(vec!["tollgate", "http", "plain_header_names"]).to_string();
                 self.send_http_response(
                     200,
                     vec![("content-type", "application/json")],
