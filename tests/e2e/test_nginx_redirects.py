@@ -30,8 +30,10 @@ RATE = nginx_quote(json.dumps({"zone": "redir", "rules": [
     {"name": "all", "match": {"prefix": "/"}, "key": [], "limits": [{"algorithm": "fixed_window", "requests": 3, "per": "hour"}]}]}))
 RATE_GENEROUS = nginx_quote(json.dumps({"zone": "generous", "rules": [
     {"name": "all", "match": {"prefix": "/"}, "key": [], "limits": [{"algorithm": "fixed_window", "requests": 1000, "per": "hour"}]}]}))
+# rate-limit refuses a zone that evicts (README, "What a filter reads"): its own, eviction=none.
 MODULES = f"""    module jwt_auth {WASM_DIR / 'tollgate_jwt_auth.wasm'};
-    module rate_limit {WASM_DIR / 'tollgate_rate_limit.wasm'};"""
+    module rate_limit {WASM_DIR / 'tollgate_rate_limit.wasm'};
+    shm_kv ratelimit 1m eviction=none;"""
 
 
 def token() -> str:
