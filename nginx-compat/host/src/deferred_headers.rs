@@ -126,10 +126,11 @@ pub struct DeferredMap {
     pub source: Box<dyn HeaderSource>,
     /// The filters' writes, in order, not applied to the source ([`DeferredMap::push`]).
     edits: Vec<HeaderEdit>,
-    /// The entry count after the edits, once first asked ([`DeferredMap::len`]), then kept by
-    /// [`DeferredMap::push`]: every filter's `on_request_headers` asks it (`num_headers`), and
-    /// counting it afresh walks the source once per edit.
-    len: Cell<Option<usize>>,
+    /// The entry count after the first `.1` edits, once first asked ([`DeferredMap::len`]):
+    /// every filter's `on_request_headers` asks it (`num_headers`), and counting it afresh walks
+    /// the source once per edit. Edits made since are counted when it is next asked, not when
+    /// made: those of the chain's last filter never are.
+    len: Cell<Option<(usize, usize)>>,
 }
 
 impl DeferredMap {
@@ -147,15 +148,9 @@ impl DeferredMap {
         &self.edits
     }
 
-    /// Adds an edit (the ABI's add, replace or remove of one field); the entry count, if
-    /// known, follows it: one count of the edit's name, no walk per edit.
+    /// Adds an edit (the ABI's add, replace or remove of one field); the entry count follows it
+    /// when next asked ([`DeferredMap::len`]).
     pub fn push(&mut self, edit: HeaderEdit) {
-        if let Some(n) = self.len.get() {
-            let before = self.count(edit.name());
-            let after = edit.count_after(before);
-            self.len
-                .set(Some(n.saturating_sub(before).saturating_add(after)));
-        }
         self.edits.push(edit);
     }
 
@@ -190,21 +185,21 @@ impl DeferredMap {
             .fold(self.source.count(name), |c, e| e.count_after(c))
     }
 
-    /// The entry count after the edits (counted once, then kept by [`DeferredMap::push`]).
+    /// The entry count after the edits: counted once, then kept, each later edit counted once
+    /// (one count of its name) when this is next asked.
     pub fn len(&self) -> usize {
-        if let Some(n) = self.len.get() {
-            return n;
-        }
+        let (known, counted) = self.len.get().unwrap_or((self.source.len(), 0));
         let n = self
             .edits
             .iter()
             .enumerate()
-            .fold(self.source.len(), |n, (i, e)| {
+            .skip(counted)
+            .fold(known, |n, (i, e)| {
                 let before = self.count_before(e.name(), i);
                 n.saturating_sub(before)
                     .saturating_add(e.count_after(before))
             });
-        self.len.set(Some(n));
+        self.len.set(Some((n, self.edits.len())));
         n
     }
 
@@ -243,7 +238,7 @@ impl DeferredMap {
         }
         self.edits.clear();
         self.source.edits_applied(len);
-        self.len.set(Some(len));
+        self.len.set(Some((len, 0)));
         Ok(true)
     }
 

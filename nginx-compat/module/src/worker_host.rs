@@ -267,6 +267,11 @@ impl WorkerHost {
     /// `tollgate.shared_data.eviction.<KEY>` (`zone_props.rs`) and
     /// `tollgate.http.plain_header_names` (`header_names.rs`).
     fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        // Both start with `tollgate`: most paths asked (the filters' `wasmx.*` signals,
+        // `request.*`, `response.*`) differ in their first byte.
+        if path.first() != Some(&b't') {
+            return None;
+        }
         if let Some(p) = self.evictions.property(path) {
             return Some(p.as_bytes().to_vec());
         }
