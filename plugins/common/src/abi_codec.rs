@@ -106,7 +106,7 @@ impl HeaderList {
         let folded = crate::http::cgi_fold(name.as_bytes());
         let mut values = Vec::new();
         let _ = for_each_entry(&self.bytes, |n, v| {
-            if n.eq_ignore_ascii_case(&folded) || crate::http::is_cgi_alias(n, &folded) {
+            if crate::http::reads_as(n, &folded) {
                 values.push(v);
             }
         });

@@ -25,16 +25,21 @@ fn cgi_fold_byte(b: u8) -> u8 {
     }
 }
 
-/// Whether `name` is a spelling of the header whose [`cgi_fold`] is `folded` that differs from it
-/// by more than ASCII case (an `_` or `.` for a `-`): a name a proxy's removal of `folded`
-/// leaves in place, yet a CGI-style upstream reads as that header.
-pub fn is_cgi_alias(name: &[u8], folded: &[u8]) -> bool {
+/// Whether a CGI-style upstream reads header `name` as the header whose [`cgi_fold`] is `folded`
+/// (any spelling: ASCII case, `_` or `.` for `-`), without allocating the fold of `name`.
+pub fn reads_as(name: &[u8], folded: &[u8]) -> bool {
     name.len() == folded.len()
-        && name.iter().any(|&b| b == b'_' || b == b'.')
         && name
             .iter()
             .zip(folded)
             .all(|(&a, &b)| cgi_fold_byte(a) == b)
+}
+
+/// Whether `name` is a spelling of the header whose [`cgi_fold`] is `folded` that differs from it
+/// by more than ASCII case (an `_` or `.` for a `-`): a name a proxy's removal of `folded`
+/// leaves in place, yet a CGI-style upstream reads as that header.
+pub fn is_cgi_alias(name: &[u8], folded: &[u8]) -> bool {
+    name.iter().any(|&b| b == b'_' || b == b'.') && reads_as(name, folded)
 }
 
 /// The property through which a host says that no client's request header name has a spelling
@@ -160,6 +165,20 @@ mod tests {
         ] {
             assert!(!is_cgi_alias(other.as_bytes(), &sub), "{other}");
         }
+        // reads_as: every spelling, case included, and nothing else; the same as comparing folds.
+        for name in [
+            "x_jwt_sub",
+            "X-JWT-SUB",
+            "x-jwt-sub",
+            "x.Jwt_sub",
+            "x-jwt-subx",
+            "x_jwt=sub",
+            "",
+        ] {
+            let want = cgi_fold(name.as_bytes()) == sub;
+            assert_eq!(reads_as(name.as_bytes(), &sub), want, "{name}");
+        }
+        assert!(reads_as(b"X-JWT-SUB", &sub) && !reads_as(b"x-jwt-subx", &sub));
         // A configured name with an underscore folds the same way.
         assert!(is_cgi_alias(b"x-user.id", &cgi_fold(b"x_user_id")));
     }

@@ -244,8 +244,10 @@ impl tollgate_common::identity::IdentityView for Request {
     }
     fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
         let folded = tollgate_common::http::cgi_fold(name.as_bytes());
-        let same = |n: &str| tollgate_common::http::cgi_fold(n.as_bytes()) == folded;
-        let found = self.0.iter().filter(|(n, _)| same(n));
+        let found = self
+            .0
+            .iter()
+            .filter(|(n, _)| tollgate_common::http::reads_as(n.as_bytes(), &folded));
         Some(found.map(|(_, v)| v.to_vec()).collect())
     }
 }
