@@ -27,12 +27,9 @@ const PREFIX: &[u8] = b"tollgate\0shared_data\0eviction\0";
 const PREFIX_DOTTED: &[u8] = b"tollgate.shared_data.eviction.";
 
 /// The `KEY` of a `tollgate.shared_data.eviction.<KEY>` property path (see the module
-/// documentation); `None` for any other path. Cheap for other paths: most differ in their
-/// first byte.
+/// documentation); `None` for any other path. (The worker's host turns away paths that do not
+/// start with `t` before asking: `worker_host.rs`, `WorkerHost::property`.)
 pub fn eviction_key(path: &[u8]) -> Option<&[u8]> {
-    if path.first() != Some(&b't') {
-        return None;
-    }
     path.strip_prefix(PREFIX)
         .or_else(|| path.strip_prefix(PREFIX_DOTTED))
 }
