@@ -58,9 +58,10 @@ pub trait HeaderSource {
             f(k, v);
         }
     }
-    /// The embedding applied the edits to the list this source reads: the map now has `len`
-    /// entries; anything computed from the list before is stale.
-    fn edits_applied(&mut self, len: usize);
+    /// The embedding applied the edits to the list this source reads: anything computed from
+    /// the list before (its entry count included) is stale, and is read from the list when
+    /// next asked.
+    fn edits_applied(&mut self);
 }
 
 /// One write to a map, names lower-case (proxy-wasm ABI 0.2.1, the semantics of Envoy's
@@ -186,7 +187,8 @@ impl DeferredMap {
     }
 
     /// The entry count after the edits: counted once, then kept, each later edit counted once
-    /// (one count of its name) when this is next asked.
+    /// when this is next asked (an addition adds one; a replacement or removal counts its
+    /// name's entries before it).
     pub fn len(&self) -> usize {
         let (known, counted) = self.len.get().unwrap_or((self.source.len(), 0));
         let n = self
@@ -195,6 +197,9 @@ impl DeferredMap {
             .enumerate()
             .skip(counted)
             .fold(known, |n, (i, e)| {
+                if let HeaderEdit::Add(..) = e {
+                    return n.saturating_add(1);
+                }
                 let before = self.count_before(e.name(), i);
                 n.saturating_sub(before)
                     .saturating_add(e.count_after(before))
@@ -223,8 +228,8 @@ impl DeferredMap {
 
     /// Has the embedding apply the edits to its own list (`apply`: `Ok(true)` when it did,
     /// `Ok(false)` when it cannot and will write the built map back instead); then the source
-    /// reads them from there. The entry count is taken before `apply` runs: the source's counts
-    /// read the list as it is, and afterwards it already holds the edits.
+    /// reads them from there, its entry count included (counted from the list if it is asked
+    /// again: mostly it is not, the list being written back after the last filter).
     ///
     /// # Errors
     /// `apply`'s, with the edits kept.
@@ -232,13 +237,12 @@ impl DeferredMap {
         &mut self,
         apply: impl FnOnce(&[HeaderEdit]) -> Result<bool, E>,
     ) -> Result<bool, E> {
-        let len = self.len();
         if !apply(&self.edits)? {
             return Ok(false);
         }
         self.edits.clear();
-        self.source.edits_applied(len);
-        self.len.set(Some((len, 0)));
+        self.source.edits_applied();
+        self.len.set(None);
         Ok(true)
     }
 
@@ -459,8 +463,8 @@ mod tests {
     use super::*;
     use crate::testing::MapSource;
 
-    /// An embedding's list that the test edits in place, read live (as nginx's is), and the
-    /// entry count the map last gave the source.
+    /// An embedding's list that the test edits in place, read live (as nginx's is), and how
+    /// many times the map said the edits were applied.
     struct LiveList(
         std::rc::Rc<std::cell::RefCell<HeaderMap>>,
         std::rc::Rc<std::cell::Cell<usize>>,
@@ -482,38 +486,43 @@ mod tests {
         fn build(&self) -> HeaderMap {
             self.0.borrow().clone()
         }
-        fn edits_applied(&mut self, len: usize) {
-            self.1.set(len);
+        fn edits_applied(&mut self) {
+            self.1.set(self.1.get().saturating_add(1));
         }
     }
 
     #[test]
-    fn the_count_given_after_applying_in_place_is_the_edited_lists() {
-        // A removed field present twice and an added one: counted on the list as it was, not
-        // on the list that already holds the edits (that gave 3 here, not 2).
+    fn the_count_after_applying_in_place_is_the_edited_lists() {
+        // A removed field present twice and an added one, the count asked before (and kept)
+        // and after: after, it is the list's, not the kept count with the edits counted again
+        // on a list that already holds them (that gave 3 here, not 2).
         let list = std::rc::Rc::new(std::cell::RefCell::new(pairs(&[
             ("x", "1"),
             ("x", "2"),
             ("y", "3"),
         ])));
-        let given = std::rc::Rc::new(std::cell::Cell::new(usize::MAX));
-        let mut d = DeferredMap::new(Box::new(LiveList(list.clone(), given.clone())));
+        let applied = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut d = DeferredMap::new(Box::new(LiveList(list.clone(), applied.clone())));
         d.push(HeaderEdit::Remove(b"x".to_vec()));
+        assert_eq!(d.len(), 1);
         d.push(HeaderEdit::Add(b"z".to_vec(), b"4".to_vec()));
-        let applied = d.apply_in_place(|edits| {
+        let result = d.apply_in_place(|edits| {
             for e in edits {
                 e.apply(&mut list.borrow_mut());
             }
             Ok::<bool, ()>(true)
         });
-        assert_eq!(applied, Ok(true));
-        assert_eq!(given.get(), 2);
-        assert_eq!(given.get(), list.borrow().len());
+        assert_eq!(result, Ok(true));
+        assert_eq!(applied.get(), 1);
         assert!(d.edits().is_empty());
-        // An embedding that cannot: the edits stay for the built map.
+        assert_eq!(d.len(), 2);
+        assert_eq!(d.len(), list.borrow().len());
+        // An embedding that cannot: the edits stay for the built map, and are counted.
         d.push(HeaderEdit::Remove(b"y".to_vec()));
         assert_eq!(d.apply_in_place(|_| Ok::<bool, ()>(false)), Ok(false));
         assert_eq!(d.edits().len(), 1);
+        assert_eq!(applied.get(), 1);
+        assert_eq!(d.len(), 1);
     }
 
     fn pairs(p: &[(&str, &str)]) -> HeaderMap {
@@ -557,7 +566,7 @@ mod tests {
                 f(k, v);
             }
         }
-        fn edits_applied(&mut self, _len: usize) {}
+        fn edits_applied(&mut self) {}
     }
 
     /// Asserts that `d`'s listing, size and serialization are those of `built` (`d.build()`),

@@ -347,7 +347,7 @@ impl HeaderSource for MapSource {
             f(k, v);
         }
     }
-    fn edits_applied(&mut self, _len: usize) {}
+    fn edits_applied(&mut self) {}
 }
 
 #[cfg(test)]

@@ -32,7 +32,8 @@ const PSEUDO: [&[u8]; 4] = [b":authority", b":path", b":method", b":scheme"];
 /// ([`crate::headers::plain_request_count`] gave `len`), whose map hides nothing.
 pub struct RequestSource {
     r: *mut ngx_http_request_t,
-    len: usize,
+    /// The entry count: given at first, counted from the list after the edits are applied.
+    len: OnceCell<usize>,
     /// `:path` when nginx changed the URI (escaped again): computed on first use.
     path: OnceCell<Vec<u8>>,
     bytes: OnceCell<usize>,
@@ -46,7 +47,7 @@ impl RequestSource {
     pub unsafe fn new(r: *mut ngx_http_request_t, len: usize) -> RequestSource {
         RequestSource {
             r,
-            len,
+            len: OnceCell::from(len),
             path: OnceCell::new(),
             bytes: OnceCell::new(),
         }
@@ -85,7 +86,11 @@ impl RequestSource {
 
 impl HeaderSource for RequestSource {
     fn len(&self) -> usize {
-        self.len
+        // After in-place edits the list has no hop-by-hop field either (those are not edited
+        // in place): the pseudo-headers and the entries.
+        *self
+            .len
+            .get_or_init(|| PSEUDO.len().saturating_add(self.entries().count()))
     }
 
     fn first(&self, name: &[u8]) -> Option<&[u8]> {
@@ -111,8 +116,8 @@ impl HeaderSource for RequestSource {
         unsafe { named(&raw mut (*self.r).headers_in.headers, name) }.count()
     }
 
-    fn edits_applied(&mut self, len: usize) {
-        self.len = len;
+    fn edits_applied(&mut self) {
+        self.len = OnceCell::new();
         self.path = OnceCell::new();
         self.bytes = OnceCell::new();
     }
@@ -233,8 +238,8 @@ impl HeaderSource for ResponseSource {
         own.saturating_add(unsafe { named(&raw mut (*self.r).headers_out.headers, name) }.count())
     }
 
-    fn edits_applied(&mut self, len: usize) {
-        self.len = OnceCell::from(len);
+    fn edits_applied(&mut self) {
+        self.len = OnceCell::new();
         self.bytes = OnceCell::new();
     }
 
