@@ -3,6 +3,7 @@
 use wasmtime::InstancePre;
 
 use crate::abi::store::State;
+use crate::compiled_cache::{CacheNote, CompiledCache};
 use crate::error::Error;
 use crate::limits::EpochTicker;
 use crate::link;
@@ -37,9 +38,10 @@ pub struct Module {
 
 impl Engine {
     /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), no parallel
-    /// compilation (wasmtime is built without its `parallel-compilation` feature, so no thread is
-    /// ever started: safe to call in the nginx master before fork), signals-based traps (guard
-    /// pages instead of bounds checks).
+    /// compilation inside one module (wasmtime is built without its `parallel-compilation`
+    /// feature, whose thread pool would outlive the call: [`Engine::compile_all`] compiles
+    /// modules side by side on threads it joins instead, so no thread is left at fork),
+    /// signals-based traps (guard pages instead of bounds checks).
     pub fn new() -> Result<Engine, Error> {
         let mut config = wasmtime::Config::new();
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
@@ -78,6 +80,81 @@ impl Engine {
     pub fn compile(&self, wasm: &[u8]) -> Result<Module, Error> {
         let module = wasmtime::Module::new(&self.engine, wasm)
             .map_err(|e| Error::wasm("cannot compile the module", &e))?;
+        self.link(module, wasm)
+    }
+
+    /// Compiles every module of `wasms` (as [`Engine::compile`]), several at once: one thread
+    /// per module, at most [`std::thread::available_parallelism`] at a time, all of them ended
+    /// before this returns (so it is still safe in the nginx master before fork). With `cache`,
+    /// a module whose compiled code is there is loaded instead ([`CompiledCache`]), and each
+    /// result comes with what the cache did, for the log. Results in `wasms`' order.
+    pub fn compile_all(
+        &self,
+        wasms: &[&[u8]],
+        cache: Option<&CompiledCache>,
+    ) -> Vec<Result<(Module, Option<CacheNote>), Error>> {
+        let compiled = self.compile_raw_all(wasms, cache);
+        compiled
+            .into_iter()
+            .zip(wasms)
+            .map(|(r, wasm)| {
+                let (module, note) = r?;
+                Ok((self.link(module, wasm)?, note))
+            })
+            .collect()
+    }
+
+    /// The wasmtime modules of `wasms`, compiled (or loaded) on scoped threads.
+    fn compile_raw_all(
+        &self,
+        wasms: &[&[u8]],
+        cache: Option<&CompiledCache>,
+    ) -> Vec<Result<(wasmtime::Module, Option<CacheNote>), Error>> {
+        let one = |wasm: &[u8]| match cache {
+            Some(c) => c
+                .load_or_compile(&self.engine, wasm)
+                .map(|(m, note)| (m, Some(note)))
+                .map_err(|e| Error::wasm("cannot compile the module", &e)),
+            None => wasmtime::Module::new(&self.engine, wasm)
+                .map(|m| (m, None))
+                .map_err(|e| Error::wasm("cannot compile the module", &e)),
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(wasms.len());
+        if threads <= 1 {
+            return wasms.iter().map(|w| one(w)).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<std::sync::Mutex<Option<_>>> =
+            wasms.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let (Some(wasm), Some(slot)) = (wasms.get(i), results.get(i)) else {
+                        break;
+                    };
+                    let r = one(wasm);
+                    if let Ok(mut slot) = slot.lock() {
+                        *slot = Some(r);
+                    }
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|slot| match slot.into_inner() {
+                Ok(Some(r)) => r,
+                _ => Err(Error(
+                    "a compilation thread stopped without a result".into(),
+                )),
+            })
+            .collect()
+    }
+
+    /// Checks a compiled module's ABI exports and links it (see [`Engine::compile`]).
+    fn link(&self, module: wasmtime::Module, wasm: &[u8]) -> Result<Module, Error> {
         let has =
             |name: &str| matches!(module.get_export(name), Some(wasmtime::ExternType::Func(_)));
         let abi = if has("proxy_abi_version_0_2_1") {
@@ -152,6 +229,32 @@ mod tests {
         assert_eq!(logs[0].plugin, "p");
         assert_eq!(logs[0].level, LogLevel::Info);
     }
+    #[test]
+    fn compile_all_gives_each_modules_result_in_order_and_reuses_compiled_code() {
+        let a = wat("0_2_1", "", "");
+        let b = wat("0_2_0", "", "");
+        let dir = std::env::temp_dir().join(format!("tollgate-compile-all-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = crate::CompiledCache::new(&dir);
+        let engine = crate::Engine::new().unwrap();
+        let wasms: [&[u8]; 3] = [&a, b"not wasm", &b];
+        for reused in [false, true] {
+            let r = engine.compile_all(&wasms, Some(&cache));
+            assert_eq!(r.len(), 3);
+            let (m, note) = r[0].as_ref().unwrap();
+            assert_eq!(m.abi_version(), AbiVersion::V0_2_1);
+            assert_eq!(note.as_ref().unwrap().reused, reused);
+            assert!(r[1].as_ref().err().unwrap().0.contains("cannot compile"));
+            let (m, note) = r[2].as_ref().unwrap();
+            assert_eq!(m.abi_version(), AbiVersion::V0_2_0);
+            assert_eq!(note.as_ref().unwrap().reused, reused);
+        }
+        // Without a cache: compiled, no note.
+        let r = engine.compile_all(&wasms, None);
+        assert!(r[0].as_ref().unwrap().1.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn non_proxy_wasm_and_old_abi_are_refused() {
         let err = compile(&wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap())

@@ -3,7 +3,8 @@
 //! through this API.
 //!
 //! Model (the proxy-wasm ABI, <https://github.com/proxy-wasm/spec>, versions 0.2.1 and 0.2.0):
-//! - [`Engine`] compiles a `.wasm` once (in the nginx master, before fork: no threads).
+//! - [`Engine`] compiles a `.wasm` once (in the nginx master, before fork: no thread outlives
+//!   the call), or loads its compiled code from a [`CompiledCache`].
 //! - [`Vm`] is one instance of a [`Module`] in one worker (one `Store`); it holds the root
 //!   contexts of the plugins that use that module and the HTTP contexts of live streams.
 //! - [`Stream`] is the per-request state shared by every filter of a chain (header maps, body
@@ -16,6 +17,11 @@
 //! [`testing::MemoryHost`] is an in-memory [`Host`] for tests.
 
 mod abi;
+// Loading compiled code is loading native code (wasmtime's `Module::deserialize`), and the
+// entries' owner is checked against `geteuid`: the only `unsafe` of this crate, each block with
+// its SAFETY comment.
+#[allow(unsafe_code)]
+mod compiled_cache;
 mod context_ids;
 mod deferred_headers;
 mod embedder;
@@ -33,6 +39,7 @@ mod vm;
 mod wasi;
 
 pub use abi::store::tick_generation;
+pub use compiled_cache::{CacheNote, CompiledCache};
 pub use context_ids::{HttpId, RootId};
 pub use deferred_headers::{DeferredMap, HeaderEdit, HeaderSource, MAX_EDITS};
 pub use embedder::{
