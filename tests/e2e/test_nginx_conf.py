@@ -83,7 +83,7 @@ KONG_ACCEPTED = [
     ("socket_buffer_size 4k; socket_buffer_reuse off; socket_large_buffers 8 16k;", ""),
     ("tls_trusted_certificate /etc/ssl/certs/ca-certificates.crt; tls_verify_cert on; tls_verify_host on; tls_no_verify_warn on;", ""),
     ("wasmtime { flag static_memory_maximum_size 1m; flag debug_info on; flag max_wasm_stack 512k; "
-     "flag cranelift_opt_level speed; flag strategy auto; cache_config /nonexistent/wasmtime.toml; }", ""),
+     "flag cranelift_opt_level speed; flag strategy auto; }", ""),
     ("wasmer { flag wasm_reference_types on; } v8 { flag a_size 10000; }", ""),
     ("metrics { slab_size 12m; max_metric_name_length 512; }", ""),
     ("metrics { slab_size 12k; }", ""),

@@ -5,9 +5,15 @@
 //! (and `include`) are accepted inside. They are `NGX_DIRECT_CONF`: their `conf` argument is this
 //! module's [`CoreConf`], created per cycle in the cycle pool (and dropped with it on reload).
 //!
-//! - `module NAME PATH [CONFIG];` compiles `PATH` right away, in the master (a bad `.wasm`
-//!   fails `nginx -t` at that line). `CONFIG` is the VM configuration (`on_vm_start`).
+//! - `module NAME PATH [CONFIG];` reads `PATH`; the block's modules are compiled together when
+//!   the block ends, in the master, side by side on threads joined before the block's handler
+//!   returns (`Engine::compile_all`; a bad `.wasm` fails `nginx -t`, the message naming the
+//!   module and its path). `CONFIG` is the VM configuration (`on_vm_start`).
 //!   `tollgate_module_file NAME PATH FILE;` reads it from `FILE` (`crate::conf_file`).
+//! - `tollgate_compiled_cache DIR|off;` keeps the compiled code in `DIR` (default off): a start
+//!   or reload whose modules did not change loads it instead of compiling
+//!   (`tollgate_host::CompiledCache`, which says what it trusts). Kong's
+//!   `wasmtime { cache_config FILE; }` names the directory the same way (`kong_directives.rs`).
 //! - `shm_kv NAME|* SIZE [eviction=lru|slru|none];` declares a shared key/value zone
 //!   (`proxy_get/set_shared_data`; a key `NAME/rest` goes to the zone `NAME`, others to `*`).
 //! - `shm_queue NAME SIZE;` declares a shared queue zone: the queue `NAME` of
@@ -35,6 +41,15 @@ use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
 /// The `cmd_type` of the directives inside `wasm {}` (the value other blocks' own directives
 /// use, `NGX_HTTP_MAIN_CONF`/`NGX_EVENT_CONF`; no core module uses it for its directives).
 pub const TOLLGATE_WASM_CONF: ngx_uint_t = 0x0200_0000;
+
+/// A `module` of the `wasm {}` block, read, compiled when the block ends.
+pub struct PendingModule {
+    pub name: String,
+    pub path: PathBuf,
+    pub vm_config: Vec<u8>,
+    /// The `.wasm` file's contents.
+    pub wasm: Vec<u8>,
+}
 
 /// A `module` of the `wasm {}` block, compiled.
 pub struct ModuleDef {
@@ -89,6 +104,10 @@ pub struct MetricsDef {
 pub struct CoreConf {
     /// Modules in declaration order.
     pub modules: Vec<ModuleDef>,
+    /// Modules read and not compiled yet (until the end of the `wasm {}` block).
+    pub pending: Vec<PendingModule>,
+    /// `tollgate_compiled_cache` (`Some(None)`: `off`).
+    pub compiled_cache: Option<Option<tollgate_host::CompiledCache>>,
     /// `shm_kv` zones in declaration order (boxed: their zones point to them).
     pub kv_zones: Vec<Box<KvZoneDef>>,
     /// `shm_queue` zones in declaration order (boxed: their zones point to them); queue id
@@ -185,7 +204,75 @@ unsafe extern "C" fn wasm_block(
         let rv = ngx_conf_parse(cf, std::ptr::null_mut());
         (*cf).module_type = saved_module_type;
         (*cf).cmd_type = saved_cmd_type;
-        rv
+        if !rv.is_null() {
+            return rv;
+        }
+        compile_pending(cf)
+    }
+}
+
+/// Compiles the modules the block read (`CoreConf::pending`), through the compiled-code cache
+/// when one is configured, logging what the cache did per module (a warning when an entry was
+/// not usable or not written).
+///
+/// # Safety
+/// `cf` is live (the `wasm {}` block's handler).
+unsafe fn compile_pending(cf: *mut ngx_conf_t) -> *mut c_char {
+    // SAFETY: `cf` is live; the cycle's configuration was created before its blocks are parsed.
+    unsafe {
+        let Some(conf) = core_conf((*cf).cycle) else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        let pending = std::mem::take(&mut conf.pending);
+        if pending.is_empty() {
+            return CONF_OK;
+        }
+        let engine = match engine() {
+            Ok(e) => e,
+            Err(e) => {
+                return conf_error(cf, &format!("tollgate: cannot create the wasm engine: {e}"))
+            }
+        };
+        // `tollgate_compiled_cache` (even `off`) before Kong's `cache_config`.
+        let cache = match conf.compiled_cache.clone() {
+            Some(c) => c,
+            None => crate::kong_directives::kong_conf((*cf).cycle)
+                .and_then(|k| k.compiled_cache.clone()),
+        };
+        let wasms: Vec<&[u8]> = pending.iter().map(|p| p.wasm.as_slice()).collect();
+        let compiled = engine.compile_all(&wasms, cache.as_ref());
+        for (p, result) in pending.into_iter().zip(compiled) {
+            let (module, note) = match result {
+                Ok(m) => m,
+                Err(e) => {
+                    return conf_error(
+                        cf,
+                        &format!(
+                            "tollgate: module \"{}\": cannot load \"{}\": {}",
+                            p.name,
+                            p.path.display(),
+                            e.0
+                        ),
+                    )
+                }
+            };
+            if let Some(note) = note {
+                let level = if note.warning {
+                    crate::util::level::WARN
+                } else {
+                    crate::util::level::NOTICE
+                };
+                let line = format!("tollgate: module \"{}\": {}", p.name, note.message);
+                crate::util::conf_log(level, cf, &line);
+            }
+            conf.modules.push(ModuleDef {
+                name: p.name,
+                path: p.path,
+                vm_config: p.vm_config,
+                module,
+            });
+        }
+        CONF_OK
     }
 }
 
@@ -222,7 +309,7 @@ unsafe fn add_module(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) ->
         if name_s.is_empty() || path.len == 0 {
             return conf_error(cf, "tollgate: invalid module name or path");
         }
-        if conf.module(&name_s).is_some() {
+        if conf.module(&name_s).is_some() || conf.pending.iter().any(|p| p.name == name_s) {
             return conf_error(
                 cf,
                 &format!("tollgate: \"{name_s}\" module already defined"),
@@ -234,21 +321,14 @@ unsafe fn add_module(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) ->
             return conf_error(cf, "tollgate: cannot resolve the module path");
         }
         let path_buf = PathBuf::from(lossy(&full));
-        let engine = match engine() {
-            Ok(e) => e,
-            Err(e) => {
-                return conf_error(cf, &format!("tollgate: cannot create the wasm engine: {e}"))
-            }
-        };
-        let module = match engine.compile_file(&path_buf) {
-            Ok(m) => m,
+        let wasm = match std::fs::read(&path_buf) {
+            Ok(w) => w,
             Err(e) => {
                 return conf_error(
                     cf,
                     &format!(
-                        "tollgate: module \"{name_s}\": cannot load \"{}\": {}",
-                        path_buf.display(),
-                        e.0
+                        "tollgate: module \"{name_s}\": cannot load \"{}\": cannot read it: {e}",
+                        path_buf.display()
                     ),
                 )
             }
@@ -265,11 +345,11 @@ unsafe fn add_module(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) ->
                 return conf_error(cf, "tollgate: tollgate_module_file NAME PATH FILE;")
             }
         };
-        conf.modules.push(ModuleDef {
+        conf.pending.push(PendingModule {
             name: name_s,
             path: path_buf,
             vm_config,
-            module,
+            wasm,
         });
         CONF_OK
     }
@@ -692,6 +772,48 @@ unsafe fn one_of(
     }
 }
 
+/// `tollgate_compiled_cache DIR|off;` (`wasm{}`, once): where compiled code is kept across
+/// starts and reloads (see the file's documentation); a relative `DIR` is relative to the
+/// prefix (`-p`). Default `off`.
+unsafe extern "C" fn compiled_cache_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: `conf` is our CoreConf (NGX_DIRECT_CONF); `cf` is live during the handler.
+    unsafe {
+        let Some(conf) = conf.cast::<CoreConf>().as_mut() else {
+            return conf_error(cf, "tollgate: no wasm configuration");
+        };
+        if conf.compiled_cache.is_some() {
+            return conf_error(
+                cf,
+                "tollgate: \"tollgate_compiled_cache\" directive is duplicate",
+            );
+        }
+        let Some(arg) = conf_args(cf).get(1).copied() else {
+            return conf_error(cf, "tollgate: tollgate_compiled_cache DIR|off;");
+        };
+        if bytes(&arg) == b"off" {
+            conf.compiled_cache = Some(None);
+            return CONF_OK;
+        }
+        let mut full: ngx_str_t = arg;
+        if arg.len == 0 || ngx_conf_full_name((*cf).cycle, &mut full, 0) != 0 {
+            return conf_error(
+                cf,
+                &format!(
+                    "tollgate: tollgate_compiled_cache: invalid directory \"{}\"",
+                    lossy(&arg)
+                ),
+            );
+        }
+        let dir = PathBuf::from(lossy(&full));
+        conf.compiled_cache = Some(Some(tollgate_host::CompiledCache::new(dir)));
+        CONF_OK
+    }
+}
+
 /// `compiler auto|cranelift;` (`wasm{}`): the runtime's compiler. This host always compiles with
 /// wasmtime's Cranelift, which is what both values select on Kong's Wasmtime build; Wasmer's
 /// `llvm` and `singlepass` are refused.
@@ -763,7 +885,7 @@ pub(crate) use loc_command;
 const IN_WASM: u32 = TOLLGATE_WASM_CONF as u32 | NGX_DIRECT_CONF;
 
 /// The `wasm{}` directives of this file.
-const WASM_BLOCK_COMMANDS: [ngx_command_t; 9] = [
+const WASM_BLOCK_COMMANDS: [ngx_command_t; 10] = [
     command!(
         "wasm",
         NGX_MAIN_CONF | NGX_DIRECT_CONF | NGX_CONF_BLOCK | NGX_CONF_NOARGS,
@@ -791,6 +913,11 @@ const WASM_BLOCK_COMMANDS: [ngx_command_t; 9] = [
         IN_WASM | NGX_CONF_TAKE1,
         guest_memory_directive
     ),
+    command!(
+        "tollgate_compiled_cache",
+        IN_WASM | NGX_CONF_TAKE1,
+        compiled_cache_directive
+    ),
     command!("compiler", IN_WASM | NGX_CONF_TAKE1, compiler_directive),
     command!("backtraces", IN_WASM | NGX_CONF_TAKE1, backtraces_directive),
 ];
@@ -815,7 +942,7 @@ pub(crate) const fn command_table<const A: usize, const B: usize, const N: usize
     out
 }
 
-static mut WASM_BLOCK_TABLE: [ngx_command_t; 10] = command_table(WASM_BLOCK_COMMANDS, []);
+static mut WASM_BLOCK_TABLE: [ngx_command_t; 11] = command_table(WASM_BLOCK_COMMANDS, []);
 
 static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
     name: ngx_string!("tollgate_wasm"),

@@ -1,0 +1,172 @@
+"""Start and reload of nginx with the full chain: seconds from `nginx` (or SIGHUP) to the first
+request the chain serves, without and with the compiled-code cache (`tollgate_compiled_cache`).
+
+Variants, interleaved in each round (a fresh prefix per cell):
+- `no-cache`: every start and reload compiles the five filters (the master, before fork);
+- `cache-cold`: an empty cache directory: compiled and stored (what the first start after a new
+  build costs); its reload loads what the start stored;
+- `cache-warm`: the cache filled by an earlier start of the same build: loaded, not compiled.
+
+Per cell: the full chain of bench/instructions.py (metrics, jwt-auth, rate-limit, cost,
+sticky-upstream; `full`), `worker_processes W`, the three demo upstreams up. `start` is the time
+from spawning `nginx` to the first 200 from an upstream for bench/instructions.py's request
+(polled every 10 ms on new connections); `reload` is the time from SIGHUP to the first 200
+served by a worker of the new generation (a worker pid the master did not have before), the
+compilation being done by the master between the two. `nginx -t` is timed too (it compiles as a
+start does).
+
+    python3 bench/startup.py                      # 2 workers, 3 rounds
+    python3 bench/startup.py --workers 8 --rounds 3
+
+Writes bench/results/startup.json and .md (medians with min and max)."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import signal
+import statistics
+import subprocess
+import time
+
+import runner  # also puts tests/e2e on sys.path
+
+import harness
+import instructions
+import jwt_auth
+import sticky_upstream
+
+BENCH = pathlib.Path(__file__).resolve().parent
+VARIANTS = ["no-cache", "cache-cold", "cache-warm"]
+POLL_S = 0.01
+TIMEOUT_S = 120
+
+
+def first_200(port: int, request: instructions.Request, since: float, pids_before: set[int] | None = None,
+              master: int | None = None) -> float:
+    """Seconds from `since` until `request` gets a 200 from an upstream on a new connection (and,
+    with `pids_before`, from a worker of `master` not among them: the answer's worker is not
+    visible, so a new worker set must exist first)."""
+    while time.monotonic() - since < TIMEOUT_S:
+        if pids_before is not None and master is not None:
+            now = set(children(master))
+            if not now or now & pids_before:
+                time.sleep(POLL_S)
+                continue
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request(request.method, request.path, body=request.body, headers=request.headers)
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status == 200:
+                return time.monotonic() - since
+        except OSError:
+            pass
+        time.sleep(POLL_S)
+    raise TimeoutError(f"no 200 within {TIMEOUT_S} s")
+
+
+def machine() -> dict:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    nginx = subprocess.run([str(harness.NGINX_BINARY), "-v"], capture_output=True, text=True).stderr.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "nginx": nginx.rsplit("/", 1)[-1]}
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def cell(variant: str, workers: int, spec: harness.GatewaySpec, request: instructions.Request, prefix: pathlib.Path,
+         warm_cache: pathlib.Path) -> dict:
+    prefix.mkdir(parents=True)
+    port, admin = harness.free_port(), harness.free_port()
+    conf_text = harness.nginx_config(spec, prefix, port, admin, prefix / "error.log", "notice")
+    conf_text = conf_text.replace(f"worker_processes {spec.workers};", f"worker_processes {workers};")
+    cache = {"no-cache": None, "cache-cold": prefix / "cache", "cache-warm": warm_cache}[variant]
+    if cache is not None:
+        conf_text = conf_text.replace("wasm {\n", f"wasm {{\n    tollgate_compiled_cache {cache};\n", 1)
+    conf = prefix / "nginx.conf"
+    conf.write_text(conf_text)
+    argv = [str(harness.NGINX_BINARY), "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+    t0 = time.monotonic()
+    subprocess.run(argv + ["-t", "-q"], check=True, capture_output=True, timeout=TIMEOUT_S)
+    nginx_t = time.monotonic() - t0
+    if variant == "cache-cold":
+        subprocess.run(["rm", "-rf", str(cache)], check=True)  # -t filled it
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(prefix / "stderr.log", "wb"))
+    try:
+        start = first_200(port, request, t0)
+        before = set(children(proc.pid))
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGHUP)
+        reload = first_200(port, request, t0, before, proc.pid)
+    finally:
+        proc.send_signal(signal.SIGQUIT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log = (prefix / "error.log").read_text(errors="replace")
+    return {"nginx_t": nginx_t, "start": start, "reload": reload,
+            "reused": log.count("compiled code reused"), "compiled": log.count("; stored")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--name", default="startup")
+    a = ap.parse_args()
+    workdir = BENCH / "results" / "tmp" / a.name
+    subprocess.run(["rm", "-rf", str(workdir)], check=True)
+    workdir.mkdir(parents=True)
+    keys = jwt_auth.make_keys(ttl=86400)
+    request = instructions.stack_full_request(keys)
+    upstreams = {}
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    try:
+        for name in sticky_upstream.UPSTREAMS:
+            upstreams[name] = harness.DemoUpstream(name, workdir)
+        ports = {k: u.port for k, u in upstreams.items()}
+        spec = instructions.variant_spec("full", keys, ports)
+        warm = workdir / "warm-cache"
+        cell("cache-warm", a.workers, spec, request, workdir / "fill", warm)  # fills `warm` (its -t)
+        for r in range(a.rounds):
+            for v in VARIANTS:
+                row = cell(v, a.workers, spec, request, workdir / f"{v}-{r + 1}", warm)
+                runs[v].append(row)
+                print(f"round {r + 1} {v}: nginx -t {row['nginx_t']:.2f} s, start {row['start']:.2f} s, "
+                      f"reload {row['reload']:.2f} s (modules reused {row['reused']}, stored {row['compiled']})", flush=True)
+    finally:
+        for u in upstreams.values():
+            u.stop()
+    summary = {v: {k: {"median": statistics.median(x[k] for x in rs), "min": min(x[k] for x in rs),
+                       "max": max(x[k] for x in rs)} for k in ("nginx_t", "start", "reload")} for v, rs in runs.items()}
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": machine(),
+              "workers": a.workers, "rounds": a.rounds, "runs": runs, "summary": summary,
+              "command": f"python3 bench/startup.py --workers {a.workers} --rounds {a.rounds}"}
+    out = BENCH / "results" / a.name
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
+    lines = [f"# Start and reload with the full chain ({a.workers} workers)", "",
+             f"{result['date']}; {result['machine'].get('cpu', '')}, {os.cpu_count()} CPUs.", "",
+             f"    {result['command']}", "",
+             "Seconds, median (min–max) of the rounds: `nginx -t`; `start`, from spawning nginx to the first 200 "
+             "through the chain; `reload`, from SIGHUP to the first 200 from a new worker.", "",
+             "| variant | nginx -t | start | reload |", "|---|---|---|---|"]
+    for v in VARIANTS:
+        s = summary[v]
+        lines.append(f"| {v} | {fmt(s['nginx_t'])} | {fmt(s['start'])} | {fmt(s['reload'])} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
