@@ -17,6 +17,7 @@ start does).
 
     python3 bench/startup.py                      # 2 workers, 3 rounds
     python3 bench/startup.py --workers 8 --rounds 3
+    python3 bench/startup.py --smoke              # one round: tests/e2e/test_bench_smoke.py
 
 Writes bench/results/startup.json and .md (medians with min and max)."""
 
@@ -121,8 +122,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--name", default="startup")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--smoke", action="store_true", help="one round (startup.smoke.*): checks that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.rounds = 1
+    a.name = a.name or ("startup.smoke" if a.smoke else "startup")
     workdir = BENCH / "results" / "tmp" / a.name
     subprocess.run(["rm", "-rf", str(workdir)], check=True)
     workdir.mkdir(parents=True)
@@ -151,8 +156,8 @@ def main() -> int:
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": machine(),
               "workers": a.workers, "rounds": a.rounds, "runs": runs, "summary": summary,
               "command": f"python3 bench/startup.py --workers {a.workers} --rounds {a.rounds}"}
-    out = BENCH / "results" / a.name
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    out = BENCH / "results"
+    (out / f"{a.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
     lines = [f"# Start and reload with the full chain ({a.workers} workers)", "",
              f"{result['date']}; {result['machine'].get('cpu', '')}, {os.cpu_count()} CPUs.", "",
@@ -163,7 +168,7 @@ def main() -> int:
     for v in VARIANTS:
         s = summary[v]
         lines.append(f"| {v} | {fmt(s['nginx_t'])} | {fmt(s['start'])} | {fmt(s['reload'])} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    (out / f"{a.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

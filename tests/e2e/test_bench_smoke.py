@@ -30,6 +30,19 @@ def test_benchmark_smoke(name):
     assert all(row["requests"] > 0 and row["cpu_us_per_request"] > 0 for row in results["raw"])
 
 
+def test_startup_smoke():
+    """bench/startup.py --smoke: one round of each variant; the warm cache is loaded at every
+    configuration read (nginx -t, start, reload: 5 modules each), the cold one compiled and stored."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "startup.py"), "--smoke"], cwd=ROOT / "bench",
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs = json.loads((ROOT / "bench" / "results" / "startup.smoke.json").read_text())["runs"]
+    assert [(x["reused"], x["compiled"]) for x in runs["cache-warm"]] == [(15, 0)]
+    assert [(x["reused"], x["compiled"]) for x in runs["no-cache"]] == [(0, 0)]
+    assert all(x["compiled"] >= 5 for x in runs["cache-cold"])
+    assert all(x["start"] > 0 and x["reload"] > 0 for rs in runs.values() for x in rs)
+
+
 def test_gateway_report_smoke():
     """bench/gateway.py --smoke: every k6 scenario for a second on every selected host (1 worker,
     1 connection), k6's checks and thresholds passed, the report, its charts and the raw k6
