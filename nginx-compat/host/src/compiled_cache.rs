@@ -11,6 +11,9 @@
 //! Nothing is trusted: deserializing is loading native code, so an entry is used only when
 //! - the directory and the file belong to this process's effective user and nobody else can
 //!   write them (mode without group or other write), the file a regular file (no symbolic link);
+//! - every directory above belongs to root or to this user and nobody else can write it, or it
+//!   is sticky (`/tmp`), so that nobody else can put another directory in the path (OpenSSH's
+//!   `StrictModes` rule for its files);
 //! - its checksum matches (a truncated write, a disk error, a copy from elsewhere);
 //! - wasmtime accepts it for this engine (its own header check).
 //!
@@ -135,6 +138,7 @@ impl CompiledCache {
             return Err(Refused::UntrustedDir("not a directory".into()));
         }
         trusted(&dir).map_err(|w| Refused::UntrustedDir(format!("the directory {w}")))?;
+        trusted_above(&self.dir).map_err(Refused::UntrustedDir)?;
         let mut file = match OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -186,6 +190,7 @@ impl CompiledCache {
         }
         let dir = std::fs::metadata(&self.dir).map_err(|e| format!("not written: {e}"))?;
         trusted(&dir).map_err(|w| format!("not written: the directory {w}"))?;
+        trusted_above(&self.dir).map_err(|w| format!("not written: {w}"))?;
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f: File = OpenOptions::new()
@@ -231,6 +236,28 @@ fn trusted(meta: &std::fs::Metadata) -> Result<(), String> {
             "is writable by its group or others (mode {:o})",
             meta.mode() & 0o7777
         ));
+    }
+    Ok(())
+}
+
+/// `Ok` when every directory above `dir` (resolved) belongs to root or to this process's
+/// effective user and is writable by nobody else, or is sticky; else which one is not.
+fn trusted_above(dir: &Path) -> Result<(), String> {
+    let real = std::fs::canonicalize(dir).map_err(|e| format!("the directory: {e}"))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    for above in real.ancestors().skip(1) {
+        let meta = std::fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        let owner_ok = meta.uid() == 0 || meta.uid() == euid;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "{} above it belongs to uid {} with mode {:o}: others could replace the directory",
+                above.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
     }
     Ok(())
 }
@@ -291,6 +318,27 @@ mod tests {
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A cache inside a directory others can write (not sticky): they could swap it.
+    #[test]
+    fn a_directory_under_one_others_can_write_is_not_used() {
+        let e = engine();
+        let open = tmpdir("open-parent");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = CompiledCache::new(open.join("cache"));
+        let (_, note) = cache.load_or_compile(&e, &wasm(4)).unwrap();
+        assert!(
+            note.warning && note.message.contains("others could replace"),
+            "{note:?}"
+        );
+        assert!(!cache.entry_path(&e, &wasm(4)).exists());
+        // Sticky, as /tmp: used.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(!cache.load_or_compile(&e, &wasm(4)).unwrap().1.warning);
+        assert!(cache.load_or_compile(&e, &wasm(4)).unwrap().1.reused);
+        std::fs::remove_dir_all(&open).unwrap();
     }
 
     #[test]
