@@ -12,12 +12,14 @@ import tempfile
 import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VERSION = "1.109.1"
+VERSION = "1.110.2"
 MEMBER = "litellm/model_prices_and_context_window_backup.json"
-SHA256 = "8f8060d8ce7a40c91b995c74d6a27657543d49e3c1c53430dabd556f244392c6"
-ENTRIES = 4553
-# Entries the cost filter prices per token (the others are skipped, counted by reason).
-LOADED = 3676
+SHA256 = "8943af58bf9f979c6a4bef815687117ffa341e462a41faed9be17b5c33d3dcc2"
+ENTRIES = 4878
+# Entries the cost filter prices per token, 98 of them through `alias_of` (the others are
+# skipped, counted by reason).
+LOADED = 3985
+ALIASES = 98
 PATH = ROOT / ".cache" / "litellm" / VERSION / "model_prices_and_context_window_backup.json"
 
 

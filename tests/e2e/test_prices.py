@@ -1,9 +1,10 @@
 """Real-world price tables for the cost filter (issue 22), on every host:
 
-- LiteLLM's whole price file (litellm 1.109.1 from PyPI, 3.2 MB, 4,553 entries) given as
+- LiteLLM's whole price file (litellm 1.110.2 from PyPI, 3.5 MB, 4,878 entries) given as
   `prices` loads (nginx: through `tollgate_proxy_wasm_file`, harness.NGINX_INLINE_CONFIG_MAX),
   and completions are priced as its entries say: a dated snapshot with its own entry by that
-  entry, an undated or prefixed name by the documented normalisation. Expected costs are
+  entry, an undated or prefixed name by the documented normalisation, an `alias_of` entry by
+  the entry it names. Expected costs are
   computed here from the file's own numbers with fractions.Fraction.
 - `remote_prices` served by the test's own loopback HTTP server: fetched once for all workers
   (2), refreshed, kept while refreshes fail, a broken table refused without replacing the good
@@ -91,6 +92,14 @@ def test_litellm_file_loads_whole_and_prices_as_its_entries(host, upstream, gate
     noisy = f["databricks/databricks-claude-sonnet-4-1"]
     assert repr(noisy["input_cost_per_token"]) == "2.9999900000000002e-06"
     assert chat(g, "databricks/databricks-claude-sonnet-4-1", 10**6, 0) == 2_999_990_000
+    # An alias (`"azure_ai/gpt-mini-latest": {"alias_of": "azure_ai/gpt-5.4-mini"}`) costs what
+    # the entry it names costs; every alias of the file is loaded.
+    assert f"; {litellm.ALIASES} of the models loaded are aliases (alias_of)" in summary.group(0)
+    aliases = [(a, e["alias_of"]) for a, e in f.items() if "alias_of" in e and len(e) == 1]
+    assert len(aliases) == litellm.ALIASES
+    alias, target = next((a, t) for a, t in aliases if {"input_cost_per_token", "output_cost_per_token"} <= f[t].keys()
+                         and not any("_above_" in k for k in f[t]))
+    assert chat(g, alias, 1000, 100, response_model=alias) == nano(f[target], 1000, 100) > 0
     # Entries not priced per token are not guessed: unpriced (allowed here by unknown_model).
     assert chat(g, "dall-e-3" if "dall-e-3" in f else "tts-1", 10, 10) == 0
 
@@ -206,4 +215,4 @@ def test_the_litellm_file_as_a_remote_table(host, upstream, gateways, price_serv
     log = g.log.read_text(errors="replace")
     assert "deadline" not in log and "trapped" not in log, log[-3000:]
     source = re.escape(cluster(host, price_server) + "/prices.json")
-    assert re.search(source + r"[^\n]*: 3676 models loaded", log), log[-3000:]
+    assert re.search(source + rf"[^\n]*: {litellm.LOADED} models loaded", log), log[-3000:]

@@ -13,6 +13,12 @@
 //! - entries with more than one context tier, or with `tiered_pricing` (prices by prompt-length
 //!   ranges, which this filter does not implement).
 //!
+//! An entry without a per-token price of its own that has `alias_of` (LiteLLM's
+//! `"bedrock/claude-opus-latest": {"alias_of": "global.anthropic.claude-opus-5-5"}`) is priced
+//! as the entry it names, followed once the whole file is read, through at most
+//! [`MAX_ALIAS_HOPS`] aliases; an alias whose chain ends on no per-token price, loops or is
+//! longer is skipped ([`SkipReason::AliasUnpriced`]). Names are matched exactly there.
+//!
 //! Every other member of an entry (`max_tokens`, `mode`, `litellm_provider`, `supports_*`,
 //! `source`, service-tier prices such as `input_cost_per_token_priority` or `_batches`, ...) is
 //! ignored. A price field that is present but negative, not a number, or absurd (see
@@ -60,6 +66,9 @@ const TIER_FIELDS: [&str; 4] = [
     "cache_creation_input_token_cost",
 ];
 
+/// The most `alias_of` links followed from one entry (LiteLLM's own are one link).
+pub const MAX_ALIAS_HOPS: usize = 8;
+
 /// LiteLLM's schema description, not a model.
 pub const SAMPLE_SPEC: &str = "sample_spec";
 
@@ -85,6 +94,9 @@ pub enum SkipReason {
     /// LiteLLM's `tiered_pricing` (prices by prompt-length ranges), not implemented: priced at
     /// its base rates it would be under-charged.
     TieredPricing,
+    /// `alias_of` names no entry priced per token here (missing, unpriced, a loop, or more than
+    /// [`MAX_ALIAS_HOPS`] links).
+    AliasUnpriced,
 }
 
 impl SkipReason {
@@ -100,6 +112,7 @@ impl SkipReason {
             SkipReason::NoPrice => "no_price",
             SkipReason::SeveralTiers => "several_context_tiers",
             SkipReason::TieredPricing => "tiered_pricing",
+            SkipReason::AliasUnpriced => "alias_unpriced",
         }
     }
 }
@@ -154,6 +167,10 @@ pub struct Loaded {
     pub table: PriceTable,
     /// The entries not loaded.
     pub skipped: Skipped,
+    /// Models priced through `alias_of`.
+    pub aliases: usize,
+    /// `(alias, target)` of the entries met with `alias_of` and no price, followed at the end.
+    pending_aliases: Vec<(String, String)>,
 }
 
 impl Loaded {
@@ -170,7 +187,46 @@ impl Loaded {
                 self.skipped
             ));
         }
+        if self.aliases > 0 {
+            line.push_str(&format!(
+                "; {} of the models loaded are aliases (alias_of)",
+                self.aliases
+            ));
+        }
         line
+    }
+
+    /// Prices the aliases met while reading (see the module documentation): called once the
+    /// whole document is read.
+    fn follow_aliases(&mut self) {
+        let pending = std::mem::take(&mut self.pending_aliases);
+        let links: HashMap<&str, &str> = pending
+            .iter()
+            .map(|(a, t)| (a.as_str(), t.as_str()))
+            .collect();
+        // Looked up among the entries priced by their own fields only (an alias priced here is
+        // no shortcut for a later one: the hop bound holds whatever the file's order).
+        let mut priced = Vec::with_capacity(pending.len());
+        for (alias, target) in &pending {
+            let mut name = target.as_str();
+            let mut price = None;
+            for _ in 0..MAX_ALIAS_HOPS {
+                if let Some(p) = self.table.models.get(name) {
+                    price = Some(*p);
+                    break;
+                }
+                match links.get(name) {
+                    Some(next) => name = next,
+                    None => break,
+                }
+            }
+            match price {
+                Some(p) => priced.push((alias.clone(), p)),
+                None => self.skipped.add(SkipReason::AliasUnpriced, alias),
+            }
+        }
+        self.aliases = self.aliases.saturating_add(priced.len());
+        self.table.models.extend(priced);
     }
 }
 
@@ -217,6 +273,7 @@ impl PriceTable {
     pub fn parse(json: &[u8], label: &str) -> Result<Loaded, ConfigError> {
         let mut loaded = Loaded::default();
         read_object(json, label, &mut loaded)?;
+        loaded.follow_aliases();
         Ok(loaded)
     }
 }
@@ -299,7 +356,11 @@ impl IncrementalParse {
     pub fn step(&mut self, budget: usize) -> Step {
         match self.scan(budget) {
             Ok(false) => Step::More,
-            Ok(true) => Step::Done(Ok(std::mem::take(&mut self.loaded))),
+            Ok(true) => {
+                let mut loaded = std::mem::take(&mut self.loaded);
+                loaded.follow_aliases();
+                Step::Done(Ok(loaded))
+            }
             Err(e) => Step::Done(Err(e)),
         }
     }
@@ -458,6 +519,8 @@ pub struct Entry {
     per_character: bool,
     per_call: bool,
     tiered_pricing: bool,
+    /// `alias_of`, when a string.
+    alias_of: Option<String>,
 }
 
 /// A context-tier field: `(base field, threshold in tokens)`.
@@ -518,6 +581,11 @@ impl<'de> Visitor<'de> for EntryVisitor {
                     entry.mode_embedding = mode.as_str() == Some("embedding");
                     continue;
                 }
+                Key::AliasOf => {
+                    let target: serde_json::Value = map.next_value()?;
+                    entry.alias_of = target.as_str().map(str::to_string);
+                    continue;
+                }
                 Key::PerImage => entry.per_image = true,
                 Key::PerSecond => entry.per_second = true,
                 Key::PerCharacter => entry.per_character = true,
@@ -535,6 +603,7 @@ impl<'de> Visitor<'de> for EntryVisitor {
 enum Key {
     Price(String),
     Mode,
+    AliasOf,
     PerImage,
     PerSecond,
     PerCharacter,
@@ -566,6 +635,8 @@ impl Visitor<'_> for KeyVisitor {
             Key::Price(key.to_string())
         } else if key == "mode" {
             Key::Mode
+        } else if key == "alias_of" {
+            Key::AliasOf
         } else if key == "tiered_pricing" {
             Key::TieredPricing
         } else if !has(key, b"cost") {
@@ -644,6 +715,10 @@ fn add_entry(
     match entry_price(entry, &|| format!("{label}.{model}"))? {
         Ok(price) => {
             loaded.table.models.insert(model.to_string(), price);
+        }
+        Err(_) if entry.alias_of.is_some() => {
+            let target = entry.alias_of.clone().unwrap_or_default();
+            loaded.pending_aliases.push((model.to_string(), target));
         }
         Err(reason) => loaded.skipped.add(reason, model),
     }
@@ -867,6 +942,9 @@ mod tests {
             "",
             r#"{"m": "#,
             r#"{"m": {"a": "unterminated}}"#,
+            // An alias before its target, one after, a chain, a loop.
+            r#"{"x": {"alias_of": "t"}, "t": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+               "y": {"alias_of": "x"}, "l1": {"alias_of": "l2"}, "l2": {"alias_of": "l1"}}"#,
         ];
         for doc in docs {
             let whole = PriceTable::parse(doc.as_bytes(), "prices");
@@ -876,6 +954,7 @@ mod tests {
                     (Ok(w), Ok(p)) => {
                         assert_eq!(w.table, p.table, "{doc}");
                         assert_eq!(w.skipped, p.skipped, "{doc}");
+                        assert_eq!(w.aliases, p.aliases, "{doc}");
                     }
                     (Err(w), Err(p)) => {
                         if w.field != "prices" {
@@ -889,6 +968,76 @@ mod tests {
         let deep = format!(r#"{{"m": {}{}}}"#, "[".repeat(200), "]".repeat(200));
         assert!(PriceTable::parse(deep.as_bytes(), "prices").is_err());
         assert!(incremental(&deep, 64).is_err());
+    }
+
+    /// LiteLLM 1.110's `alias_of` entries (`"bedrock/claude-opus-latest": {"alias_of":
+    /// "global.anthropic.claude-opus-5-5"}`): priced as their target, wherever it stands in the
+    /// file, through chains; never through a loop, a missing or unpriced target, or a chain
+    /// longer than MAX_ALIAS_HOPS; an entry's own price wins over its alias.
+    #[test]
+    fn aliases_are_priced_as_their_target() {
+        let mut doc = String::from(
+            r#"{"latest": {"alias_of": "model-5"},
+                "model-5": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6, "mode": "chat"},
+                "chained": {"alias_of": "latest"},
+                "own": {"alias_of": "model-5", "input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6},
+                "nowhere": {"alias_of": "no-such-model"},
+                "image": {"output_cost_per_image": 0.04},
+                "to-image": {"alias_of": "image"},
+                "loop-a": {"alias_of": "loop-b"}, "loop-b": {"alias_of": "loop-a"},
+                "self": {"alias_of": "self"},
+                "number": {"alias_of": 5},"#,
+        );
+        // A chain of MAX_ALIAS_HOPS links ends on the price; one more does not.
+        for i in 0..=MAX_ALIAS_HOPS {
+            let next = if i == 0 {
+                "model-5".to_string()
+            } else {
+                format!("hop{}", i - 1)
+            };
+            doc.push_str(&format!(r#""hop{i}": {{"alias_of": "{next}"}},"#));
+        }
+        doc.push_str(r#""end": {"alias_of": "model-5"}}"#);
+        let loaded = PriceTable::parse(doc.as_bytes(), "prices").unwrap();
+        let price = |m: &str| loaded.table.get(m).map(|p| (p.input, p.output));
+        let target = price("model-5");
+        assert!(target.is_some());
+        for m in ["latest", "chained", "end", "hop0"] {
+            assert_eq!(price(m), target, "{m}");
+        }
+        assert_eq!(price(&format!("hop{}", MAX_ALIAS_HOPS - 1)), target);
+        assert_eq!(price(&format!("hop{MAX_ALIAS_HOPS}")), None);
+        assert_ne!(price("own"), target);
+        assert!(price("own").is_some());
+        for m in ["nowhere", "to-image", "loop-a", "loop-b", "self"] {
+            assert_eq!(price(m), None, "{m}");
+        }
+        // Through the lookup's own rules too: a provider prefix before the alias.
+        assert_eq!(
+            loaded.table.get("openai/latest").map(|p| p.input),
+            target.map(|t| t.0)
+        );
+        let unpriced = loaded
+            .skipped
+            .reasons
+            .iter()
+            .find(|(r, _, _)| *r == SkipReason::AliasUnpriced)
+            .map(|(_, n, _)| *n);
+        // nowhere, to-image, loop-a, loop-b, self, hop<MAX>.
+        assert_eq!(unpriced, Some(6));
+        // latest, chained, end, hop0..hop<MAX-1>.
+        assert_eq!(loaded.aliases, 3 + MAX_ALIAS_HOPS);
+        let line = loaded.summary("the configuration");
+        assert!(line.contains("6 alias_unpriced (e.g. "), "{line}");
+        assert!(
+            line.contains(&format!(
+                "; {} of the models loaded are aliases (alias_of)",
+                3 + MAX_ALIAS_HOPS
+            )),
+            "{line}"
+        );
+        // A non-string alias_of is no alias: no price.
+        assert_eq!(price("number"), None);
     }
 
     #[test]
