@@ -105,8 +105,6 @@ pub struct KongCore {
     pub tuning: Vec<&'static str>,
     /// A `metrics {}` block was given (a second one "is duplicate", as in Kong's module).
     pub metrics_block: bool,
-    /// The compiled-code cache `wasmtime { cache_config FILE; }` names.
-    pub compiled_cache: Option<tollgate_host::CompiledCache>,
 }
 
 impl KongCore {
@@ -498,7 +496,13 @@ cache_config, |cf, conf, name| on_core(cf, conf, |c| {
     };
     let (path, text) = crate::conf_file::read(cf, file).map_err(|e| format!("tollgate: {name}: {e}"))?;
     match cache_directory(&text) {
-        Ok(Some(dir)) => c.compiled_cache = Some(tollgate_host::CompiledCache::new(dir)),
+        Ok(Some(dir)) => {
+            // Kept with the `wasm{}` block's own configuration, which compiles the modules.
+            let Some(core) = crate::wasm_block::core_conf((*cf).cycle) else {
+                return Err("tollgate: no wasm configuration".to_string());
+            };
+            core.kong_cache_config = Some(tollgate_host::CompiledCache::new(dir));
+        }
         Ok(None) => {}
         Err(CacheConfigError::NoDirectory) => crate::util::conf_log(
             crate::util::level::WARN,

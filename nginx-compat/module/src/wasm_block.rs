@@ -108,6 +108,9 @@ pub struct CoreConf {
     pub pending: Vec<PendingModule>,
     /// `tollgate_compiled_cache` (`Some(None)`: `off`).
     pub compiled_cache: Option<Option<tollgate_host::CompiledCache>>,
+    /// The directory of Kong's `wasmtime { cache_config FILE; }` (`kong_directives.rs`), used
+    /// when `tollgate_compiled_cache` is not given.
+    pub kong_cache_config: Option<tollgate_host::CompiledCache>,
     /// `shm_kv` zones in declaration order (boxed: their zones point to them).
     pub kv_zones: Vec<Box<KvZoneDef>>,
     /// `shm_queue` zones in declaration order (boxed: their zones point to them); queue id
@@ -236,8 +239,7 @@ unsafe fn compile_pending(cf: *mut ngx_conf_t) -> *mut c_char {
         // `tollgate_compiled_cache` (even `off`) before Kong's `cache_config`.
         let cache = match conf.compiled_cache.clone() {
             Some(c) => c,
-            None => crate::kong_directives::kong_conf((*cf).cycle)
-                .and_then(|k| k.compiled_cache.clone()),
+            None => conf.kong_cache_config.clone(),
         };
         let wasms: Vec<&[u8]> = pending.iter().map(|p| p.wasm.as_slice()).collect();
         let compiled = engine.compile_all(&wasms, cache.as_ref());
