@@ -408,7 +408,7 @@ def test_bad_configuration_is_refused_naming_the_field(host, upstreams, workdir)
         g = host.start(spec(upstreams, bad, workers=1), timeout=20)
         g.stop()
     logs = "".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
-    assert "sticky-upstream: invalid plugin configuration: field `upstreams[3].name`: duplicate upstream" in logs
+    assert "invalid plugin configuration: field `upstreams[3].name`: duplicate upstream" in logs
 
 
 def test_the_shipped_envoy_configuration_works(host, upstreams, workdir):

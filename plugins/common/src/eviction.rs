@@ -20,7 +20,7 @@ pub fn property_path(key: &str) -> [&str; 4] {
     ["tollgate", "shared_data", "eviction", key]
 }
 
-/// Checks the host's answer for the zone holding `key` of `filter`: `Err` with the log line of a
+/// Checks the host's answer for the zone holding a filter's `key`: `Err` with the log line of a
 /// refusal (an evicting zone without `allow_eviction`), `Ok(Some(line))` with the warning for an
 /// evicting zone that the configuration allows, `Ok(None)` when the zone does not evict or the
 /// host has no such property.
@@ -28,7 +28,6 @@ pub fn property_path(key: &str) -> [&str; 4] {
 /// # Errors
 /// The refusal's log line.
 pub fn check(
-    filter: &str,
     key: &str,
     policy: Option<&[u8]>,
     allow_eviction: bool,
@@ -42,10 +41,10 @@ pub fn check(
          evict the state this filter enforces (limits, budgets) and lift it"
     );
     if allow_eviction {
-        Ok(Some(format!("{filter}: {risk}; allowed by allow_eviction")))
+        Ok(Some(format!("{risk}; allowed by allow_eviction")))
     } else {
         Err(format!(
-            "{filter}: {risk}; declare the zone with eviction=none (shm_kv NAME SIZE \
+            "{risk}; declare the zone with eviction=none (shm_kv NAME SIZE \
              eviction=none), or set allow_eviction: true to accept it"
         ))
     }
@@ -57,14 +56,18 @@ mod tests {
 
     #[test]
     fn refuses_an_evicting_zone_unless_allowed() {
-        assert_eq!(check("cost", "cost/x/", None, false), Ok(None));
-        assert_eq!(check("cost", "cost/x/", Some(b"none"), false), Ok(None));
+        assert_eq!(check("cost/x/", None, false), Ok(None));
+        assert_eq!(check("cost/x/", Some(b"none"), false), Ok(None));
         for policy in [&b"lru"[..], b"slru"] {
-            let refused = check("rate-limit", "ratelimit/", Some(policy), false).unwrap_err();
-            assert!(refused.starts_with("rate-limit: "), "{refused}");
+            let refused = check("ratelimit/", Some(policy), false).unwrap_err();
+            // The host names the plugin; the line does not name it again.
+            assert!(
+                refused.starts_with("the shared-data zone holding"),
+                "{refused}"
+            );
             assert!(refused.contains("evicts keys"), "{refused}");
             assert!(refused.contains("allow_eviction"), "{refused}");
-            let allowed = check("rate-limit", "ratelimit/", Some(policy), true).unwrap();
+            let allowed = check("ratelimit/", Some(policy), true).unwrap();
             assert!(allowed.unwrap().ends_with("allowed by allow_eviction"));
         }
         assert_eq!(

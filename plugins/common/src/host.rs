@@ -185,9 +185,9 @@ pub fn property_encoded(path: &[u8]) -> Option<Vec<u8>> {
 /// Refuses a configuration whose state would live in a shared-data zone that evicts, unless it
 /// allows it (`crate::eviction`): `false` when the filter must not load (the reason is logged);
 /// an allowed evicting zone is logged as a warning.
-pub fn eviction_allowed(filter: &str, key: &str, allow_eviction: bool) -> bool {
+pub fn eviction_allowed(key: &str, allow_eviction: bool) -> bool {
     let policy = property(&crate::eviction::property_path(key));
-    match crate::eviction::check(filter, key, policy.as_deref(), allow_eviction) {
+    match crate::eviction::check(key, policy.as_deref(), allow_eviction) {
         Ok(None) => true,
         Ok(Some(warning)) => {
             log::warn!("{warning}");

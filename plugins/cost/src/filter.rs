@@ -161,7 +161,7 @@ impl Shared {
     fn store_failed(&self, what: &str, status: u32) {
         if let Some(unlogged) = self.logs.store.due(now_unix_millis()) {
             log::warn!(
-                "cost: {what} (shared data: host status {status}, a full zone?); \
+                "{what} (shared data: host status {status}, a full zone?); \
                  {unlogged} more since the last line"
             );
         }
@@ -181,7 +181,7 @@ impl Shared {
         if *failure != CallFailure::BreakerOpen && g.breaker.failure(now) {
             count(c.global_breaker_opened);
             log::warn!(
-                "cost: the rate limit service {} failed repeatedly; this worker skips it for {} \
+                "the rate limit service {} failed repeatedly; this worker skips it for {} \
                  ms, then probes it",
                 g.config.rls.service,
                 g.config.rls.breaker_open_ms
@@ -189,7 +189,7 @@ impl Shared {
         }
         if let Some(unlogged) = self.logs.global.due(now) {
             log::warn!(
-                "cost: no answer from the rate limit service {} ({failure}): {what}; \
+                "no answer from the rate limit service {} ({failure}): {what}; \
                  {unlogged} more since the last line",
                 g.config.rls.service
             );
@@ -212,7 +212,7 @@ impl Shared {
             Err(status) => {
                 if let Some(unlogged) = self.logs.global.due(now_unix_millis()) {
                     log::warn!(
-                        "cost: cannot shorten the tick to send a booking (host status {status}); \
+                        "cannot shorten the tick to send a booking (host status {status}); \
                          it leaves on the next {GLOBAL_TICK_MILLIS} ms tick ({unlogged} more \
                          since the last line)"
                     );
@@ -229,7 +229,7 @@ impl Shared {
         match host::set_tick_period_ms(ms) {
             Ok(()) => g.ticks.asked(ms),
             Err(status) => log::error!(
-                "cost: cannot set the tick period back to {ms} ms (it stays {} ms): host status \
+                "cannot set the tick period back to {ms} ms (it stays {} ms): host status \
                  {status}",
                 g.ticks.period_ms()
             ),
@@ -276,7 +276,7 @@ impl Shared {
     fn dropped(&self, what: &str) {
         if let Some(unlogged) = self.logs.dropped.due(now_unix_millis()) {
             log::warn!(
-                "cost: global budgets: {what}; the service under-counts that spend \
+                "global budgets: {what}; the service under-counts that spend \
                  ({unlogged} more since the last line)"
             );
         }
@@ -364,7 +364,7 @@ impl CostRoot {
             if pending.fetched_here {
                 remote.reject(now, &why);
             } else {
-                log::warn!("cost: prices from {} unusable here: {why}", pending.source);
+                log::warn!("prices from {} unusable here: {why}", pending.source);
             }
         }
     }
@@ -521,19 +521,19 @@ impl RootContext for CostRoot {
         let config = match Config::parse(&plugin_configuration()) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("cost: {e}");
+                log::error!("{e}");
                 return false;
             }
         };
         if config.has_budgets()
-            && !host::eviction_allowed("cost", &config.ledger.key(""), config.allow_eviction)
+            && !host::eviction_allowed(&config.ledger.key(""), config.allow_eviction)
         {
             return false;
         }
         if config.global.is_some() {
             if let Err(status) = rls::host::grpc_calls_supported() {
                 log::error!(
-                    "cost: global budgets need gRPC calls, which this host does not implement \
+                    "global budgets need gRPC calls, which this host does not implement \
                      (proxy_grpc_call answered status {status}); refusing the configuration"
                 );
                 return false;
@@ -547,7 +547,7 @@ impl RootContext for CostRoot {
             now_unix_millis(),
         ) {
             log::error!(
-                "cost: cannot create the ledger record {key} in shared data ({e:?}); \
+                "cannot create the ledger record {key} in shared data ({e:?}); \
                  tenants with a budget follow store_full until it can be"
             );
         }
@@ -559,7 +559,7 @@ impl RootContext for CostRoot {
         self.remote = config
             .remote_prices
             .clone()
-            .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "cost: prices"));
+            .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "prices"));
         let global = config.global.clone().map(|g| GlobalState {
             breaker: g.rls.breaker(),
             outbox: RefCell::new(Outbox::new(OUTBOX_MAX)),
@@ -572,7 +572,7 @@ impl RootContext for CostRoot {
             // to a missing key whatever its CAS token).
             if let Err(e) = ensure_key(&HostSharedData, &g.queue.key, &encode_queue(&[])) {
                 log::error!(
-                    "cost: cannot create the replay queue {} in shared data ({e:?}); failed \
+                    "cannot create the replay queue {} in shared data ({e:?}); failed \
                      bookings are dropped until it can be",
                     g.queue.key
                 );
@@ -599,7 +599,7 @@ impl RootContext for CostRoot {
         if let Some(ms) = tick {
             if let Err(e) = host::set_tick_period_ms(ms) {
                 log::error!(
-                    "cost: cannot set the tick period for remote_prices or global: host status {e}"
+                    "cannot set the tick period for remote_prices or global: host status {e}"
                 );
                 return false;
             }
@@ -837,7 +837,7 @@ impl CostHttp {
                 };
                 if let Some(unlogged) = shared.logs.unpriced.due(now_unix_millis()) {
                     log::warn!(
-                        "cost: tenant {}: a {} response could not be priced ({}); charged {} \
+                        "tenant {}: a {} response could not be priced ({}); charged {} \
                          nano-USD ({unlogged} more since the last line)",
                         self.tenant,
                         self.request_model.as_deref().unwrap_or("?"),
@@ -873,7 +873,7 @@ impl CostHttp {
                         status,
                     ),
                     None => log::warn!(
-                        "cost: tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
+                        "tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
                         self.tenant
                     ),
                 }
@@ -1021,7 +1021,7 @@ impl CostHttp {
         }
         if let Some(unlogged) = shared.logs.unreadable.due(now_unix_millis()) {
             log::warn!(
-                "cost: tenant {}: request refused, its body cannot be read ({}): {} \
+                "tenant {}: request refused, its body cannot be read ({}): {} \
                  ({unlogged} more since the last line)",
                 self.tenant,
                 reason.label(),
@@ -1092,9 +1092,9 @@ impl CostHttp {
                         self.strip_usage = true;
                         self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);
                     }
-                    Err(e) => log::warn!(
-                        "cost: could not add stream_options.include_usage: host status {e}"
-                    ),
+                    Err(e) => {
+                        log::warn!("could not add stream_options.include_usage: host status {e}")
+                    }
                 }
             }
         }
@@ -1289,7 +1289,7 @@ impl Context for CostHttp {
         if matches!(action, Action::Continue) {
             if let Err(status) = rls::host::resume_request() {
                 log::warn!(
-                    "cost: cannot resume the request after the global check: host status {status}"
+                    "cannot resume the request after the global check: host status {status}"
                 );
             }
         }
@@ -1299,7 +1299,7 @@ impl Context for CostHttp {
 impl HttpContext for CostHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Some(shared) = self.shared.clone() else {
-            log::error!("cost: no configuration; refusing the request");
+            log::error!("no configuration; refusing the request");
             send_json_error(500, &[], "internal_error", "cost is not configured");
             self.done = true;
             return Action::Pause;
@@ -1308,7 +1308,7 @@ impl HttpContext for CostHttp {
         self.tenant = match config.tenant(&HostIdentityView) {
             Ok(tenant) => tenant,
             Err(e) => {
-                log::info!("cost: 401 invalid_api_key: {e}");
+                log::info!("401 invalid_api_key: {e}");
                 return self.refuse(
                     shared.counters.invalid_credential,
                     "invalid_credential",
@@ -1475,7 +1475,7 @@ impl HttpContext for CostHttp {
                 .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
             if out != chunk {
                 if let Err(e) = host::replace_body(BufferType::HttpResponseBody, body_size, &out) {
-                    log::warn!("cost: could not remove the usage event: host status {e}");
+                    log::warn!("could not remove the usage event: host status {e}");
                 }
             }
         } else if let Some(decoder) = self.decoder.as_mut() {

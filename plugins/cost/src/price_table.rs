@@ -176,10 +176,7 @@ pub struct Loaded {
 impl Loaded {
     /// The summary log line of a load (`source`: where the table came from).
     pub fn summary(&self, source: &str) -> String {
-        let mut line = format!(
-            "cost: prices from {source}: {} models loaded",
-            self.table.len()
-        );
+        let mut line = format!("prices from {source}: {} models loaded", self.table.len());
         if self.skipped.total() > 0 {
             line.push_str(&format!(
                 "; {} entries skipped (not priced per token here): {}",
@@ -870,9 +867,9 @@ mod tests {
              1 no_output_price (e.g. odd), 1 no_price (e.g. nothing), \
              1 several_context_tiers (e.g. two-tiers), 1 tiered_pricing (e.g. ranges)"
         );
-        assert!(loaded.summary("the configuration").starts_with(
-            "cost: prices from the configuration: 3 models loaded; 8 entries skipped"
-        ));
+        assert!(loaded
+            .summary("the configuration")
+            .starts_with("prices from the configuration: 3 models loaded; 8 entries skipped"));
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl JwtAuthRoot {
     fn install(&self, provider: usize, body: &[u8]) {
         match KeySet::from_jwks(&String::from_utf8_lossy(body), false) {
             Ok((set, skipped)) => self.install_set(provider, set, skipped),
-            Err(e) => log::warn!("jwt-auth: JWKS of provider {provider} unusable: {e}"),
+            Err(e) => log::warn!("JWKS of provider {provider} unusable: {e}"),
         }
     }
 
@@ -79,7 +79,7 @@ impl JwtAuthRoot {
             return;
         };
         for s in skipped {
-            log::warn!("jwt-auth: JWKS of provider {provider}: skipped {s}");
+            log::warn!("JWKS of provider {provider}: skipped {s}");
         }
         if let Some(slot) = shared.remote_keys.borrow_mut().get_mut(provider) {
             *slot = Some(set);
@@ -121,7 +121,7 @@ impl RootContext for JwtAuthRoot {
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("jwt-auth: {e}");
+                log::error!("{e}");
                 return false;
             }
         };
@@ -132,7 +132,7 @@ impl RootContext for JwtAuthRoot {
             .filter_map(|(i, p)| match &p.keys {
                 KeySource::Remote(r) => Some(RemoteState {
                     provider: i,
-                    document: RemoteDocument::new(r.clone(), JWKS_NAMESPACE, "jwt-auth: JWKS"),
+                    document: RemoteDocument::new(r.clone(), JWKS_NAMESPACE, "JWKS"),
                 }),
                 KeySource::Static(_) => None,
             })
@@ -148,9 +148,7 @@ impl RootContext for JwtAuthRoot {
         }));
         if !self.remotes.is_empty() {
             if let Err(e) = tollgate_common::host::set_tick_period_ms(TICK_MILLIS) {
-                log::error!(
-                    "jwt-auth: cannot set the tick period for remote JWKS: host status {e}"
-                );
+                log::error!("cannot set the tick period for remote JWKS: host status {e}");
                 return false;
             }
         }
@@ -214,7 +212,7 @@ impl Headers {
             Ok(list) => Some(Headers::List(list)),
             Err(status) => {
                 log::error!(
-                    "jwt-auth: cannot read the request's headers (host status {status}); \
+                    "cannot read the request's headers (host status {status}); \
                      refusing the request"
                 );
                 count(shared.counters.headers_unavailable);
@@ -272,11 +270,7 @@ impl JwtAuthHttp {
             }
         };
         let (method, path) = (fetch(method, ":method"), fetch(path, ":path"));
-        log::info!(
-            "jwt-auth: {method} {path}: {} ({})",
-            reason.status(),
-            reason.as_str()
-        );
+        log::info!("{method} {path}: {} ({})", reason.status(), reason.as_str());
         count(shared.counters.denied.id(reason));
         strip_output_headers(&shared.config);
         signals::set(signals::JWT_AUTH_RESULT, reason.as_str());
@@ -313,7 +307,7 @@ impl Context for JwtAuthHttp {}
 impl HttpContext for JwtAuthHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> HostAction {
         let Some(shared) = self.shared.clone() else {
-            log::error!("jwt-auth: no configuration; refusing the request");
+            log::error!("no configuration; refusing the request");
             send_json_error(500, &[], "internal_error", "jwt-auth is not configured");
             return HostAction::Pause;
         };

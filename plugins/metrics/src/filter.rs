@@ -60,7 +60,7 @@ impl RootContext for MetricsRoot {
         let config = match Config::parse(&plugin_configuration()) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("metrics: {e}");
+                log::error!("{e}");
                 return false;
             }
         };
@@ -266,7 +266,7 @@ impl HttpContext for MetricsHttp {
         };
         self.log_request(&mut state);
         if state.cache.refused() == 1 {
-            log::warn!("metrics: series cache full ({MAX_SERIES}); further new series are dropped");
+            log::warn!("series cache full ({MAX_SERIES}); further new series are dropped");
         }
     }
 }

@@ -86,18 +86,18 @@ impl RootContext for RateLimitRoot {
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("rate-limit: {e}");
+                log::error!("{e}");
                 return false;
             }
         };
         // Every limit's state lives under `ratelimit/` (one zone in nginx).
-        if !eviction_allowed("rate-limit", "ratelimit/", config.allow_eviction) {
+        if !eviction_allowed("ratelimit/", config.allow_eviction) {
             return false;
         }
         if config.rules.iter().any(|r| r.global.is_some()) {
             if let Err(status) = rls::host::grpc_calls_supported() {
                 log::error!(
-                    "rate-limit: global mode needs gRPC calls, which this host does not \
+                    "global mode needs gRPC calls, which this host does not \
                      implement (proxy_grpc_call answered status {status}); refusing the \
                      configuration"
                 );
@@ -115,7 +115,7 @@ impl RootContext for RateLimitRoot {
             });
             if let Err(e) = zone.and(buckets) {
                 log::error!(
-                    "rate-limit: rule {}: cannot create its records in shared data ({e:?}); \
+                    "rule {}: cannot create its records in shared data ({e:?}); \
                      its requests follow store_full ({:?}) until they can",
                     rule.name,
                     config.store_full.action
@@ -278,10 +278,7 @@ impl RateLimitHttp {
                     "invalid_credential",
                     &rule.name,
                 );
-                log::info!(
-                    "rate-limit: rule {}: 401 invalid_credential: {e}",
-                    rule.name
-                );
+                log::info!("rule {}: 401 invalid_credential: {e}", rule.name);
                 return self.refuse(401, &[], "invalid_credential", e.description());
             }
         };
@@ -293,7 +290,7 @@ impl RateLimitHttp {
                         "missing_key_denied",
                         &rule.name,
                     );
-                    log::debug!("rate-limit: rule {}: request without its key", rule.name);
+                    log::debug!("rule {}: request without its key", rule.name);
                     let message = format!(
                         "the request lacks what rate-limit rule {} is keyed by",
                         rule.name
@@ -420,7 +417,7 @@ impl RateLimitHttp {
             if state.breaker.failure(now_unix_millis()) {
                 count(state.counters.breaker_opened);
                 log::warn!(
-                    "rate-limit: rule {}: the rate limit service failed repeatedly; this worker \
+                    "rule {}: the rate limit service failed repeatedly; this worker \
                      skips it for {} ms, then probes it",
                     rule.name,
                     rule.global.as_ref().map_or(0, |g| g.breaker_open_ms)
@@ -458,7 +455,7 @@ impl RateLimitHttp {
             });
             if let Some(unlogged) = state.log.due(now_unix_millis()) {
                 log::warn!(
-                    "rate-limit: rule {}: no verdict from the rate limit service {} ({failure}); \
+                    "rule {}: no verdict from the rate limit service {} ({failure}); \
                      requests get on_error: {policy:?}, {unlogged} more since the last line",
                     rule.name,
                     rule.global.as_ref().map_or("", |g| g.service.as_str()),
@@ -514,7 +511,7 @@ impl RateLimitHttp {
                 let mut value = String::with_capacity(32);
                 push_service_limit(&mut value, name, &decision);
                 let retry = retry_after_seconds(decision.retry_after_ms).to_string();
-                log::debug!("rate-limit: rule {}: limit {name} refused", rule.name);
+                log::debug!("rule {}: limit {name} refused", rule.name);
                 let message = format!("rate limit {name} exceeded; retry in {retry} s");
                 self.refuse(
                     config.status,
@@ -550,7 +547,7 @@ impl RateLimitHttp {
                 let log = shared.store_logs.get(index);
                 if let Some(unlogged) = log.and_then(|l| l.due(now_unix_millis())) {
                     log::warn!(
-                        "rate-limit: rule {}: its state cannot be stored (host status {status}: \
+                        "rule {}: its state cannot be stored (host status {status}: \
                          a full shared-data zone?); requests {} (store_full), {unlogged} more \
                          since the last line",
                         rule.name,
@@ -625,7 +622,7 @@ impl Context for RateLimitHttp {
         };
         if action == Action::Continue {
             if let Err(status) = rls::host::resume_request() {
-                log::error!("rate-limit: cannot resume the request (host status {status})");
+                log::error!("cannot resume the request (host status {status})");
             }
         }
     }
@@ -634,7 +631,7 @@ impl Context for RateLimitHttp {
 impl HttpContext for RateLimitHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let Some(shared) = self.shared.clone() else {
-            log::error!("rate-limit: no configuration; refusing the request");
+            log::error!("no configuration; refusing the request");
             send_json_error(500, &[], "internal_error", "rate-limit is not configured");
             return Action::Pause;
         };

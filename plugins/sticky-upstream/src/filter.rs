@@ -72,7 +72,7 @@ impl RootContext for StickyRoot {
         let config = match Config::parse(&bytes) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("sticky-upstream: {e}");
+                log::error!("{e}");
                 return false;
             }
         };
@@ -117,7 +117,7 @@ impl Context for StickyHttp {}
 impl HttpContext for StickyHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let Some(shared) = self.shared.clone() else {
-            log::error!("sticky-upstream: no configuration; refusing the request");
+            log::error!("no configuration; refusing the request");
             send_json_error(
                 500,
                 &[],
@@ -183,7 +183,7 @@ impl HttpContext for StickyHttp {
             ResponseAction::SetCookie(u) => u,
             ResponseAction::Repin(u) => {
                 log::info!(
-                    "sticky-upstream: status {} from upstream {:?}: re-pinning the client to {:?}",
+                    "status {} from upstream {:?}: re-pinning the client to {:?}",
                     status.unwrap_or(0),
                     config.upstream_name(decision.upstream).unwrap_or("?"),
                     config.upstream_name(u).unwrap_or("?")
