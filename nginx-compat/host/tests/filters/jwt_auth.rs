@@ -222,7 +222,11 @@ fn jwt_auth_bad_configuration_fails_create_root() {
         .create_root("jwt_auth", br#"{"providers": {"demo": {"issuer": 5}}}"#)
         .unwrap_err();
     assert!(err.0.contains("proxy_on_configure"), "{err}");
-    assert!(host.logged("jwt-auth"), "logs:\n{}", host.log_text());
+    assert!(
+        host.logged("invalid plugin configuration: field `providers.demo.issuer`"),
+        "logs:\n{}",
+        host.log_text()
+    );
     assert!(!vm.is_poisoned());
     // The Vm stays usable for a good configuration.
     vm.create_root("jwt_auth", gateway_jwt_config().as_bytes())
