@@ -99,8 +99,9 @@ def cell(variant: str, workers: int, spec: harness.GatewaySpec, request: instruc
     nginx_t = time.monotonic() - t0
     if variant == "cache-cold":
         subprocess.run(["rm", "-rf", str(cache)], check=True)  # -t filled it
+    stderr = open(prefix / "stderr.log", "wb")
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(prefix / "stderr.log", "wb"))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         start = first_200(port, request, t0)
         before = set(children(proc.pid))
@@ -113,6 +114,7 @@ def cell(variant: str, workers: int, spec: harness.GatewaySpec, request: instruc
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        stderr.close()
     log = (prefix / "error.log").read_text(errors="replace")
     return {"nginx_t": nginx_t, "start": start, "reload": reload,
             "reused": log.count("compiled code reused"), "compiled": log.count("; stored")}

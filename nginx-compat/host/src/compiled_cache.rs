@@ -280,6 +280,13 @@ mod tests {
         wasmtime::Engine::default()
     }
 
+    /// An engine whose settings differ from [`engine`]'s (epoch interruption).
+    fn other_engine() -> wasmtime::Engine {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        wasmtime::Engine::new(&config).unwrap()
+    }
+
     fn wasm(n: i32) -> Vec<u8> {
         wat::parse_str(format!(
             r#"(module (memory (export "memory") 1) (func (export "f") (result i32) (i32.const {n})))"#
@@ -345,10 +352,7 @@ mod tests {
     fn another_engine_setting_is_another_entry() {
         let dir = tmpdir("engine");
         let cache = CompiledCache::new(&dir);
-        let a = engine();
-        let mut config = wasmtime::Config::new();
-        config.epoch_interruption(true);
-        let b = wasmtime::Engine::new(&config).unwrap();
+        let (a, b) = (engine(), other_engine());
         assert_ne!(
             cache.entry_path(&a, &wasm(1)),
             cache.entry_path(&b, &wasm(1))
@@ -372,10 +376,7 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         // A module serialized for another engine, with a valid checksum: wasmtime refuses it.
-        let mut other = wasmtime::Config::new();
-        other.epoch_interruption(true);
-        let other = wasmtime::Engine::new(&other).unwrap();
-        let foreign = wasmtime::Module::new(&other, wasm(3))
+        let foreign = wasmtime::Module::new(&other_engine(), wasm(3))
             .unwrap()
             .serialize()
             .unwrap();

@@ -78,8 +78,7 @@ impl Engine {
     /// `Unimplemented`) and `wasi_snapshot_preview1` (unknown names return `ENOSYS`), or an
     /// import whose type differs from the ABI's.
     pub fn compile(&self, wasm: &[u8]) -> Result<Module, Error> {
-        let module = wasmtime::Module::new(&self.engine, wasm)
-            .map_err(|e| Error::wasm("cannot compile the module", &e))?;
+        let (module, _) = self.compile_raw(wasm, None)?;
         self.link(module, wasm)
     }
 
@@ -104,21 +103,28 @@ impl Engine {
             .collect()
     }
 
+    /// The wasmtime module of `wasm`: from `cache` when given (with what it did), else compiled.
+    fn compile_raw(
+        &self,
+        wasm: &[u8],
+        cache: Option<&CompiledCache>,
+    ) -> Result<(wasmtime::Module, Option<CacheNote>), Error> {
+        match cache {
+            Some(c) => c
+                .load_or_compile(&self.engine, wasm)
+                .map(|(m, note)| (m, Some(note))),
+            None => wasmtime::Module::new(&self.engine, wasm).map(|m| (m, None)),
+        }
+        .map_err(|e| Error::wasm("cannot compile the module", &e))
+    }
+
     /// The wasmtime modules of `wasms`, compiled (or loaded) on scoped threads.
     fn compile_raw_all(
         &self,
         wasms: &[&[u8]],
         cache: Option<&CompiledCache>,
     ) -> Vec<Result<(wasmtime::Module, Option<CacheNote>), Error>> {
-        let one = |wasm: &[u8]| match cache {
-            Some(c) => c
-                .load_or_compile(&self.engine, wasm)
-                .map(|(m, note)| (m, Some(note)))
-                .map_err(|e| Error::wasm("cannot compile the module", &e)),
-            None => wasmtime::Module::new(&self.engine, wasm)
-                .map(|m| (m, None))
-                .map_err(|e| Error::wasm("cannot compile the module", &e)),
-        };
+        let one = |wasm: &[u8]| self.compile_raw(wasm, cache);
         let threads = std::thread::available_parallelism()
             .map_or(1, std::num::NonZeroUsize::get)
             .min(wasms.len());

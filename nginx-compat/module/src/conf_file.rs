@@ -18,9 +18,9 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use ngx::ffi::{ngx_conf_full_name, ngx_conf_t, ngx_str_t};
+use ngx::ffi::{ngx_conf_t, ngx_str_t};
 
-use crate::util::lossy;
+use crate::util::{full_path, lossy};
 
 /// Largest configuration file (bytes).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 64 << 20;
@@ -34,12 +34,10 @@ pub unsafe fn read(cf: *mut ngx_conf_t, arg: &ngx_str_t) -> Result<(PathBuf, Vec
     if arg.len == 0 {
         return Err("an empty file name".to_string());
     }
-    let mut full: ngx_str_t = *arg;
-    // SAFETY: see the function's contract; nginx allocates the joined name in the cycle pool.
-    if unsafe { ngx_conf_full_name((*cf).cycle, &mut full, 0) } != 0 {
+    // SAFETY: see the function's contract.
+    let Some(path) = (unsafe { full_path(cf, arg) }) else {
         return Err(format!("cannot resolve the file name \"{}\"", lossy(arg)));
-    }
-    let path = PathBuf::from(lossy(&full));
+    };
     let fail = |what: &str| format!("configuration file \"{}\": {what}", path.display());
     let file = std::fs::File::open(&path).map_err(|e| fail(&e.to_string()))?;
     let meta = file.metadata().map_err(|e| fail(&e.to_string()))?;

@@ -40,6 +40,23 @@ pub fn lossy(s: &ngx_str_t) -> String {
     String::from_utf8_lossy(bytes(s)).into_owned()
 }
 
+/// A path argument made absolute as nginx makes its own (`ngx_conf_full_name`: relative to the
+/// `-p` prefix); `None` when it is empty or nginx cannot join it.
+///
+/// # Safety
+/// `cf` must be the live `ngx_conf_t` of the directive being parsed, `arg` one of its arguments.
+pub unsafe fn full_path(cf: *mut ngx_conf_t, arg: &ngx_str_t) -> Option<std::path::PathBuf> {
+    if arg.len == 0 {
+        return None;
+    }
+    let mut full: ngx_str_t = *arg;
+    // SAFETY: see the function's contract; nginx allocates the joined name in the cycle pool.
+    if unsafe { ngx::ffi::ngx_conf_full_name((*cf).cycle, &mut full, 0) } != 0 {
+        return None;
+    }
+    Some(std::path::PathBuf::from(lossy(&full)))
+}
+
 /// The arguments of the directive being parsed (`cf->args`), name first.
 ///
 /// # Safety

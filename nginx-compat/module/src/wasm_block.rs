@@ -29,14 +29,14 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_full_name, ngx_conf_parse, ngx_conf_t, ngx_core_module_t, ngx_cycle_t,
-    ngx_module_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t,
-    NGX_CONF_BLOCK, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2,
-    NGX_CONF_TAKE23, NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF, NGX_MAIN_CONF,
+    ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_core_module_t, ngx_cycle_t, ngx_module_t,
+    ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, NGX_CONF_BLOCK,
+    NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE2, NGX_CONF_TAKE23,
+    NGX_CONF_TAKE3, NGX_CORE_MODULE, NGX_DIRECT_CONF, NGX_MAIN_CONF,
 };
 use ngx::ngx_string;
 
-use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
+use crate::util::{bytes, conf_args, conf_error, full_path, lossy, CONF_OK};
 
 /// The `cmd_type` of the directives inside `wasm {}` (the value other blocks' own directives
 /// use, `NGX_HTTP_MAIN_CONF`/`NGX_EVENT_CONF`; no core module uses it for its directives).
@@ -318,11 +318,9 @@ unsafe fn add_module(cf: *mut ngx_conf_t, conf: *mut c_void, from_file: bool) ->
             );
         }
         // Relative paths are relative to the prefix (-p), like ngx_wasm_module's.
-        let mut full: ngx_str_t = *path;
-        if ngx_conf_full_name((*cf).cycle, &mut full, 0) != 0 {
+        let Some(path_buf) = full_path(cf, path) else {
             return conf_error(cf, "tollgate: cannot resolve the module path");
-        }
-        let path_buf = PathBuf::from(lossy(&full));
+        };
         let wasm = match std::fs::read(&path_buf) {
             Ok(w) => w,
             Err(e) => {
@@ -800,8 +798,7 @@ unsafe extern "C" fn compiled_cache_directive(
             conf.compiled_cache = Some(None);
             return CONF_OK;
         }
-        let mut full: ngx_str_t = arg;
-        if arg.len == 0 || ngx_conf_full_name((*cf).cycle, &mut full, 0) != 0 {
+        let Some(dir) = full_path(cf, &arg) else {
             return conf_error(
                 cf,
                 &format!(
@@ -809,8 +806,7 @@ unsafe extern "C" fn compiled_cache_directive(
                     lossy(&arg)
                 ),
             );
-        }
-        let dir = PathBuf::from(lossy(&full));
+        };
         conf.compiled_cache = Some(Some(tollgate_host::CompiledCache::new(dir)));
         CONF_OK
     }
