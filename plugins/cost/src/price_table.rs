@@ -17,7 +17,8 @@
 //! `"bedrock/claude-opus-latest": {"alias_of": "global.anthropic.claude-opus-5-5"}`) is priced
 //! as the entry it names, followed once the whole file is read, through at most
 //! [`MAX_ALIAS_HOPS`] aliases; an alias whose chain ends on no per-token price, loops or is
-//! longer is skipped ([`SkipReason::AliasUnpriced`]). Names are matched exactly there.
+//! longer is skipped ([`SkipReason::AliasUnpriced`]). Names are matched exactly there; a name
+//! the file also gives with a price of its own keeps that price.
 //!
 //! Every other member of an entry (`max_tokens`, `mode`, `litellm_provider`, `supports_*`,
 //! `source`, service-tier prices such as `input_cost_per_token_priority` or `_batches`, ...) is
@@ -205,6 +206,11 @@ impl Loaded {
         // no shortcut for a later one: the hop bound holds whatever the file's order).
         let mut priced = Vec::with_capacity(pending.len());
         for (alias, target) in &pending {
+            if self.table.models.contains_key(alias) {
+                // The name is also an entry with a price of its own (a key given twice): that
+                // price wins, whichever came first.
+                continue;
+            }
             let mut name = target.as_str();
             let mut price = None;
             for _ in 0..MAX_ALIAS_HOPS {
@@ -1035,6 +1041,29 @@ mod tests {
         );
         // A non-string alias_of is no alias: no price.
         assert_eq!(price("number"), None);
+        // A name given twice, once priced and once as an alias: its own price, in either order.
+        for doc in [
+            r#"{"t": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6},
+                "x": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}, "x": {"alias_of": "t"}}"#,
+            r#"{"t": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6},
+                "x": {"alias_of": "t"}, "x": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}"#,
+        ] {
+            let loaded = PriceTable::parse(doc.as_bytes(), "prices").unwrap();
+            let own = loaded.table.get("x").map(|p| p.input);
+            assert_eq!(
+                own,
+                PriceTable::parse(
+                    br#"{"x": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}"#,
+                    "prices"
+                )
+                .unwrap()
+                .table
+                .get("x")
+                .map(|p| p.input),
+                "{doc}"
+            );
+            assert_eq!(loaded.aliases, 0, "{doc}");
+        }
     }
 
     #[test]
