@@ -11,9 +11,9 @@
 //! Nothing is trusted: deserializing is loading native code, so an entry is used only when
 //! - the directory and the file belong to this process's effective user and nobody else can
 //!   write them (mode without group or other write), the file a regular file (no symbolic link);
-//! - every directory above belongs to root or to this user and nobody else can write it, or it
-//!   is sticky (`/tmp`), so that nobody else can put another directory in the path (OpenSSH's
-//!   `StrictModes` rule for its files);
+//! - every directory above, on the path as configured and as resolved through symbolic links,
+//!   belongs to root or to this user and nobody else can write it, or it is sticky (`/tmp`), so
+//!   that nobody else can put another directory in the path (OpenSSH's `StrictModes` rule);
 //! - its checksum matches (a truncated write, a disk error, a copy from elsewhere);
 //! - wasmtime accepts it for this engine (its own header check).
 //!
@@ -240,13 +240,18 @@ fn trusted(meta: &std::fs::Metadata) -> Result<(), String> {
     Ok(())
 }
 
-/// `Ok` when every directory above `dir` (resolved) belongs to root or to this process's
-/// effective user and is writable by nobody else, or is sticky; else which one is not.
+/// `Ok` when every directory above `dir` belongs to root or to this process's effective user
+/// and is writable by nobody else, or is sticky; else which one is not.
+/// Both the path as configured and the path it resolves to: a symbolic link on the way is only
+/// as safe as the directory holding it.
 fn trusted_above(dir: &Path) -> Result<(), String> {
     let real = std::fs::canonicalize(dir).map_err(|e| format!("the directory: {e}"))?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    for above in real.ancestors().skip(1) {
+    for above in dir.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+        if above.as_os_str().is_empty() {
+            continue; // a relative path's end
+        }
         let meta = std::fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
         let owner_ok = meta.uid() == 0 || meta.uid() == euid;
         let sticky = meta.mode() & 0o1000 != 0;
@@ -341,6 +346,19 @@ mod tests {
             "{note:?}"
         );
         assert!(!cache.entry_path(&e, &wasm(4)).exists());
+        // A link to a trusted directory, held by the open one: the link could be replaced.
+        let trusted = tmpdir("link-target");
+        std::fs::create_dir_all(&trusted).unwrap();
+        std::fs::set_permissions(&trusted, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&trusted, open.join("link")).unwrap();
+        let linked = CompiledCache::new(open.join("link"));
+        let (_, note) = linked.load_or_compile(&e, &wasm(4)).unwrap();
+        assert!(
+            note.warning && note.message.contains("others could replace"),
+            "{note:?}"
+        );
+        assert_eq!(std::fs::read_dir(&trusted).unwrap().count(), 0);
+        std::fs::remove_dir_all(&trusted).unwrap();
         // Sticky, as /tmp: used.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
         assert!(!cache.load_or_compile(&e, &wasm(4)).unwrap().1.warning);
