@@ -20,6 +20,7 @@ pub mod rls;
 pub mod route;
 pub mod shared_data;
 pub mod signals;
+pub mod skeleton;
 
 /// The allocator of every filter on wasm32: Rust's port of dlmalloc as the global allocator,
 /// so that `Box`, `Vec` and `String` call it directly instead of through std's wrappers and

@@ -1,5 +1,6 @@
-//! proxy-wasm glue: the root context (configuration, the per-VM series cache, the tenant
-//! registry) and the HTTP context (one request), a thin shell over the host-free modules.
+//! metrics on the filters' skeleton (`tollgate_common::skeleton`): what its root context shares
+//! (configuration, the per-VM series cache, the tenant registry) and its two phases, a thin
+//! shell over the host-free modules.
 //!
 //! Per request: `on_http_request_headers` reads the host clock (one host call); `on_log` (called
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
@@ -11,12 +12,13 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::SystemTime;
 
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, MetricType};
-use tollgate_common::host::{plugin_configuration, request_header_bytes};
+use proxy_wasm::types::{Action, MetricType};
+use tollgate_common::config::ConfigError;
+use tollgate_common::host::request_header_bytes;
 use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
+use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::config::Config;
 use crate::labels::{method_label, route_label, Label};
@@ -32,9 +34,17 @@ use crate::tenants::{Tenants, NONE_LABEL};
 const MAX_SERIES: usize = 100_000;
 
 proxy_wasm::main! {{
-    tollgate_common::host::init_log(log::LevelFilter::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(MetricsRoot::default()) });
+    tollgate_common::skeleton::contexts::main::<Metrics>();
 }}
+
+/// The filter, for the skeleton.
+struct Metrics;
+
+impl FilterConfig for Config {
+    fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        Config::parse(bytes)
+    }
+}
 
 /// What the root context shares with its HTTP contexts (single-threaded VM: `RefCell`).
 struct State {
@@ -48,52 +58,54 @@ struct State {
     cost_tenant_label: String,
 }
 
-#[derive(Default)]
-struct MetricsRoot {
-    state: Option<Rc<RefCell<State>>>,
-}
+impl Filter for Metrics {
+    const NAME: &'static str = "metrics";
+    type Config = Config;
+    type Shared = RefCell<State>;
+    type Root = ();
+    /// The host's clock at the request headers.
+    type Request = Option<SystemTime>;
 
-impl Context for MetricsRoot {}
-
-impl RootContext for MetricsRoot {
-    fn on_configure(&mut self, _size: usize) -> bool {
-        let config = match Config::parse(&plugin_configuration()) {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!("{e}");
-                return false;
-            }
-        };
+    fn configure(
+        config: Config,
+        _root: &mut (),
+        _started: Option<SystemTime>,
+    ) -> Option<RefCell<State>> {
         let tenants = config.tenant.as_ref().map(Tenants::new);
         if let Some(t) = &tenants {
             t.ensure_registry(&HostSharedData);
         }
-        self.state = Some(Rc::new(RefCell::new(State {
+        Some(RefCell::new(State {
             config,
             cache: SeriesCache::new(MAX_SERIES),
             tenants,
             tenant_label: String::new(),
             cost_tenant_label: String::new(),
-        })));
-        true
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
-    }
-
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(MetricsHttp {
-            state: self.state.clone(),
-            start: None,
         }))
     }
-}
 
-struct MetricsHttp {
-    state: Option<Rc<RefCell<State>>>,
-    /// Host clock at the request headers.
-    start: Option<SystemTime>,
+    fn request(_shared: &Rc<RefCell<State>>) -> Option<SystemTime> {
+        None
+    }
+
+    fn request_headers(
+        start: &mut Option<SystemTime>,
+        _shared: &Rc<RefCell<State>>,
+        _end: bool,
+    ) -> Action {
+        *start = now();
+        Action::Continue
+    }
+
+    fn log(start: &mut Option<SystemTime>, shared: &Rc<RefCell<State>>) {
+        let Ok(mut state) = shared.try_borrow_mut() else {
+            return;
+        };
+        log_request(*start, &mut state);
+        if state.cache.refused() == 1 {
+            log::warn!("series cache full ({MAX_SERIES}); further new series are dropped");
+        }
+    }
 }
 
 fn now() -> Option<SystemTime> {
@@ -128,145 +140,122 @@ fn emit(id: Option<u32>, kind: Kind, value: u64) {
     }
 }
 
-impl MetricsHttp {
-    fn log_request(&self, state: &mut State) {
-        let State {
-            config,
-            cache,
-            tenants,
-            tenant_label,
-            cost_tenant_label,
-        } = state;
-        // Headers are read only for the labels that use them.
-        let method = if config.method {
-            request_header_bytes(":method").map_or(Label::OTHER, |m| method_label(&m))
-        } else {
-            Label::OTHER
-        };
-        let route = if config.routes.is_empty() {
-            Label::OTHER
-        } else {
-            let path = request_header_bytes(":path").unwrap_or_default();
-            route_label(&config.routes, &path, &config.paths)
-        };
-        let end = now();
-        let now_secs = end
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
-        // The tenant: only a verified identity (or a header configured as trusted) is admitted
-        // to the registry; see tollgate_common::identity and crate::tenants.
-        let mut identity = None;
-        let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
-            (Some(t), Some(reg)) => {
-                let identity = identity.insert(t.source.read(&HostIdentityView));
-                let trusted = match t.source {
-                    IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
-                    IdentitySource::Unverified { .. } | IdentitySource::Credential { .. } => true,
-                };
-                let label = reg.label(&HostSharedData, identity, now_secs, true);
-                let index = label.index;
-                tenant_label.clear();
-                tenant_label.push_str(label.text);
-                let label = Label {
-                    index,
-                    text: tenant_label.as_str(),
-                };
-                (Some(label), trusted)
-            }
-            _ => (None, false),
-        };
-        let duration_us = match (self.start, end) {
-            (Some(start), Some(end)) => end
-                .duration_since(start)
-                .ok()
-                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
-            _ => None,
-        };
-        let auth = signals::get(signals::JWT_AUTH_RESULT);
-        let decision = signals::get(signals::RATE_LIMIT_DECISION);
-        // Without a decision the rule is not recorded: not read.
-        let rule = decision
-            .as_ref()
-            .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
-        let cost_status = signals::get(signals::COST_STATUS);
-        let (cost_model, cost_tenant) = if cost_status.is_some() {
-            let model = signals::get(signals::COST_MODEL);
-            // The cost filter's tenant is admitted only on a request whose own tenant was
-            // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
-            let tenant = signals::get(signals::COST_TENANT).map(|t| {
-                // The cost filter books most requests to the request's own tenant (both keyed
-                // by the verified subject): the same value, already labelled, with the same
-                // admission (a request with a value is trusted).
-                if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
-                    if same_bytes(v, t.as_bytes()) {
-                        return own;
-                    }
-                }
-                match (&config.tenant, tenants.as_mut()) {
-                    (Some(_), Some(reg)) => {
-                        let identity = Identity::Value(t.into_bytes());
-                        let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
-                        let index = label.index;
-                        cost_tenant_label.clear();
-                        cost_tenant_label.push_str(label.text);
-                        Label {
-                            index,
-                            text: cost_tenant_label.as_str(),
-                        }
-                    }
-                    _ => Label::OTHER,
-                }
-            });
-            (model, tenant)
-        } else {
-            (None, None)
-        };
-        let cost = cost_status.as_deref().map(|status| CostSignals {
-            model: cost_model.as_deref(),
-            tenant: cost_tenant.unwrap_or(NONE_LABEL),
-            input_tokens: int_signal(signals::COST_INPUT_TOKENS),
-            output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
-            cost_nano_usd: int_signal(signals::COST_NANO_USD),
-            status: Some(status),
-        });
-        let obs = Observation {
-            method,
-            route,
-            tenant,
-            status: int_property(RESPONSE_CODE).unwrap_or(0),
-            duration_us,
-            request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
-            response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
-            auth_result: auth.as_deref(),
-            rate_limit: match (&rule, &decision) {
-                (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),
-                (None, Some(d)) => Some(("none", d.as_str())),
-                _ => None,
-            },
-            cost,
-        };
-        record(config, cache, &obs, &mut define, &mut emit);
-    }
-}
-
-impl Context for MetricsHttp {}
-
-impl HttpContext for MetricsHttp {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        self.start = now();
-        Action::Continue
-    }
-
-    fn on_log(&mut self) {
-        let Some(state) = self.state.clone() else {
-            return;
-        };
-        let Ok(mut state) = state.try_borrow_mut() else {
-            return;
-        };
-        self.log_request(&mut state);
-        if state.cache.refused() == 1 {
-            log::warn!("series cache full ({MAX_SERIES}); further new series are dropped");
+/// Records the request that ended (`start`: the host's clock at its headers).
+fn log_request(start: Option<SystemTime>, state: &mut State) {
+    let State {
+        config,
+        cache,
+        tenants,
+        tenant_label,
+        cost_tenant_label,
+    } = state;
+    // Headers are read only for the labels that use them.
+    let method = if config.method {
+        request_header_bytes(":method").map_or(Label::OTHER, |m| method_label(&m))
+    } else {
+        Label::OTHER
+    };
+    let route = if config.routes.is_empty() {
+        Label::OTHER
+    } else {
+        let path = request_header_bytes(":path").unwrap_or_default();
+        route_label(&config.routes, &path, &config.paths)
+    };
+    let end = now();
+    let now_secs = end
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    // The tenant: only a verified identity (or a header configured as trusted) is admitted
+    // to the registry; see tollgate_common::identity and crate::tenants.
+    let mut identity = None;
+    let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
+        (Some(t), Some(reg)) => {
+            let identity = identity.insert(t.source.read(&HostIdentityView));
+            let trusted = match t.source {
+                IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
+                IdentitySource::Unverified { .. } | IdentitySource::Credential { .. } => true,
+            };
+            let label = reg.label(&HostSharedData, identity, now_secs, true);
+            let index = label.index;
+            tenant_label.clear();
+            tenant_label.push_str(label.text);
+            let label = Label {
+                index,
+                text: tenant_label.as_str(),
+            };
+            (Some(label), trusted)
         }
-    }
+        _ => (None, false),
+    };
+    let duration_us = match (start, end) {
+        (Some(start), Some(end)) => end
+            .duration_since(start)
+            .ok()
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        _ => None,
+    };
+    let auth = signals::get(signals::JWT_AUTH_RESULT);
+    let decision = signals::get(signals::RATE_LIMIT_DECISION);
+    // Without a decision the rule is not recorded: not read.
+    let rule = decision
+        .as_ref()
+        .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
+    let cost_status = signals::get(signals::COST_STATUS);
+    let (cost_model, cost_tenant) = if cost_status.is_some() {
+        let model = signals::get(signals::COST_MODEL);
+        // The cost filter's tenant is admitted only on a request whose own tenant was
+        // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
+        let tenant = signals::get(signals::COST_TENANT).map(|t| {
+            // The cost filter books most requests to the request's own tenant (both keyed
+            // by the verified subject): the same value, already labelled, with the same
+            // admission (a request with a value is trusted).
+            if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
+                if same_bytes(v, t.as_bytes()) {
+                    return own;
+                }
+            }
+            match (&config.tenant, tenants.as_mut()) {
+                (Some(_), Some(reg)) => {
+                    let identity = Identity::Value(t.into_bytes());
+                    let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
+                    let index = label.index;
+                    cost_tenant_label.clear();
+                    cost_tenant_label.push_str(label.text);
+                    Label {
+                        index,
+                        text: cost_tenant_label.as_str(),
+                    }
+                }
+                _ => Label::OTHER,
+            }
+        });
+        (model, tenant)
+    } else {
+        (None, None)
+    };
+    let cost = cost_status.as_deref().map(|status| CostSignals {
+        model: cost_model.as_deref(),
+        tenant: cost_tenant.unwrap_or(NONE_LABEL),
+        input_tokens: int_signal(signals::COST_INPUT_TOKENS),
+        output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
+        cost_nano_usd: int_signal(signals::COST_NANO_USD),
+        status: Some(status),
+    });
+    let obs = Observation {
+        method,
+        route,
+        tenant,
+        status: int_property(RESPONSE_CODE).unwrap_or(0),
+        duration_us,
+        request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
+        response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
+        auth_result: auth.as_deref(),
+        rate_limit: match (&rule, &decision) {
+            (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),
+            (None, Some(d)) => Some(("none", d.as_str())),
+            _ => None,
+        },
+        cost,
+    };
+    record(config, cache, &obs, &mut define, &mut emit);
 }

@@ -1,5 +1,6 @@
-//! proxy-wasm glue: the root context (configuration, counters, random draws) and the HTTP
-//! context (one request), a thin shell over [`crate::sticky`].
+//! sticky-upstream on the filters' skeleton (`tollgate_common::skeleton`): what its root context
+//! shares (configuration, counters, random draws, verified cookies) and its two phases, a thin
+//! shell over [`crate::sticky`].
 //!
 //! Per request on the sticky-read path (a valid cookie): one `Cookie` header read, one cookie
 //! parse, one cache lookup (an HMAC verification the first time a value is seen, see
@@ -22,11 +23,13 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::SystemTime;
 
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, MapType};
+use proxy_wasm::types::{Action, MapType};
 use tollgate_common::abi_codec::text;
+use tollgate_common::config::ConfigError;
 use tollgate_common::host::{self as host, count, now_unix_secs, send_json_error};
+use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::choose::Draws;
 use crate::config::{ChooseBy, Config};
@@ -35,9 +38,17 @@ use crate::counters::Counters;
 use crate::sticky::{after_response, decide, Decision, Outcome, ResponseAction};
 
 proxy_wasm::main! {{
-    tollgate_common::host::init_log(log::LevelFilter::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(StickyRoot::default()) });
+    tollgate_common::skeleton::contexts::main::<StickyUpstream>();
 }}
+
+/// The filter, for the skeleton.
+struct StickyUpstream;
+
+impl FilterConfig for Config {
+    fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        Config::parse(bytes)
+    }
+}
 
 /// What the root context shares with its HTTP contexts.
 struct Shared {
@@ -56,76 +67,38 @@ impl Shared {
     fn draw(&self) -> u64 {
         self.draws.borrow_mut().next_u64()
     }
-}
 
-#[derive(Default)]
-struct StickyRoot {
-    shared: Option<Rc<Shared>>,
-}
-
-impl Context for StickyRoot {}
-
-impl RootContext for StickyRoot {
-    fn on_configure(&mut self, _size: usize) -> bool {
-        // Not the SDK's `get_plugin_configuration`, which unwraps host errors.
-        let bytes = tollgate_common::host::plugin_configuration();
-        let config = match Config::parse(&bytes) {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!("{e}");
-                return false;
-            }
-        };
-        self.shared = Some(Rc::new(Shared {
-            config,
-            counters: Counters::define(),
-            draws: RefCell::new(Draws::from_platform()),
-            verified: RefCell::new(VerifiedCookies::new(SLOTS)),
-        }));
-        true
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
-    }
-
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(StickyHttp {
-            shared: self.shared.clone(),
-            decision: None,
-        }))
-    }
-}
-
-struct StickyHttp {
-    shared: Option<Rc<Shared>>,
-    decision: Option<Decision>,
-}
-
-impl StickyHttp {
     /// The value of the configured `hash_header`, if the configuration chooses by hash.
-    fn hash_key(&self, config: &Config) -> Option<Vec<u8>> {
-        match &config.choose_by {
+    fn hash_key(&self) -> Option<Vec<u8>> {
+        match &self.config.choose_by {
             ChooseBy::HashHeader(h) => host::request_header_bytes(h),
             ChooseBy::Weighted => None,
         }
     }
 }
 
-impl Context for StickyHttp {}
+impl Filter for StickyUpstream {
+    const NAME: &'static str = "sticky-upstream";
+    type Config = Config;
+    type Shared = Shared;
+    type Root = ();
+    /// The request's upstream and why, once chosen.
+    type Request = Option<Decision>;
 
-impl HttpContext for StickyHttp {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let Some(shared) = self.shared.clone() else {
-            log::error!("no configuration; refusing the request");
-            send_json_error(
-                500,
-                &[],
-                "internal_error",
-                "sticky-upstream is not configured",
-            );
-            return Action::Pause;
-        };
+    fn configure(config: Config, _root: &mut (), _started: Option<SystemTime>) -> Option<Shared> {
+        Some(Shared {
+            config,
+            counters: Counters::define(),
+            draws: RefCell::new(Draws::from_platform()),
+            verified: RefCell::new(VerifiedCookies::new(SLOTS)),
+        })
+    }
+
+    fn request(_shared: &Rc<Shared>) -> Option<Decision> {
+        None
+    }
+
+    fn request_headers(request: &mut Option<Decision>, shared: &Rc<Shared>, _end: bool) -> Action {
         let config = &shared.config;
         let cookie = host::request_header_bytes("cookie").map(text);
         let decision = decide(
@@ -133,7 +106,7 @@ impl HttpContext for StickyHttp {
             &mut shared.verified.borrow_mut(),
             cookie.as_deref(),
             now_unix_secs(),
-            || self.hash_key(config),
+            || shared.hash_key(),
             || shared.draw(),
         );
         let Some(decision) = decision.filter(|d| config.upstream_name(d.upstream).is_some()) else {
@@ -149,12 +122,12 @@ impl HttpContext for StickyHttp {
             config.upstream_name(decision.upstream),
         );
         shared.count(decision.outcome);
-        self.decision = Some(decision);
+        *request = Some(decision);
         Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let (Some(shared), Some(decision)) = (self.shared.clone(), self.decision) else {
+    fn response_headers(request: &mut Option<Decision>, shared: &Rc<Shared>, _end: bool) -> Action {
+        let Some(decision) = *request else {
             return Action::Continue;
         };
         let config = &shared.config;
@@ -175,7 +148,7 @@ impl HttpContext for StickyHttp {
                 host::property(&["response", "code_details"])
                     .is_none_or(|details| details != b"via_upstream")
             },
-            || self.hash_key(config),
+            || shared.hash_key(),
             || shared.draw(),
         );
         let upstream = match action {
