@@ -8,7 +8,8 @@
 //! - [`verify`]: signature, claims and route checks; the reasons for refusals.
 //! - [`cache`]: the per-VM verified-token cache.
 //! - [`counters`]: the filter's counters, declared once.
-//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+//! - wasm32 only: `filter` (jwt-auth on the filters' skeleton, a thin shell) and
+//!   `request_headers` (the request's headers as it reads and strips them).
 
 pub mod cache;
 pub mod config;
@@ -20,3 +21,5 @@ pub mod verify;
 
 #[cfg(target_arch = "wasm32")]
 mod filter;
+#[cfg(target_arch = "wasm32")]
+mod request_headers;
