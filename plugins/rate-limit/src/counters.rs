@@ -45,9 +45,9 @@ tollgate_common::counters! {
         error_allowed: "tollgate_rate_limit_requests_total" [decision = "global_error_allowed"],
         /// `on_error: deny` refused it (503).
         error_denied: "tollgate_rate_limit_requests_total" [decision = "global_error_denied"],
-        fallback_local: "tollgate_rate_limit_global_fallbacks_total" [policy = "local"],
-        fallback_allow: "tollgate_rate_limit_global_fallbacks_total" [policy = "allow"],
-        fallback_deny: "tollgate_rate_limit_global_fallbacks_total" [policy = "deny"],
+        fallback_local: "tollgate_rate_limit_global_fallbacks_total" [on_error = "local"],
+        fallback_allow: "tollgate_rate_limit_global_fallbacks_total" [on_error = "allow"],
+        fallback_deny: "tollgate_rate_limit_global_fallbacks_total" [on_error = "deny"],
         /// Times this worker's breaker opened (or reopened after a failed probe).
         breaker_opened: "tollgate_rate_limit_global_breaker_opened_total",
     }

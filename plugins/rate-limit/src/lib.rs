@@ -10,7 +10,10 @@
 //! - [`global`]: global mode's `ShouldRateLimit` request and verdict (Envoy's rate limit service).
 //! - [`headers`]: RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and
 //!   Retry-After.
-//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+//! - wasm32 only: `filter` (rate-limit on the filters' skeleton, a thin shell), `worker` (what
+//!   the root context shares with the requests), `admission` (one request: the request stage,
+//!   the first matching rule, its limits in either mode), `answer` (how a verdict answers the
+//!   request), `request_view` (the request as keys and rules read it).
 
 pub mod algorithm;
 pub mod config;
@@ -22,4 +25,12 @@ pub mod limiter;
 pub mod state;
 
 #[cfg(target_arch = "wasm32")]
+mod admission;
+#[cfg(target_arch = "wasm32")]
+mod answer;
+#[cfg(target_arch = "wasm32")]
 mod filter;
+#[cfg(target_arch = "wasm32")]
+mod request_view;
+#[cfg(target_arch = "wasm32")]
+mod worker;
