@@ -4,12 +4,15 @@
 //! before the upstream.
 //!
 //! - [`body_end`]: when a response body is complete for the client (`Content-Length`).
+//! - [`charge`]: what a finished response is charged (priced, estimated or nothing).
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`counters`]: the filter's counters, declared once.
 //! - [`price`]: exact integer prices (atto-USD per token) and costs (nano-USD).
 //! - [`price_table`]: LiteLLM's price file as it is, and the lookup of model names.
 //! - [`decode`]: bounded gzip/deflate decoding of compressed responses.
 //! - [`request`]: the request body (model, stream flags) and the `include_usage` rewrite.
+//! - [`response_reader`]: the response read chunk by chunk (decoded, parsed, the usage event
+//!   the filter caused removed), and its usage at the end.
 //! - [`unreadable`]: the request bodies the filter cannot read (refused for tenants with a budget).
 //! - [`json_scan`]: the incremental JSON scanner that reads `usage` from bodies of any size.
 //! - [`usage`]: the providers' usage objects, normalised.
@@ -18,9 +21,13 @@
 //! - [`period`]: UTC days and months.
 //! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
 //! - [`global`]: budgets counted by Envoy's rate limit service across gateways (opt-in).
-//! - `filter` (wasm32 only): the proxy-wasm root and HTTP contexts, a thin shell over the above.
+//! - wasm32 only: `filter` (cost on the filters' skeleton, a thin shell), `worker` (what the root
+//!   context shares with the requests), `pipeline` (one request, phase by phase),
+//!   `bookings_sender` (global mode's bookings, sent by the root context), `remote_prices` (the
+//!   price table refreshed on ticks).
 
 pub mod body_end;
+pub mod charge;
 pub mod config;
 pub mod counters;
 pub mod decode;
@@ -33,10 +40,19 @@ pub mod period;
 pub mod price;
 pub mod price_table;
 pub mod request;
+pub mod response_reader;
 pub mod sse;
 pub mod unpriced;
 pub mod unreadable;
 pub mod usage;
 
 #[cfg(target_arch = "wasm32")]
+mod bookings_sender;
+#[cfg(target_arch = "wasm32")]
 mod filter;
+#[cfg(target_arch = "wasm32")]
+mod pipeline;
+#[cfg(target_arch = "wasm32")]
+mod remote_prices;
+#[cfg(target_arch = "wasm32")]
+mod worker;

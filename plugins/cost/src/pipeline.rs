@@ -1,0 +1,71 @@
+//! One request through cost (wasm32), phase by phase (README, "How a request is priced"):
+//! 1. [`admission`]: the request headers: the tenant, its spend (one shared-data read; a tenant
+//!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
+//!    service in global mode), then the body held to be read.
+//! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
+//!    `unknown_model` says so), and for a stream on an OpenAI completions path without
+//!    `stream_options.include_usage`, the body rewritten to ask for it (`crate::request`).
+//! 3. [`response`]: the response headers and body, read as they pass
+//!    (`crate::response_reader`), the usage event the filter caused removed.
+//! 4. [`booking`]: when the body is complete as the client sees it (or the stream ends
+//!    without that): the charge (`crate::charge`) booked in the ledger and, in global mode,
+//!    queued for the service; the outcome published for the metrics filter and access logs.
+
+mod admission;
+mod booking;
+mod request_body;
+mod response;
+
+use crate::global::Period;
+use crate::ledger::{Budget, Spend};
+use crate::response_reader::ResponseReader;
+use crate::unreadable::Unreadable;
+
+/// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
+pub(crate) const BUDGET_RESET_HEADER: &str = "x-tollgate-budget-reset";
+
+/// One request's state.
+#[derive(Default)]
+pub(crate) struct Request {
+    tenant: String,
+    /// The tenant's spend read at the request headers.
+    spend: Option<Spend>,
+    /// The tenant's ledger key, made at the request headers (taken by the booking).
+    ledger_key: Option<String>,
+    /// Whether the tenant has a budget.
+    budgeted: bool,
+    /// Whether a request body this filter cannot read is refused (`Request::admitted`).
+    must_read: bool,
+    /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;
+    /// only looked at when `must_read`): refused at the body's first bytes.
+    unreadable_headers: Option<Unreadable>,
+    /// The request body is being held to be read.
+    hold_request: bool,
+    /// The path is an OpenAI completions API (`request::stream_usage_on_request`).
+    completions_path: bool,
+    /// The request body's `model`.
+    request_model: Option<String>,
+    /// The request body's size (bytes).
+    request_bytes: u64,
+    /// The filter added `include_usage`: the usage event is removed from the response.
+    strip_usage: bool,
+    /// The response status is 2xx.
+    success: bool,
+    /// The response being read.
+    response: ResponseReader,
+    /// Signals set and spend booked (or the request refused).
+    done: bool,
+    /// The global check in flight, the request paused.
+    check: Option<Check>,
+}
+
+/// A global check in flight.
+struct Check {
+    token: u32,
+    /// The descriptors' periods, in order.
+    periods: Vec<Period>,
+    /// The tenant's budget (for `on_error: local`).
+    budget: Budget,
+    /// The request headers ended the stream.
+    end_of_stream: bool,
+}

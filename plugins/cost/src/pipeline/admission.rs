@@ -1,0 +1,308 @@
+//! Phase 1, the request headers: the tenant and its spend, the budget check (locally, or on
+//! the rate limit service in global mode, `on_error` when it gives no verdict), then the body
+//! held to be read (`Request::admitted`).
+
+use proxy_wasm::types::Action;
+use tollgate_common::host::{count, now_unix_millis, request_header_bytes, set_request_header};
+use tollgate_common::identity::HostIdentityView;
+use tollgate_common::rls::{self, CallFailure, OnError};
+use tollgate_common::shared_data::{HostSharedData, StoreError};
+
+use crate::config::{StoreFullAction, UnknownModelAction};
+use crate::global::{check_request, decide, Decision, Limits};
+use crate::ledger::{BookStats, Budget, Exceeded, Lookup, OpenError, Spend, Standing};
+use crate::period::Periods;
+use crate::request::stream_usage_on_request;
+use crate::unreadable;
+use crate::worker::{GlobalState, Shared};
+
+use super::{Check, Request, BUDGET_RESET_HEADER};
+
+/// The proxy-wasm status of a store error.
+fn status_of(e: StoreError) -> u32 {
+    match e {
+        StoreError::CasMismatch => tollgate_common::shared_data::status::CAS_MISMATCH,
+        StoreError::Failed(status) => status,
+    }
+}
+
+impl Request {
+    /// The request headers phase.
+    pub(crate) fn request_headers(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
+        let config = &shared.config;
+        self.tenant = match config.tenant(&HostIdentityView) {
+            Ok(tenant) => tenant,
+            Err(e) => {
+                log::info!("401 invalid_api_key: {e}");
+                return self.refuse(
+                    shared.counters.invalid_credential,
+                    "invalid_credential",
+                    (401, &[], "invalid_api_key", e.description()),
+                );
+            }
+        };
+        let now_ms = now_unix_millis();
+        let now = Periods::at(now_ms / 1_000);
+        let budget = config.budget(&self.tenant);
+        self.budgeted = budget.is_limited();
+        let key = config.ledger.key(&self.tenant);
+        let spend = self.read_spend(shared, &key, self.budgeted, now_ms, &now);
+        self.ledger_key = Some(key);
+        let spend = match spend {
+            Ok(spend) => spend,
+            Err(status) => {
+                shared.store_failed(
+                    &format!(
+                        "tenant {}: ledger unavailable, request refused",
+                        self.tenant
+                    ),
+                    status,
+                );
+                return self.refuse(
+                    shared.counters.store_failure,
+                    "store_failure",
+                    (
+                        config.store_full.status,
+                        &[("retry-after", "1")],
+                        "budget_unavailable",
+                        "the spend of this tenant cannot be read or stored; retry later",
+                    ),
+                );
+            }
+        };
+        self.spend = Some(spend);
+        if let Some(g) = shared.global.as_ref().filter(|_| self.budgeted) {
+            return self.check_global(shared, g, budget, &now, end_of_stream);
+        }
+        if let Some(exceeded) = budget.check(&spend, &now) {
+            return self.over_budget(shared, exceeded);
+        }
+        self.admitted(shared, end_of_stream);
+        Action::Continue
+    }
+
+    /// The tenant's spend for the budget check. A tenant with a budget (`limited`) and no record
+    /// yet gets one now, before its request goes upstream; `Err(status)` when its spend cannot be
+    /// known or its record cannot be created and `store_full` says refuse. A tenant without a
+    /// budget is never refused for the ledger (its spend then goes to the overflow record).
+    fn read_spend(
+        &self,
+        shared: &Shared,
+        key: &str,
+        limited: bool,
+        now_ms: u64,
+        now: &Periods,
+    ) -> Result<Spend, u32> {
+        let ledger = &shared.config.ledger;
+        let lookup = match ledger.spend(&HostSharedData, key, now) {
+            Ok(lookup) => lookup,
+            Err(_) if !limited => return Ok(Spend::default()),
+            Err(e) => return Err(status_of(e)),
+        };
+        match lookup {
+            Lookup {
+                standing: Standing::New,
+                ..
+            } if limited => {}
+            Lookup { spend, .. } => return Ok(spend),
+        }
+        let mut stats = BookStats::default();
+        let opened = ledger.open(&HostSharedData, key, now_ms, &mut stats);
+        shared.counters.add(&stats);
+        // The tenant shares the overflow record: `max_tenants` reached, or its record refused
+        // and `store_full` pools it.
+        match opened {
+            Ok(Standing::Pooled) => {}
+            Ok(_) => return Ok(Spend::default()),
+            Err(OpenError::StoreFull(_))
+                if shared.config.store_full.action == StoreFullAction::Pool => {}
+            Err(OpenError::StoreFull(status) | OpenError::Failed(status)) => return Err(status),
+        }
+        ledger.pooled(&HostSharedData, now).map_err(status_of)
+    }
+
+    /// Refuses the request of a tenant whose budget is spent (either mode).
+    fn over_budget(&mut self, shared: &Shared, exceeded: Exceeded) -> Action {
+        let reset = exceeded.reset_secs.to_string();
+        let message = format!(
+            "the {} budget of tenant {} is spent; it resets in {reset} s",
+            exceeded.period, self.tenant
+        );
+        self.refuse(
+            shared.counters.budget_exceeded,
+            "budget_exceeded",
+            (
+                shared.config.over_budget_status,
+                &[(BUDGET_RESET_HEADER, &reset), ("retry-after", &reset)],
+                "budget_exceeded",
+                &message,
+            ),
+        )
+    }
+
+    /// An admitted request: asks for an identity response and holds its body to read it.
+    ///
+    /// A tenant whose requests must be read (`must_read`: it has a budget, or `unknown_model`
+    /// refuses an unpriced model for every tenant) has every request body read, whatever the
+    /// method (an upstream may serve an LLM call sent as a PUT, or a GET with a body) and
+    /// whatever `max_request_body_bytes` (0: none fits, refused with 413); its
+    /// `content-encoding` and `content-type` are checked here (`unreadable::headers`). Other
+    /// tenants have a POST's body read, when `max_request_body_bytes` is not 0, as before.
+    pub(super) fn admitted(&mut self, shared: &Shared, end_of_stream: bool) {
+        let config = &shared.config;
+        if config.identity_encoding {
+            // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
+            set_request_header("accept-encoding", Some("identity"));
+        }
+        if end_of_stream {
+            return;
+        }
+        self.must_read = self.budgeted
+            || (config.unknown_model.action == UnknownModelAction::Refuse
+                && config.unknown_model.default_price.is_none());
+        if self.must_read {
+            self.unreadable_headers = unreadable::headers(
+                request_header_bytes("content-encoding").as_deref(),
+                request_header_bytes("content-type").as_deref(),
+            );
+        } else if config.max_request_body_bytes == 0
+            || request_header_bytes(":method").as_deref() != Some(b"POST")
+        {
+            return;
+        }
+        self.hold_request = true;
+        self.completions_path = request_header_bytes(":path")
+            .as_deref()
+            .is_some_and(stream_usage_on_request);
+        if config.add_stream_usage && self.completions_path {
+            // The body may be rewritten: the host frames it anew (chunked in Envoy, from
+            // the new length in nginx).
+            set_request_header("content-length", None);
+        }
+    }
+
+    /// Global mode: asks the rate limit service whether the tenant's budgets are spent, the
+    /// request paused until the reply (`on_grpc_call_response`); `on_error` at once when the
+    /// breaker is open or the host refuses the call.
+    fn check_global(
+        &mut self,
+        shared: &Shared,
+        g: &GlobalState,
+        budget: Budget,
+        now: &Periods,
+        end_of_stream: bool,
+    ) -> Action {
+        let limits = Limits::of(&g.config, &budget);
+        let Some(request) = check_request(
+            &g.call.config().domain,
+            shared.config.ledger.name(),
+            &self.tenant,
+            &limits,
+            now,
+        ) else {
+            self.admitted(shared, end_of_stream);
+            return Action::Continue;
+        };
+        if !g.call.admits() {
+            let failure = CallFailure::BreakerOpen;
+            return self.global_fallback(shared, g, budget, end_of_stream, &failure);
+        }
+        match g.call.dispatch(&request) {
+            Ok(token) => {
+                self.check = Some(Check {
+                    token,
+                    periods: limits.periods(),
+                    budget,
+                    end_of_stream,
+                });
+                Action::Pause
+            }
+            Err(failure) => self.global_fallback(shared, g, budget, end_of_stream, &failure),
+        }
+    }
+
+    /// The check gave no verdict: counted, logged once per interval, then `on_error`: `local`
+    /// (the local ledger's spend read at the request headers decides), `allow`, or `deny` (503,
+    /// `retry-after: 1`, `{"error":"budget_unavailable"}`).
+    fn global_fallback(
+        &mut self,
+        shared: &Shared,
+        g: &GlobalState,
+        budget: Budget,
+        end_of_stream: bool,
+        failure: &CallFailure,
+    ) -> Action {
+        let c = &shared.counters;
+        match g.call.fall_back(failure) {
+            OnError::Local => {
+                let now = Periods::at(now_unix_millis() / 1_000);
+                let spend = self.spend.unwrap_or_default();
+                if let Some(exceeded) = budget.check(&spend, &now) {
+                    return self.over_budget(shared, exceeded);
+                }
+            }
+            OnError::Allow => {}
+            OnError::Deny => {
+                return self.refuse(
+                    c.global_unavailable,
+                    "global_unavailable",
+                    (
+                        503,
+                        &[("retry-after", "1")],
+                        "budget_unavailable",
+                        "the budget service is unavailable; retry later",
+                    ),
+                );
+            }
+        }
+        self.admitted(shared, end_of_stream);
+        Action::Continue
+    }
+
+    /// The reply (or failure) of the global check: refuse, or resume the request.
+    pub(crate) fn check_reply(
+        &mut self,
+        shared: &Shared,
+        token_id: u32,
+        status_code: u32,
+        response_size: usize,
+    ) {
+        let Some(check) = self.check.take_if(|c| c.token == token_id) else {
+            return;
+        };
+        let Some(g) = shared.global.as_ref() else {
+            return;
+        };
+        let reply = g
+            .call
+            .reply(status_code, response_size, check.periods.len());
+        let action = match reply {
+            Ok(verdict) => {
+                let now = Periods::at(now_unix_millis() / 1_000);
+                // This worker's bookings of the tenant the service has not counted yet.
+                let pending = g.outbox.borrow().pending(&self.tenant, &now);
+                match decide(&check.periods, &verdict, &now, 0, &pending) {
+                    Decision::Admit => {
+                        count(shared.counters.global_admitted);
+                        self.admitted(shared, check.end_of_stream);
+                        Action::Continue
+                    }
+                    Decision::Refuse(exceeded) => {
+                        count(shared.counters.global_refused);
+                        self.over_budget(shared, exceeded)
+                    }
+                }
+            }
+            Err(failure) => {
+                self.global_fallback(shared, g, check.budget, check.end_of_stream, &failure)
+            }
+        };
+        if matches!(action, Action::Continue) {
+            if let Err(status) = rls::host::resume_request() {
+                log::warn!(
+                    "cannot resume the request after the global check: host status {status}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Phase 4, the booking: once the response is complete for the client (or the stream ended
+//! without that), what it is charged (`crate::charge`) booked in the ledger and, in global
+//! mode, queued for the rate limit service; the outcome published (`tollgate_common::signals`)
+//! for the metrics filter and access logs. Also the refusal before the upstream, which
+//! publishes its outcome the same way.
+
+use proxy_wasm::types::Action;
+use tollgate_common::host::{count, now_unix_millis, send_json_error};
+use tollgate_common::shared_data::HostSharedData;
+use tollgate_common::signals;
+
+use crate::charge::{charge, Charge, Exchange};
+use crate::global::{Booking, Limits, OUTBOX_MAX};
+use crate::period::Periods;
+use crate::worker::Shared;
+
+use super::Request;
+
+impl Request {
+    /// Books and publishes the outcome of the response (once).
+    pub(crate) fn finish(&mut self, shared: &Shared) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let config = &shared.config;
+        signals::set(signals::COST_TENANT, &self.tenant);
+        let table = shared.table();
+        let exchange = Exchange {
+            request_model: self.request_model.as_deref(),
+            // What providers bill: a 2xx answer to a request that named a model.
+            llm_call: self.success && self.request_model.is_some(),
+            request_bytes: self.request_bytes,
+            response_bytes: self.response.bytes(),
+        };
+        let outcome = self.response.outcome(exchange.request_model);
+        let (nano, status) = match charge(config, &table, outcome, &exchange) {
+            Charge::Priced { usage, nano } => {
+                if let Some(model) = &usage.model {
+                    signals::set(signals::COST_MODEL, model);
+                }
+                let mut digits = itoa::Buffer::new();
+                signals::set(
+                    signals::COST_INPUT_TOKENS,
+                    digits.format(usage.input_tokens),
+                );
+                signals::set(
+                    signals::COST_OUTPUT_TOKENS,
+                    digits.format(usage.output_tokens),
+                );
+                count(shared.counters.priced);
+                (nano, "priced")
+            }
+            Charge::Unpriced { reason } => {
+                if let Some(reason) = reason {
+                    count(shared.counters.unpriced_reasons.id(reason));
+                    self.log_unpriced(shared, reason.label(), None);
+                }
+                count(shared.counters.unpriced);
+                signals::set(signals::COST_STATUS, "unpriced");
+                return;
+            }
+            Charge::Estimated { reason, nano } => {
+                count(shared.counters.unpriced_reasons.id(reason));
+                self.log_unpriced(shared, reason.label(), Some(nano));
+                count(shared.counters.estimated);
+                (nano, "estimated")
+            }
+        };
+        // The key read at the request headers (the tenant is the same).
+        let key = self
+            .ledger_key
+            .take()
+            .unwrap_or_else(|| config.ledger.key(&self.tenant));
+        match config
+            .ledger
+            .book(&HostSharedData, &key, now_unix_millis(), nano)
+        {
+            Ok(stats) => shared.counters.add(&stats),
+            Err(not) => {
+                shared.counters.add(&not.stats);
+                count(shared.counters.booking_failures);
+                match not.failed {
+                    Some(status) => shared.store_failed(
+                        &format!("tenant {}: {nano} nano-USD not booked", self.tenant),
+                        status,
+                    ),
+                    None => log::warn!(
+                        "tenant {}: {nano} nano-USD not booked (CAS retries exhausted)",
+                        self.tenant
+                    ),
+                }
+            }
+        }
+        if let Some(g) = shared.global.as_ref().filter(|_| self.budgeted) {
+            let budget = config.budget(&self.tenant);
+            let limits = Limits::of(&g.config, &budget);
+            let now = Periods::at(now_unix_millis() / 1_000);
+            if let Some(b) = Booking::new(&g.config, &self.tenant, &limits, &now, nano) {
+                // Sent by the root context (this stream may end before a reply).
+                let queued = g.outbox.borrow_mut().push(b);
+                if queued {
+                    shared.wake_root(g);
+                } else {
+                    count(shared.counters.global_dropped);
+                    shared.dropped(&format!(
+                        "tenant {}: {nano} nano-USD dropped: this worker's outbox is full \
+                         ({OUTBOX_MAX} bookings)",
+                        self.tenant
+                    ));
+                }
+            }
+        }
+        signals::set(signals::COST_NANO_USD, itoa::Buffer::new().format(nano));
+        signals::set(signals::COST_STATUS, status);
+    }
+
+    /// Logs an LLM response that could not be priced (`charged`: the estimate, if any), at most
+    /// once per interval and worker.
+    fn log_unpriced(&self, shared: &Shared, reason: &str, charged: Option<u64>) {
+        if let Some(unlogged) = shared.logs.unpriced.due(now_unix_millis()) {
+            log::warn!(
+                "tenant {}: a {} response could not be priced ({reason}); charged {} nano-USD \
+                 ({unlogged} more since the last line)",
+                self.tenant,
+                self.request_model.as_deref().unwrap_or("?"),
+                charged.map_or_else(|| "nothing".to_string(), |n| n.to_string()),
+            );
+        }
+    }
+
+    /// Refuses the request before the upstream (the stream ends here).
+    pub(super) fn refuse(
+        &mut self,
+        counter: Option<u32>,
+        status: &str,
+        reply: (u32, &[(&str, &str)], &str, &str),
+    ) -> Action {
+        self.done = true;
+        count(counter);
+        signals::set(signals::COST_TENANT, &self.tenant);
+        signals::set(signals::COST_STATUS, status);
+        let (code, headers, error, message) = reply;
+        send_json_error(code, headers, error, message);
+        Action::Pause
+    }
+}

@@ -1,0 +1,84 @@
+//! Phase 3, the response: the spend headers, the status, then the body read as it passes
+//! (`crate::response_reader`), the chunk replaced when the usage event the filter caused is
+//! removed, and the booking made once the body is complete for the client.
+
+use proxy_wasm::types::{Action, BufferType, MapType};
+use tollgate_common::host::{self as host, add_response_header};
+
+use crate::response_reader::{ReadLimits, ResponseHead};
+use crate::worker::Shared;
+
+use super::Request;
+
+impl Request {
+    /// The response headers phase.
+    pub(crate) fn response_headers(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
+        if self.done {
+            return Action::Continue;
+        }
+        let config = &shared.config;
+        self.spend_headers(shared);
+        use MapType::HttpResponseHeaders as H;
+        let status = host::header_bytes(H, ":status").unwrap_or_default();
+        self.success = status.len() == 3 && status.first() == Some(&b'2');
+        if end_of_stream {
+            self.finish(shared);
+            return Action::Continue;
+        }
+        let length = host::header_bytes(H, "content-length");
+        let coding = host::header_bytes(H, "content-encoding");
+        let media = host::header_bytes(H, "content-type");
+        let head = ResponseHead {
+            content_length: length.as_deref(),
+            content_encoding: coding.as_deref(),
+            content_type: media.as_deref(),
+        };
+        let limits = ReadLimits {
+            max_event_bytes: config.max_event_bytes,
+            max_decoded_bytes: config.max_decoded_bytes,
+        };
+        if self.response.start(&head, self.strip_usage, limits) {
+            // The stream changes size: the host frames it anew.
+            host::set_header(H, "content-length", None);
+        }
+        Action::Continue
+    }
+
+    /// The response body phase: the chunk read (and replaced when the usage event is
+    /// removed); the booking made before the chunk that completes the body is passed on.
+    pub(crate) fn response_body(
+        &mut self,
+        shared: &Shared,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Action {
+        if self.done {
+            return Action::Continue;
+        }
+        let chunk = host::buffer(BufferType::HttpResponseBody, body_size);
+        let fed = self.response.feed(
+            &chunk,
+            body_size,
+            end_of_stream,
+            shared.config.max_event_bytes,
+        );
+        if let Some(out) = fed.replacement {
+            if let Err(e) = host::replace_body(BufferType::HttpResponseBody, body_size, &out) {
+                log::warn!("could not remove the usage event: host status {e}");
+            }
+        }
+        if fed.complete {
+            self.finish(shared);
+        }
+        Action::Continue
+    }
+
+    /// `x-tollgate-spend-*` on the response, with `spend_headers`.
+    fn spend_headers(&self, shared: &Shared) {
+        if let (true, Some(s)) = (shared.config.spend_headers, self.spend) {
+            add_response_header("x-tollgate-spend-day-nano-usd", &s.day.to_string());
+            add_response_header("x-tollgate-spend-month-nano-usd", &s.month.to_string());
+            add_response_header("x-tollgate-spend-total-nano-usd", &s.total.to_string());
+        }
+    }
+}
