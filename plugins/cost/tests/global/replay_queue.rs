@@ -1,0 +1,75 @@
+//! The shared replay queue: round trips, merging and its bound, and an encoding that refuses
+//! truncations.
+
+use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
+use tollgate_cost::global::{decode_queue, encode_queue, Booking, ReplayQueue};
+
+use crate::support::key;
+
+#[test]
+fn the_replay_queue_round_trips_merges_and_is_bounded() {
+    for sem in [Semantics::Envoy, Semantics::NgxWasm] {
+        let store = MemoryStore::new(sem);
+        let q = ReplayQueue::new("default", 3);
+        assert_eq!(q.key, "cost/default/~replay");
+        assert_eq!(q.take(&store, 10).unwrap(), vec![], "missing: empty");
+        store.set(&q.key, &encode_queue(&[]), None).unwrap();
+        let b = |t: &str, u| Booking {
+            key: key(t, 20250131, 202501),
+            units: u,
+        };
+        let r = q.push(&store, &[b("a", 1), b("b", 2), b("a", 3)]).unwrap();
+        assert_eq!((r.kept, r.dropped, r.corrupt), (3, 0, false));
+        let r = q.push(&store, &[b("c", 1), b("d", 1), b("b", 1)]).unwrap();
+        assert_eq!(
+            (r.kept, r.dropped),
+            (2, 1),
+            "{sem:?}: d finds the queue full"
+        );
+        assert_eq!(q.take(&store, 2).unwrap(), vec![b("a", 4), b("b", 3)]);
+        assert_eq!(q.take(&store, 2).unwrap(), vec![b("c", 1)]);
+        assert_eq!(q.take(&store, 2).unwrap(), vec![]);
+        // A value that is not a queue is replaced, said so.
+        let (_, cas) = store.get(&q.key).unwrap();
+        store.set(&q.key, b"\x07garbage", cas).unwrap();
+        let r = q.push(&store, &[b("e", 1)]).unwrap();
+        assert!(r.corrupt);
+        assert_eq!(q.take(&store, 9).unwrap(), vec![b("e", 1)]);
+        // A store that fails: an error, nothing taken.
+        store.set_failing_reads(true);
+        assert!(q.take(&store, 1).is_err());
+        assert!(q.push(&store, &[b("f", 1)]).is_err());
+    }
+}
+
+#[test]
+fn the_queue_encoding_refuses_truncations() {
+    let bookings = vec![
+        Booking {
+            key: key("alice", 20250131, 202501),
+            units: 9,
+        },
+        Booking {
+            key: key(&"t".repeat(128), 0, 202501),
+            units: u32::MAX,
+        },
+    ];
+    let bytes = encode_queue(&bookings);
+    assert_eq!(decode_queue(&bytes), Some(bookings.clone()));
+    let first_end = 1 + 1 + 5 + 12;
+    for n in 0..bytes.len() {
+        let d = decode_queue(&bytes[..n]);
+        match n {
+            1 => assert_eq!(d, Some(vec![])),
+            n if n == first_end => assert_eq!(d, Some(bookings[..1].to_vec())),
+            _ => assert_eq!(d, None, "prefix {n}"),
+        }
+    }
+    assert_eq!(decode_queue(&[]), None);
+    assert_eq!(decode_queue(&[2]), None, "another version");
+    assert_eq!(
+        decode_queue(&[1, 2, 0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        None,
+        "not UTF-8"
+    );
+}
