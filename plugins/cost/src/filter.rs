@@ -63,9 +63,10 @@ use tollgate_common::skeleton::{Filter, FilterConfig};
 use crate::bookings_sender::BookingSender;
 use crate::config::{Config, PRICES_NAMESPACE};
 use crate::counters::Counters;
-use crate::global::{encode_queue, Outbox, ReplayQueue, SendTicks, OUTBOX_MAX, REPLAY_MAX};
+use crate::global::{Outbox, SendTicks, OUTBOX_MAX, REPLAY_MAX};
 use crate::pipeline::Request;
 use crate::remote_prices::{millis_since, PriceRefresh};
+use crate::replay_queue::{encode_queue, ReplayQueue};
 use crate::worker::{GlobalState, Logs, Shared, BOOKING_TICK_MILLIS, GLOBAL_TICK_MILLIS};
 
 proxy_wasm::main! {{

@@ -21,6 +21,8 @@
 //! - [`period`]: UTC days and months.
 //! - [`ledger`]: spend per tenant in shared data (CAS), budgets.
 //! - [`global`]: budgets counted by Envoy's rate limit service across gateways (opt-in).
+//! - [`replay_queue`]: global mode's bookings whose call failed, kept in shared data to be sent
+//!   again.
 //! - wasm32 only: `filter` (cost on the filters' skeleton, a thin shell), `worker` (what the root
 //!   context shares with the requests), `pipeline` (one request, phase by phase),
 //!   `bookings_sender` (global mode's bookings, sent by the root context), `remote_prices` (the
@@ -39,6 +41,7 @@ pub mod ledger;
 pub mod period;
 pub mod price;
 pub mod price_table;
+pub mod replay_queue;
 pub mod request;
 pub mod response_reader;
 pub mod sse;

@@ -13,9 +13,10 @@ use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
 
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::global::{Booking, CostGlobal, Outbox, QueueError, ReplayQueue, SendTicks, REPLAY_MAX};
+use crate::global::{Booking, CostGlobal, Outbox, SendTicks, REPLAY_MAX};
 use crate::ledger::BookStats;
 use crate::price_table::PriceTable;
+use crate::replay_queue::{QueueError, ReplayQueue};
 
 /// How often a worker logs one kind of recurring problem (ms).
 pub(crate) const LOG_INTERVAL_MS: u64 = 10_000;

@@ -368,11 +368,6 @@ impl Config {
         let raw: RawConfig = tollgate_common::config::parse_json(bytes)?;
         compile(raw)
     }
-
-    /// The first rule matching the request.
-    pub fn rule_for(&self, req: &impl RequestView) -> Option<&Rule> {
-        self.rules.iter().find(|r| r.matches(req))
-    }
 }
 
 fn compile(raw: RawConfig) -> Result<Config, ConfigError> {

@@ -3,8 +3,9 @@
 //! traps).
 
 use tollgate_common::rls::{self, CallFailure, ReplyError};
-use tollgate_cost::global::{decide, decode_queue, Decision, Pending, Period};
+use tollgate_cost::global::{decide, Decision, Pending, Period};
 use tollgate_cost::period::Periods;
+use tollgate_cost::replay_queue::decode_queue;
 
 use crate::reference::{reply, verdict_of};
 use crate::support::JAN31_NOON;

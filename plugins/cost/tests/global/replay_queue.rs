@@ -2,7 +2,8 @@
 //! truncations.
 
 use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
-use tollgate_cost::global::{decode_queue, encode_queue, Booking, ReplayQueue};
+use tollgate_cost::global::Booking;
+use tollgate_cost::replay_queue::{decode_queue, encode_queue, ReplayQueue};
 
 use crate::support::key;
 
