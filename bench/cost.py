@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 import runner
-from harness import FilterSpec, GatewaySpec
+from lab import FilterSpec, GatewaySpec
 
 HUGE = 10**18
 

@@ -48,7 +48,7 @@ import rate_limit
 import report
 import runner
 import sticky_upstream
-from harness import GatewaySpec
+from lab import GatewaySpec
 
 HOSTS = "envoy,nginx"
 

@@ -61,7 +61,7 @@ import jwt_auth
 import metrics
 import ratelimit_engine
 import runner
-from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+from lab import EnvoyNativeFilter, FilterSpec, GatewaySpec
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
 NAME = "global_limits"

@@ -20,7 +20,7 @@ request (bench/k6/gateway.js: POST /v1/chat/completions with an HS256 token, x-a
 x-tenant, the x-mock-* headers, the sticky cookie pinned to blue and a small JSON body). Every
 answer must be 200 from upstream blue.
 
-Variants (configs rendered by tests/e2e/harness.py's nginx_config, with the benchmarks' filter
+Variants (configs rendered by lab.nginx_config, with the benchmarks' filter
 configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 
 | variant | chain |
@@ -96,20 +96,20 @@ import time
 import urllib.request
 from typing import Callable
 
-import runner  # also puts tests/e2e on sys.path
+import runner  # also puts the repository root (lab) and tests/e2e on sys.path
 import cost
-import harness
 import jwt_auth
+import lab
 import metrics
 import rate_limit
 import sticky_upstream
-from harness import DemoUpstream, GatewaySpec
+from lab import DemoUpstream, GatewaySpec
 
 BENCH = runner.BENCH
 ROOT = runner.ROOT
 MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
 # Kong's ngx_wasm_module (scripts/build-kong-module.sh): a module of this file name is run with the
-# configuration rendered for it (harness.nginx_config(kong=True)); its own code (C, with Wasmtime
+# configuration rendered for it (lab.nginx_config(kong=True)); its own code (C, with Wasmtime
 # 26 linked in statically) is the layer "kong module", Wasmtime's functions in it "wasmtime".
 KONG_FILE = "ngx_wasmx_module.so"
 FILTERS = ["metrics", "jwt-auth", "rate-limit", "cost", "sticky-upstream"]
@@ -195,17 +195,17 @@ def snapshot_modules(args: list[tuple[str, pathlib.Path]], workdir: pathlib.Path
 
 
 def snapshot_wasm(workdir: pathlib.Path, src: pathlib.Path | None = None, label: str = "wasm") -> dict[str, str]:
-    """Copies the filters' .wasm files (from `src`, default harness.WASM_DIR) into
-    workdir/<label> and, by default, points the harness at the copies; returns {file name: sha256}."""
+    """Copies the filters' .wasm files (from `src`, default lab.paths.WASM_DIR) into
+    workdir/<label> and, by default, points the lab at the copies; returns {file name: sha256}."""
     dst = workdir / label
     dst.mkdir(parents=True, exist_ok=True)
-    files = sorted((src or harness.WASM_DIR).glob("tollgate_*.wasm"))
+    files = sorted((src or lab.paths.WASM_DIR).glob("tollgate_*.wasm"))
     if not files:
-        raise SystemExit(f"no filters in {src or harness.WASM_DIR}: run scripts/build.sh")
+        raise SystemExit(f"no filters in {src or lab.paths.WASM_DIR}: run scripts/build.sh")
     for f in files:
         shutil.copy2(f, dst / f.name)
     if src is None:
-        harness.WASM_DIR = dst
+        lab.paths.WASM_DIR = dst
     return {f.name: sha256(dst / f.name) for f in files}
 
 
@@ -245,7 +245,7 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
                   else {**base.config["prices"],
                         "gpt-4o": {"input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05},
                         "claude-sonnet-4-5": {"input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05}})
-        return spec([harness.FilterSpec("cost", {**base.config, "prices": prices})], blue)
+        return spec([lab.FilterSpec("cost", {**base.config, "prices": prices})], blue)
     raise SystemExit(f"unknown variant {name}; known: {VARIANTS}")
 
 
@@ -262,11 +262,11 @@ def stack_full_request(keys: jwt_auth.Keys, path: str = "/v1/chat/completions") 
 # --- one cell: nginx under callgrind --------------------------------------------------------------
 
 def render_config(spec: GatewaySpec, module: Module, prefix: pathlib.Path, listen: int, admin: int) -> pathlib.Path:
-    """The harness's nginx.conf for `spec`, with `master_process off` (the worker is the process
+    """The lab's nginx.conf for `spec`, with `master_process off` (the worker is the process
     valgrind runs)."""
-    conf = harness.nginx_config(spec, prefix, listen, admin, prefix / "error.log", "warn", module.path, kong=module.kong)
+    conf = lab.nginx_config(spec, prefix, listen, admin, prefix / "error.log", "warn", module.path, kong=module.kong)
     if "master_process on;" not in conf:
-        raise RuntimeError("harness.nginx_config no longer sets `master_process on;`: update render_config")
+        raise RuntimeError("lab.nginx_config no longer sets `master_process on;`: update render_config")
     path = prefix / "nginx.conf"
     path.write_text(conf.replace("master_process on;", "master_process off;"))
     return path
@@ -277,14 +277,14 @@ def wait_ready(admin: int, proc: subprocess.Popen, log: pathlib.Path, timeout: f
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"nginx under valgrind exited with {proc.returncode}: {harness.tail(log)}")
+            raise RuntimeError(f"nginx under valgrind exited with {proc.returncode}: {lab.tail(log)}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{admin}/ready", timeout=30) as r:
                 if r.status == 200:
                     return time.monotonic() - t0
         except OSError:
             time.sleep(1)
-    raise TimeoutError(f"nginx not ready after {timeout:.0f} s: {harness.tail(log)}")
+    raise TimeoutError(f"nginx not ready after {timeout:.0f} s: {lab.tail(log)}")
 
 
 def send(port: int, request: Request, count: int) -> list[str]:
@@ -330,12 +330,12 @@ def run_cell(module: Module, variant: str, spec: GatewaySpec, request: Request, 
     compilation)."""
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir(parents=True)
-    listen, admin = harness.free_port(), harness.free_port()
+    listen, admin = lab.free_port(), lab.free_port()
     conf = render_config(spec, module, prefix, listen, admin)
     out = prefix / "callgrind.out"
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
             "--toggle-collect=ngx_process_events_and_timers", "--dump-instr=yes", "--vgdb=yes",
-            harness.NGINX_BINARY, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+            lab.NGINX_BINARY, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
     log = prefix / "valgrind.log"
     # The host writes /tmp/perf-<pid>.map (wasm function names and addresses): wasm_by_filter.
     env = {**os.environ, PERF_MAP_ENV: "1"}
@@ -357,7 +357,7 @@ def run_cell(module: Module, variant: str, spec: GatewaySpec, request: Request, 
             shutil.move(perf_map, prefix / "perf.map")
     dump = out.parent / (out.name + ".1")
     if not dump.exists():
-        raise RuntimeError(f"no callgrind dump {dump}: {harness.tail(log)}")
+        raise RuntimeError(f"no callgrind dump {dump}: {lab.tail(log)}")
     return dump, ready
 
 
@@ -571,7 +571,7 @@ def analyse(dump: pathlib.Path, n: int) -> dict:
 def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--module", action="append", default=[], metavar="[LABEL=]PATH",
-                    help=f"a build of the module (repeatable; default: built={harness.NGINX_MODULE.relative_to(ROOT)})")
+                    help=f"a build of the module (repeatable; default: built={lab.NGINX_MODULE.relative_to(ROOT)})")
     ap.add_argument("--wasm", action="append", default=[], metavar="LABEL=DIR",
                     help="a build of the filters (repeatable): compare builds, run by the first module")
     ap.add_argument("--with-wasm", action="append", default=[], metavar="LABEL=DIR",
@@ -603,7 +603,7 @@ def machine() -> dict:
     found = re.search(r'name = "wasmtime"\nversion = "([^"]+)"', lock.read_text()) if lock.exists() else None
     v = runner.tool_version
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": os.uname().release,
-            "nginx": v([harness.NGINX_BINARY, "-v"], lambda t: t.strip().rsplit("/", 1)[-1]),
+            "nginx": v([lab.NGINX_BINARY, "-v"], lambda t: t.strip().rsplit("/", 1)[-1]),
             "valgrind": v(["valgrind", "--version"], lambda t: t.strip().removeprefix("valgrind-")),
             "rustc": v(["rustc", "--version"], lambda t: " ".join(t.split()[1:])),
             "wasmtime (nginx-compat/Cargo.lock)": found.group(1) if found else "?"}
@@ -790,7 +790,7 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
     """Every (module, variant) cell `repeat` times (each round runs every cell in turn), with the
     three demo upstreams up; returns the cells (median runs)."""
     keys = jwt_auth.make_keys(ttl=86400 * 7)
-    default_wasm = harness.WASM_DIR  # the snapshot of the built filters (snapshot_wasm)
+    default_wasm = lab.paths.WASM_DIR  # the snapshot of the built filters (snapshot_wasm)
     requests = {v: stack_full_request(keys, DOTTED_PATH if v == "likely-dotted" else "/v1/chat/completions") for v in variants}
     upstreams: dict[str, DemoUpstream] = {}
     runs: dict[tuple[str, str], list[dict]] = {(m.label, v): [] for m in modules for v in variants}
@@ -803,7 +803,7 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
                 for v in variants:
                     t0 = time.monotonic()
                     prefix = workdir / module.label / v / f"run{r + 1}"
-                    harness.WASM_DIR = module.wasm_dir or default_wasm
+                    lab.paths.WASM_DIR = module.wasm_dir or default_wasm
                     dump, ready = run_cell(module, v, variant_spec(v, keys, ports), requests[v], warmup, n, prefix)
                     row = {**analyse(dump, n), "ready_seconds": ready, "cell_seconds": time.monotonic() - t0}
                     runs[(module.label, v)].append(row)
@@ -828,8 +828,8 @@ def main() -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     t0 = time.monotonic()
-    wasm_dir = harness.WASM_DIR
-    module_args = [parse_module(m, i) for i, m in enumerate(a.module)] or [("built", harness.NGINX_MODULE)]
+    wasm_dir = lab.paths.WASM_DIR
+    module_args = [parse_module(m, i) for i, m in enumerate(a.module)] or [("built", lab.NGINX_MODULE)]
     if len({l for l, _ in module_args}) != len(module_args):
         raise SystemExit("two modules with the same label: use --module LABEL=PATH")
     modules = snapshot_modules(module_args, workdir)

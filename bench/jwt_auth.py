@@ -23,7 +23,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import runner
-from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+from lab import EnvoyNativeFilter, FilterSpec, GatewaySpec
 
 ISSUER = "https://bench.tollgate"
 SECRET = b"bench-hs256-secret-0123456789abcdef"

@@ -38,13 +38,13 @@ import subprocess
 import sys
 
 import cost
-import harness
 import jwt_auth
+import lab
 import metrics
 import rate_limit
 import runner
 import sticky_upstream
-from harness import ROOT, GatewaySpec
+from lab import ROOT, GatewaySpec
 
 GLIBC = ("nginx-glibc", pathlib.Path("/usr/sbin/nginx"), ROOT / "target" / "nginx" / "ngx_http_tollgate_wasm_module.so",
          ROOT / "scripts" / "build-nginx-module.sh")
@@ -54,22 +54,9 @@ SCENARIO = "stack-full"
 
 
 def nginx_host(name: str, binary: pathlib.Path, module: pathlib.Path, build: pathlib.Path) -> type:
-    """A runner host: the harness's NginxHost on this nginx binary and module."""
-
-    class Host(harness.NginxHost):
-        def __init__(self, workdir: pathlib.Path):
-            super().__init__(workdir, nginx_binary=str(binary), module=module)
-
-    def unavailable() -> str | None:
-        for path in (binary, module):
-            if not path.exists():
-                return f"{path} is missing: run {build.relative_to(ROOT)}"
-        return None
-
-    Host.name = name
-    Host.unavailable = staticmethod(unavailable)
-    Host.__name__ = Host.__qualname__ = f"{name.replace('-', '_')}_host"
-    return Host
+    """A runner host: the lab's NginxHost on this nginx binary and module."""
+    return type(f"{name.replace('-', '_')}_host", (lab.NginxHost,),
+                {"name": name, "BINARY": binary, "MODULE": module, "BUILD": str(build.relative_to(ROOT))})
 
 
 def version(binary: pathlib.Path) -> str:
@@ -134,7 +121,7 @@ def main() -> None:
             raise SystemExit(f"{build.relative_to(ROOT)} failed")
     subprocess.run([str(ROOT / "scripts" / "k6.sh")], check=True, capture_output=True)
     for h in (GLIBC, MUSL):
-        harness.HOSTS[h[0]] = nginx_host(*h)
+        lab.HOSTS[h[0]] = nginx_host(*h)
 
     keys = jwt_auth.make_keys(ttl=86400)
     full = [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True),

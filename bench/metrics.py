@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 import runner
-from harness import ROOT, FilterSpec, GatewaySpec
+from lab import ROOT, FilterSpec, GatewaySpec
 
 RULES = json.loads((ROOT / "plugins/metrics/stats_tags.json").read_text())
 STATS_CONFIG = {

@@ -32,10 +32,10 @@ import uuid
 
 import requests
 
-import runner  # also puts tests/e2e on sys.path
-import harness
+import runner  # also puts the repository root (lab) and tests/e2e on sys.path
+import lab
 import litellm
-from harness import DemoUpstream, FilterSpec, GatewaySpec
+from lab import DemoUpstream, FilterSpec, GatewaySpec
 
 BENCH = runner.BENCH
 SMALL = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07},
@@ -62,7 +62,7 @@ def worker_pids(g) -> list[int]:
 
 
 def measure(host_name: str, table: str, prices: dict, upstream: DemoUpstream, workdir, workers: int, n: int) -> dict:
-    host = harness.HOSTS[host_name](workdir)
+    host = lab.HOSTS[host_name](workdir)
     spec = GatewaySpec(filters=[FilterSpec("cost", config(prices))], upstreams={"upstream": upstream.port}, workers=workers)
     g = host.start(spec, log_level="info")  # the filter logs its parse time at info
     try:

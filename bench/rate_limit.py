@@ -25,7 +25,7 @@ from __future__ import annotations
 
 
 import runner
-from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+from lab import EnvoyNativeFilter, FilterSpec, GatewaySpec
 
 KEY_HEADER = "x-api-key"
 HUGE = 1_000_000_000

@@ -10,7 +10,7 @@ Per measurement: requests/s, p50/p99 latency and the gateway's CPU time per requ
 /proc/PID/stat of the gateway's processes and their children, utime+stime), since the load
 generator shares the machine. The load generator is wrk (the per-filter benchmarks) or k6
 (bench/k6/gateway.js, the gateway suite: bench/gateway.py), which then also leaves its JSON
-summary per measurement. Hosts (envoy, nginx: tests/e2e/harness.py HOSTS) are one more dimension:
+summary per measurement. Hosts (envoy, nginx: lab.HOSTS) are one more dimension:
 every (host, variant, workers) gateway takes part in the same interleaved rounds.
 """
 from __future__ import annotations
@@ -32,19 +32,19 @@ from typing import Any, Callable
 
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
+# The repository root for the gateway lab (lab/), tests/e2e for the suites' helpers the
+# benchmarks share (litellm.py, ratelimit_engine.py).
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT))
 
-import harness  # noqa: E402
-from harness import DemoUpstream, EnvoyNativeFilter, FilterSpec, GatewaySpec  # noqa: E402
+import lab  # noqa: E402
+from lab import DemoUpstream, EnvoyNativeFilter, FilterSpec, GatewaySpec  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GATEWAY_CPUS = "0"
 LOAD_CPUS = "1"
 K6_SCRIPT = BENCH / "k6" / "gateway.js"
 K6_BIN = ROOT / "target" / "tools" / "bin" / "k6"  # installed by scripts/k6.sh
-# nginx and Tollgate's module (scripts/build-nginx-module.sh), where the harness's NginxHost finds them.
-NGINX_MODULE = getattr(harness, "NGINX_MODULE", ROOT / "target" / "nginx" / "ngx_http_tollgate_wasm_module.so")
-NGINX_BINARY = getattr(harness, "NGINX_BINARY", "/usr/sbin/nginx")
 
 
 @dataclasses.dataclass
@@ -251,13 +251,13 @@ def machine(load: str = "wrk", hosts: list[str] | None = None) -> dict:
     """The machine (CPU model and cores from /proc/cpuinfo) and the versions of what was measured."""
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     out = {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-           "envoy": tool_version([harness.envoy_binary(), "--version"], lambda t: t.strip().split()[-1])}
+           "envoy": tool_version([lab.envoy_binary(), "--version"], lambda t: t.strip().split()[-1])}
     if load == "wrk":
         out["wrk"] = tool_version(["wrk", "-v"], lambda t: t.split()[1])
     else:
         out["k6"] = tool_version([k6_binary(), "version"], lambda t: t.splitlines()[0].removeprefix("k6 "))
     if "nginx" in (hosts or []):
-        out["nginx"] = tool_version([NGINX_BINARY, "-v"], lambda t: t.strip().rsplit("/", 1)[-1])
+        out["nginx"] = tool_version([lab.NGINX_BINARY, "-v"], lambda t: t.strip().rsplit("/", 1)[-1])
         lock = ROOT / "nginx-compat" / "Cargo.lock"  # the module's Wasm runtime
         found = re.search(r'name = "wasmtime"\nversion = "([^"]+)"', lock.read_text()) if lock.exists() else None
         out["wasmtime"] = found.group(1) if found else "?"
@@ -268,25 +268,12 @@ def machine(load: str = "wrk", hosts: list[str] | None = None) -> dict:
 
 
 def host_unavailable(name: str) -> str | None:
-    """Why host `name` cannot run here, or None. A host class may say so itself with a static
-    `unavailable() -> str | None`; otherwise its binary (and, for nginx, Tollgate's module) must exist."""
-    cls = harness.HOSTS.get(name)
+    """Why host `name` cannot run here (its class's `unavailable()`: what is not built or
+    installed), or None."""
+    cls = lab.HOSTS.get(name)
     if cls is None:
-        return "not registered in tests/e2e/harness.py HOSTS (yet)"
-    check = getattr(cls, "unavailable", None)
-    if callable(check):
-        return check()
-    if name == "envoy":
-        try:
-            harness.envoy_binary()
-        except RuntimeError as e:
-            return str(e)
-    if name == "nginx":
-        if not pathlib.Path(NGINX_BINARY).exists():
-            return "nginx is not installed (scripts/build-nginx-module.sh installs it)"
-        if not NGINX_MODULE.exists():
-            return f"{NGINX_MODULE.relative_to(ROOT)} is missing: run scripts/build-nginx-module.sh"
-    return None
+        return "not in lab.HOSTS"
+    return cls.unavailable()
 
 
 def runs_on(host: str, spec: GatewaySpec) -> bool:
@@ -384,7 +371,7 @@ def run(name: str, variants: list[Variant], scenarios: list[Scenario], connectio
         for n in upstream_names or ["upstream"]:
             upstreams[n] = DemoUpstream("bench-upstream" if upstream_names is None else n, workdir, cpus=LOAD_CPUS)
         for h in available:
-            host = harness.HOSTS[h](workdir)
+            host = lab.HOSTS[h](workdir)
             for v in variants:
                 for w in worker_counts:
                     spec = v.spec({n: u.port for n, u in upstreams.items()})

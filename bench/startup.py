@@ -33,11 +33,11 @@ import statistics
 import subprocess
 import time
 
-import runner  # also puts tests/e2e on sys.path
+import runner  # also puts the repository root (lab) and tests/e2e on sys.path
 
-import harness
 import instructions
 import jwt_auth
+import lab
 import sticky_upstream
 
 BENCH = pathlib.Path(__file__).resolve().parent
@@ -73,7 +73,7 @@ def first_200(port: int, request: instructions.Request, since: float, pids_befor
 
 def machine() -> dict:
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    nginx = subprocess.run([str(harness.NGINX_BINARY), "-v"], capture_output=True, text=True).stderr.strip()
+    nginx = subprocess.run([str(lab.NGINX_BINARY), "-v"], capture_output=True, text=True).stderr.strip()
     return {"cpu": cpu, "cores": os.cpu_count(), "nginx": nginx.rsplit("/", 1)[-1]}
 
 
@@ -82,18 +82,18 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def cell(variant: str, workers: int, spec: harness.GatewaySpec, request: instructions.Request, prefix: pathlib.Path,
+def cell(variant: str, workers: int, spec: lab.GatewaySpec, request: instructions.Request, prefix: pathlib.Path,
          warm_cache: pathlib.Path) -> dict:
     prefix.mkdir(parents=True)
-    port, admin = harness.free_port(), harness.free_port()
-    conf_text = harness.nginx_config(spec, prefix, port, admin, prefix / "error.log", "notice")
+    port, admin = lab.free_port(), lab.free_port()
+    conf_text = lab.nginx_config(spec, prefix, port, admin, prefix / "error.log", "notice")
     conf_text = conf_text.replace(f"worker_processes {spec.workers};", f"worker_processes {workers};")
     cache = {"no-cache": None, "cache-cold": prefix / "cache", "cache-warm": warm_cache}[variant]
     if cache is not None:
         conf_text = conf_text.replace("wasm {\n", f"wasm {{\n    tollgate_compiled_cache {cache};\n", 1)
     conf = prefix / "nginx.conf"
     conf.write_text(conf_text)
-    argv = [str(harness.NGINX_BINARY), "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+    argv = [str(lab.NGINX_BINARY), "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
     t0 = time.monotonic()
     subprocess.run(argv + ["-t", "-q"], check=True, capture_output=True, timeout=TIMEOUT_S)
     nginx_t = time.monotonic() - t0
@@ -139,7 +139,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     try:
         for name in sticky_upstream.UPSTREAMS:
-            upstreams[name] = harness.DemoUpstream(name, workdir)
+            upstreams[name] = lab.DemoUpstream(name, workdir)
         ports = {k: u.port for k, u in upstreams.items()}
         spec = instructions.variant_spec("full", keys, ports)
         warm = workdir / "warm-cache"

@@ -27,7 +27,7 @@ import time
 import urllib.parse
 
 import runner
-from harness import EnvoyNativeFilter, FilterSpec, GatewaySpec
+from lab import EnvoyNativeFilter, FilterSpec, GatewaySpec
 
 UPSTREAMS = ["blue", "green", "red"]
 SECRET = "bench-sticky-secret-0123456789abcdef-xyz"

@@ -14,6 +14,7 @@ import sys
 FUZZ = pathlib.Path(__file__).resolve().parent
 ROOT = FUZZ.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT))  # the gateway lab (lab/), which test_paths imports
 import test_paths  # noqa: E402  (the tricky paths table)
 
 

@@ -136,7 +136,7 @@ fi
 
 # Kong's ngx_wasm_module as a fourth host (scripts/build-kong-module.sh, from ../shared/vendor):
 # every test that runs once per host, on it, each passing or expecting one of Kong's differences
-# by name (KONG_DIFFERENCES in tests/e2e/harness.py, the table in nginx-compat/README.md). About
+# by name (KONG_DIFFERENCES in lab/kong.py, the table in nginx-compat/README.md). About
 # 4 min with the module in the machine's cache (190 s of tests); cold, Wasmtime 26's build adds 10-15 min, so it
 # runs last and only while the run has time left inside CI's 90 minutes (TOLLGATE_KONG: auto, the
 # default, when fewer than 65 min have passed; always; never), stopped at 85 min in all.

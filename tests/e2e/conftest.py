@@ -6,7 +6,12 @@ import threading
 
 import pytest
 
-from harness import HOSTS, DemoUpstream, selected_hosts
+# The gateway lab (lab/ at the repository root), which every suite here imports.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lab import HOSTS, DemoUpstream, selected_hosts  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ the module's timers once crashed workers).
   the upstream or the client.
 
 On the kong host (Kong's ngx_wasm_module), the tests expect instead what Kong's module does,
-each a KONG_DIFFERENCES entry (harness.py): `local-response-body-lf`,
+each a KONG_DIFFERENCES entry (lab/kong.py): `local-response-body-lf`,
 `resume-from-root-context-crashes` (a worker crash, seen and survived), `hop-by-hop-request-fields`,
 `header-writes-escaped`, `framing-fields-written`.
 """
@@ -29,7 +29,7 @@ import socket
 import pytest
 import requests
 
-from harness import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs, wait_until
 
 
 def probe_gateway(host, gateways, upstream, answer_server, log_level="info", **config):

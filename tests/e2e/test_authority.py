@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from lab import FilterSpec, GatewaySpec, kong_differs
 from raw_http import exchange, json_body, request
 from tokens import ISSUER
 

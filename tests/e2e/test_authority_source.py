@@ -23,7 +23,7 @@ import socket
 import grpc
 import pytest
 
-from harness import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs
+from lab import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs
 from raw_http import exchange
 
 

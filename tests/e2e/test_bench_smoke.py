@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness import ROOT, selected_hosts
+from lab import ROOT, selected_hosts
 
 # Runs the benchmarks (load on both cores): run alone, in the serial pass of scripts/test.sh (conftest.py).
 pytestmark = pytest.mark.serial

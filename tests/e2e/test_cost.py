@@ -20,7 +20,7 @@ from math import floor
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import FilterSpec, GatewaySpec, kong_differs, wait_until
 
 WORKERS = 4
 TENANT = "x-tenant"

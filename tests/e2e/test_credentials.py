@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from harness import FilterSpec, GatewaySpec
+from lab import FilterSpec, GatewaySpec
 from raw_http import exchange, json_body, request
 
 PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}}

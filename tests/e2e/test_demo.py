@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from harness import ROOT
+from lab import ROOT
 
 
 def port_free(port: int) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from lab import FilterSpec, GatewaySpec, kong_differs
 
 PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}}
 COST = {"ledger": "eviction", "prices": PRICES, "tenant": {"unverified_header": "x-tenant"},

@@ -23,7 +23,7 @@ import uuid
 import pytest
 import requests
 
-from harness import HOSTS, FilterSpec, GatewaySpec, wait_until
+from lab import HOSTS, FilterSpec, GatewaySpec, wait_until
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
 # Timeouts of 50 ms and recovery times under load: run alone, in the serial pass of scripts/test.sh (conftest.py).
@@ -463,7 +463,7 @@ def test_global_mode_on_each_host(host, workdir, upstream, engine):
     the service's limit holds (3 admitted of 5, then 429). Kong's ngx_wasm_module has no gRPC
     calls ("no-grpc-calls"): the filter's probe traps when it loads, the worker does not start,
     and no request is admitted past the configuration."""
-    from harness import kong_differs
+    from lab import kong_differs
 
     config = rate_limit_config([global_rule("each", 3)], timeout_ms=3000, on_error="deny")
     spec = GatewaySpec(filters=[FilterSpec("rate-limit", config)], upstreams={"upstream": upstream.port},

@@ -28,7 +28,7 @@ import pytest
 import requests
 
 import tokens
-from harness import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import PROBE_WASM, FilterSpec, GatewaySpec, kong_differs, wait_until
 
 # The probe's GRPC_ABORT_MESSAGE (tests/filters/probe/src/lib.rs).
 ABORT_MESSAGE = "probe aborted the call: 100% sûr"

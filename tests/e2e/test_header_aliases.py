@@ -16,7 +16,7 @@ import time
 import jwt as pyjwt
 import pytest
 
-from harness import PROBE_WASM, WASM_DIR, FilterSpec, GatewaySpec, RawNginx, free_port, kong_differs, nginx_quote,\
+from lab import PROBE_WASM, WASM_DIR, FilterSpec, GatewaySpec, RawNginx, free_port, kong_differs, nginx_quote,\
     selected_nginx_hosts
 from raw_http import exchange, json_body, request
 from tokens import ISSUER

@@ -16,7 +16,7 @@ import uuid
 import jwt as pyjwt
 import requests
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from lab import FilterSpec, GatewaySpec, kong_differs
 
 SECRET = "identity-e2e-secret-0123456789abcdef0123456789"
 ISSUER = "https://issuer.identity.e2e"

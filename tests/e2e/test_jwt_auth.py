@@ -11,7 +11,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 
 import tokens
-from harness import ROOT, FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import ROOT, FilterSpec, GatewaySpec, kong_differs, wait_until
 from document_server import DocumentServer
 
 PARTNER_ISSUER = "https://partner.e2e"

@@ -21,7 +21,7 @@ import jwt as pyjwt
 import pytest
 import requests
 
-from harness import ROOT, FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
+from lab import ROOT, FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
 
 WORKERS = 2
 SECRET = "metrics-e2e-secret-0123456789abcdef0123456789"

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from harness import ABI_FUZZ_WASM, RawNginx, selected_nginx_hosts
+from lab import ABI_FUZZ_WASM, RawNginx, selected_nginx_hosts
 
 # Bounds on hangs and growth of workers under a fuzzer: run alone, in the serial pass of scripts/test.sh (conftest.py).
 pytestmark = [pytest.mark.serial,

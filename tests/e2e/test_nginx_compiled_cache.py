@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import NGINX_BINARY, NGINX_MODULE, ROOT, WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import NGINX_BINARY, NGINX_MODULE, ROOT, WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
 
 GOOD_JWT = {"providers": {"p": {"issuer": "i", "hmac_secrets": [{"alg": "HS256", "secret": "0123456789abcdef0123456789abcdef"}]}}}
 MODULES = {"jwt_auth": "tollgate_jwt_auth.wasm", "floor": "tollgate_wasm_floor.wasm"}

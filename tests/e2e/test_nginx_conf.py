@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from harness import (NGINX_BINARY, NGINX_MODULE, PROBE_WASM, ROOT, WASM_DIR, RawNginx, nginx_quote,
+from lab import (NGINX_BINARY, NGINX_MODULE, PROBE_WASM, ROOT, WASM_DIR, RawNginx, nginx_quote,
                      selected_nginx_hosts)
 
 CONFS = sorted((ROOT / "nginx-compat" / "conf").glob("*.conf"))

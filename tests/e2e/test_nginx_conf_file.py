@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 import litellm
-from harness import NGINX_BUILDS, WASM_DIR, nginx_quote, selected_nginx_hosts
+from lab import NGINX_BUILDS, WASM_DIR, nginx_quote, selected_nginx_hosts
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 

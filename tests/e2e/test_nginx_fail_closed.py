@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
 from test_nginx_module import compile_wat
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")

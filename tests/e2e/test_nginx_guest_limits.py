@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from harness import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
 
 # The guests' CPU deadlines (fuel, epochs): run alone, in the serial pass of scripts/test.sh (conftest.py).
 pytestmark = [pytest.mark.serial,

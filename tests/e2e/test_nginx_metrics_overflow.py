@@ -17,7 +17,7 @@ import pytest
 import requests
 
 import tokens
-from harness import PROBE_WASM, WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import PROBE_WASM, WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 

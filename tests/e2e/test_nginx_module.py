@@ -18,7 +18,7 @@ import pytest
 import requests
 
 import tokens
-from harness import WASM_DIR, RawNginx, selected_nginx_hosts
+from lab import WASM_DIR, RawNginx, selected_nginx_hosts
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx module tests (TOLLGATE_HOSTS has no nginx build)")
 
@@ -247,7 +247,7 @@ def test_a_request_paused_until_on_queue_ready_resumes(nginx):
     the request from its root context's on_queue_ready (proxy_set_effective_context then
     proxy_continue_stream): the third way a filter resumes, beside a call's response and a tick."""
     import json
-    from harness import PROBE_WASM, nginx_quote
+    from lab import PROBE_WASM, nginx_quote
     n = nginx(f"    module probe {PROBE_WASM};\n    shm_queue probe 64k;",
               "        location / { proxy_wasm probe %s; return 200 resumed; }" % nginx_quote(json.dumps({"request_headers": "pause_queue"})))
     for _ in range(3):

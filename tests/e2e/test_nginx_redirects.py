@@ -20,7 +20,7 @@ import time
 import pytest
 
 import tokens
-from harness import WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import WASM_DIR, RawNginx, nginx_quote, selected_nginx_hosts
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from harness import NGINX_BUILDS, PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import NGINX_BUILDS, PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
 

@@ -9,7 +9,7 @@ Each test runs twice per host:
 - `raw`: the gateway forwards the request target as received (Envoy without path normalisation,
   nginx's `proxy_pass` of the raw target): the filters alone must close the bypasses; Envoy also
   forwards the `:path` the filters rewrote;
-- `shipped`: the shipped configurations' path handling (harness `normalize_paths`: Envoy's
+- `shipped`: the shipped configurations' path handling (the lab's `normalize_paths`: Envoy's
   `normalize_path`, `merge_slashes` and escaped slashes refused; nginx proxying its `$uri`): the
   upstream must receive exactly the path the rules matched.
 
@@ -22,7 +22,7 @@ import time
 import jwt as pyjwt
 import pytest
 
-from harness import FilterSpec, GatewaySpec, kong_differs
+from lab import FilterSpec, GatewaySpec, kong_differs
 from raw_http import exchange, json_body, request
 
 SECRET = "paths-e2e-secret-0123456789abcdef0123456789"

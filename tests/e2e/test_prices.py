@@ -1,7 +1,7 @@
 """Real-world price tables for the cost filter (issue 22), on every host:
 
 - LiteLLM's whole price file (litellm 1.110.2 from PyPI, 3.5 MB, 4,878 entries) given as
-  `prices` loads (nginx: through `tollgate_proxy_wasm_file`, harness.NGINX_INLINE_CONFIG_MAX),
+  `prices` loads (nginx: through `tollgate_proxy_wasm_file`, lab.NGINX_INLINE_CONFIG_MAX),
   and completions are priced as its entries say: a dated snapshot with its own entry by that
   entry, an undated or prefixed name by the documented normalisation, an `alias_of` entry by
   the entry it names. Expected costs are
@@ -24,7 +24,7 @@ import requests
 
 import litellm
 from document_server import DocumentServer
-from harness import FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import FilterSpec, GatewaySpec, kong_differs, wait_until
 
 TENANT = "x-tenant"
 BASE = {"ledger": "prices", "tenant": {"unverified_header": TENANT}, "spend_headers": True,

@@ -20,7 +20,7 @@ import zlib
 import pytest
 import requests
 
-from harness import ROOT, FilterSpec, GatewaySpec, kong_differs
+from lab import ROOT, FilterSpec, GatewaySpec, kong_differs
 
 # Limits under 64 concurrent connections and contention on both cores: run alone, in the serial pass of scripts/test.sh (conftest.py).
 pytestmark = pytest.mark.serial

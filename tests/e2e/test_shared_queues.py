@@ -15,7 +15,7 @@ import types
 import pytest
 import requests
 
-from harness import EnvoyGateway, EnvoyHost, FilterSpec, GatewaySpec, selected_hosts
+from lab import EnvoyGateway, EnvoyHost, FilterSpec, GatewaySpec, selected_hosts
 from test_nginx_conf import MINIMAL, nginx_t
 from test_nginx_module import compile_wat, nginx  # noqa: F401  (the fixture)
 

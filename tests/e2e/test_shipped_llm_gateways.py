@@ -12,7 +12,7 @@ import jwt
 import pytest
 import requests
 
-from harness import (NGINX_BUILDS, ROOT, WASM_DIR, DemoUpstream, Process, envoy_binary, free_port, selected_hosts,
+from lab import (NGINX_BUILDS, ROOT, WASM_DIR, DemoUpstream, Process, envoy_binary, free_port, selected_hosts,
                      wait_for_port)
 
 SECRET = "tollgate-demo-secret-change-me-0123456789"  # the configurations' demo provider

@@ -19,7 +19,7 @@ from math import floor
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec, kong_differs, wait_until
+from lab import FilterSpec, GatewaySpec, kong_differs, wait_until
 from test_cost import PRICES, TENANT, call, expected_nano, price, spend
 
 WORKERS = 4

@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from harness import ROOT, DemoUpstream, EnvoyGateway, FilterSpec, GatewaySpec, free_port, kong_differs
+from lab import ROOT, DemoUpstream, EnvoyGateway, FilterSpec, GatewaySpec, free_port, kong_differs
 
 SECRET = "e2e-sticky-secret-0123456789abcdef-xyz"
 COOKIE = "tollgate_sticky"

@@ -38,7 +38,7 @@ import zlib
 import pytest
 import requests
 
-from harness import FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
+from lab import FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
 
 TENANT = "x-tenant"
 ROUTE = "x-upstream"

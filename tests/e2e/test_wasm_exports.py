@@ -17,7 +17,7 @@ import tomllib
 
 import pytest
 
-from harness import ROOT, WASM_DIR
+from lab import ROOT, WASM_DIR
 
 STREAM_CALLBACKS = {"request_headers", "request_body", "request_trailers", "response_headers",
                     "response_body", "response_trailers", "log", "done"}

@@ -24,7 +24,7 @@ import uuid
 import pytest
 import requests
 
-from harness import ROOT, FilterSpec, GatewaySpec, kong_differs
+from lab import ROOT, FilterSpec, GatewaySpec, kong_differs
 
 # About 490 blocks of 64 bytes: ~240 rate-limit or ledger keys of two blocks each.
 SMALL_ZONE = "32k eviction=none"

@@ -10,7 +10,7 @@ import socketserver
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from harness import free_port
+from lab import free_port
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):

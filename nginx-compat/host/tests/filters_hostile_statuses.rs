@@ -37,7 +37,7 @@ const VM_CONFIGURATION: i32 = 6;
 const PLUGIN_CONFIGURATION: i32 = 7;
 
 /// The filter's build; `TOLLGATE_WASM_DIR` points at another build (e.g. an older commit's, to
-/// show that this test fails there), as in the end-to-end harness.
+/// show that this test fails there), as in the gateway lab (lab/paths.py).
 fn wasm(filter: &str) -> PathBuf {
     let dir = std::env::var_os("TOLLGATE_WASM_DIR").map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm32-wasip1/release"),
