@@ -37,9 +37,9 @@ use ngx::ffi::{
 
 use ngx::ngx_string;
 
+use crate::command_table::{command, command_table, loc_command, ANY_LEVEL, TOLLGATE_WASM_CONF};
 use crate::conf::{CallDefaults, LocConf, SocketTimeouts};
 use crate::util::{conf_args, conf_error, lossy, CONF_OK};
-use crate::wasm_block::{command, command_table, loc_command, ANY_LEVEL, TOLLGATE_WASM_CONF};
 
 /// `cmd_type` inside `wasm { wasmtime {} }`.
 const WASMTIME_CONF: ngx_uint_t = 0x0400_0000;
@@ -498,7 +498,7 @@ cache_config, |cf, conf, name| on_core(cf, conf, |c| {
     match cache_directory(&text) {
         Ok(Some(dir)) => {
             // Kept with the `wasm{}` block's own configuration, which compiles the modules.
-            let Some(core) = crate::wasm_block::core_conf((*cf).cycle) else {
+            let Some(core) = crate::wasm_block::core_conf::core_conf((*cf).cycle) else {
                 return Err("tollgate: no wasm configuration".to_string());
             };
             core.kong_cache_config = Some(tollgate_host::CompiledCache::new(dir));
@@ -692,7 +692,7 @@ static mut KONG_CTX: ngx_core_module_t = ngx_core_module_t {
 };
 
 /// The core module of ngx_wasm_module's other `wasm{}` directives (its own configuration,
-/// [`KongCore`], so that `wasm_block.rs` does not depend on this file).
+/// [`KongCore`], so that `wasm_block/` does not depend on this file).
 #[no_mangle]
 pub static mut ngx_tollgate_wasm_kong_module: ngx_module_t = ngx_module_t {
     ctx: (&raw mut KONG_CTX).cast(),

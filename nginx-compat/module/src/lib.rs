@@ -20,8 +20,10 @@
 #![allow(clippy::missing_safety_doc)] // extern "C" callbacks; contracts are nginx's.
 
 // Where to look (imports go down this list, never up; `scripts/check-module-cycles.py`):
-// - the module tables nginx loads: `wasm_block.rs` (the `wasm {}` block), `http_module.rs`;
-// - configuration: `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
+// - the module tables nginx loads: `wasm_block/` (the `wasm {}` block: a file per group of its
+//   directives, `wasm_block/mod.rs` says which), `http_module.rs`;
+// - configuration: `command_table.rs` (how the directive tables are built, the levels a
+//   directive is allowed at), `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
 //   other directives: honoured, tuning or refused), `lifecycle.rs` (postconfiguration,
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
 //   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
@@ -42,6 +44,7 @@ pub mod attributes;
 pub mod base;
 pub mod body;
 pub mod calls;
+pub mod command_table;
 pub mod conf;
 pub mod conf_file;
 pub mod directives;
