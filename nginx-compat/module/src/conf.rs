@@ -1,7 +1,7 @@
 //! The HTTP module's configuration: what the `proxy_wasm*` directives build (see
 //! `directives.rs`), per http{} block ([`MainConf`]) and per server or location ([`LocConf`]),
 //! and the defaults of `dispatch_http_call` that ngx_wasm_module's socket directives set
-//! ([`SocketTimeouts`], [`CallDefaults`]; `kong_directives.rs`).
+//! ([`SocketTimeouts`], [`CallDefaults`]; `kong_directives/call_defaults.rs`).
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! - `proxy_wasm_isolation none|stream|filter;` (inherited).
 //! - `proxy_wasm_request_headers_in_access on|off;` (inherited; default off: rewrite phase).
 //! - `tollgate_metrics;` (location): the Prometheus text endpoint (Tollgate's own directive).
-//! - ngx_wasm_module's other http directives: `kong_directives.rs`.
+//! - ngx_wasm_module's other http directives: `kong_directives/`.
 
 use std::ffi::{c_char, c_void};
 

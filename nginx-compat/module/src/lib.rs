@@ -23,8 +23,9 @@
 // - the module tables nginx loads: `wasm_block/` (the `wasm {}` block: a file per group of its
 //   directives, `wasm_block/mod.rs` says which), `http_module.rs`;
 // - configuration: `command_table.rs` (how the directive tables are built, the levels a
-//   directive is allowed at), `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
-//   other directives: honoured, tuning or refused), `lifecycle.rs` (postconfiguration,
+//   directive is allowed at), `directives.rs` (the http directives), `kong_directives/`
+//   (ngx_wasm_module's other directives: honoured, tuning or refused; `kong_directives/mod.rs`
+//   says which file has which), `lifecycle.rs` (postconfiguration,
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
 //   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
 // - the request path: `phases.rs` (request side), `response_filters.rs` (response side),

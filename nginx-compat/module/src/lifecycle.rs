@@ -213,7 +213,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
                 return rc::ERROR;
             }
         };
-        let calls = crate::kong_directives::kong_conf(cycle).map_or_else(
+        let calls = crate::kong_directives::kong_core::kong_conf(cycle).map_or_else(
             crate::worker_host::CallConf::default,
             |k| crate::worker_host::CallConf {
                 root: k.root_calls(),

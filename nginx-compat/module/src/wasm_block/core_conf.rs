@@ -78,8 +78,8 @@ pub struct CoreConf {
     pub pending: Vec<PendingModule>,
     /// `tollgate_compiled_cache` (`Some(None)`: `off`).
     pub compiled_cache: Option<Option<tollgate_host::CompiledCache>>,
-    /// The directory of Kong's `wasmtime { cache_config FILE; }` (`kong_directives.rs`), used
-    /// when `tollgate_compiled_cache` is not given.
+    /// The directory of Kong's `wasmtime { cache_config FILE; }`
+    /// (`kong_directives/cache_config.rs`), used when `tollgate_compiled_cache` is not given.
     pub kong_cache_config: Option<tollgate_host::CompiledCache>,
     /// `shm_kv` zones in declaration order (boxed: their zones point to them).
     pub kv_zones: Vec<Box<KvZoneDef>>,

@@ -13,15 +13,16 @@
 //! - `tollgate_compiled_cache DIR|off;` keeps the compiled code in `DIR` (default off): a start
 //!   or reload whose modules did not change loads it instead of compiling
 //!   (`tollgate_host::CompiledCache`, which says what it trusts). Kong's
-//!   `wasmtime { cache_config FILE; }` names the directory the same way (`kong_directives.rs`).
+//!   `wasmtime { cache_config FILE; }` names the directory the same way
+//!   (`kong_directives/cache_config.rs`).
 //! - `shm_kv NAME|* SIZE [eviction=lru|slru|none];` declares a shared key/value zone
 //!   (`proxy_get/set_shared_data`; a key `NAME/rest` goes to the zone `NAME`, others to `*`).
 //! - `shm_queue NAME SIZE;` declares a shared queue zone: the queue `NAME` of
 //!   `proxy_register_shared_queue` / `proxy_resolve_shared_queue` (a filter cannot register a
 //!   queue that was not declared, as in ngx_wasm_module). Its id is its position among the
 //!   `shm_queue` directives, from 1, the same in every worker.
-//! - `compiler`, `backtraces` (below); ngx_wasm_module's other `wasm{}` directives and blocks
-//!   are those of a second core module (`kong_directives.rs`).
+//! - `compiler`, `backtraces` (`engine_options.rs`); ngx_wasm_module's other `wasm{}` directives and blocks
+//!   are those of a second core module (`kong_directives/`).
 //!
 //! # Where things are
 //! - `core_conf.rs`: what the directives build ([`CoreConf`]: the modules, zones and limits of
