@@ -94,7 +94,7 @@ impl CallDefaults {
 }
 
 /// A `proxy_wasm` directive: one root context per worker. Two are the same filter (not run
-/// twice on a request, see `request.rs`) when their module, name and configuration are.
+/// twice on a request, see `request/chain.rs`) when their module, name and configuration are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterDef {
     /// The module's name (also the plugin name).

@@ -31,8 +31,8 @@
 // - the request path: `phases.rs` (request side), `response_filters.rs` (response side),
 //   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (the eventfd handler, poll
 //   and tick timers), `calls.rs` (HTTP call completions, the delivery of any call's),
-//   `grpc_calls.rs` (gRPC call completions), `wake.rs` (the worker's eventfd), `request.rs`
-//   (per-request state and callbacks);
+//   `grpc_calls.rs` (gRPC call completions), `wake.rs` (the worker's eventfd), `request/`
+//   (per-request state and callbacks: `request/mod.rs` says which file has which);
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
 //   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);

@@ -246,7 +246,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
             main.filters.clone(),
             (*cycle).log,
             host,
-            crate::request::orphaned,
+            crate::request::resume::orphaned,
         );
         w.ticker = ticker;
         w.poll.handler = Some(crate::timers::poll_handler);
