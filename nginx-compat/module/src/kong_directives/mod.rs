@@ -9,9 +9,10 @@
 //!   defaults of a `dispatch_http_call` whose filter gave a timeout of 0; `resolver_timeout`
 //!   bounds resolving a call's host name; `resolver_add IP HOST` maps a call's host name to an
 //!   address (any level; one map for every call); `proxy_wasm_log_dispatch_errors on|off` logs a
-//!   failed call at `error` (`conf.rs`: [`CallDefaults`](crate::conf::CallDefaults)); `wasm_postpone_rewrite|access off`
-//!   is this host's order; `wasmtime { cache_config FILE; }`: the `[cache] directory` of that
-//!   Wasmtime cache configuration keeps the compiled code (`tollgate_compiled_cache`).
+//!   failed call at `error` (`conf.rs`: [`CallDefaults`](crate::conf::CallDefaults));
+//!   `wasm_postpone_rewrite|access off` is this host's order; `wasmtime { cache_config FILE; }`:
+//!   the `[cache] directory` of that Wasmtime cache configuration keeps the compiled code
+//!   (`tollgate_compiled_cache`).
 //! - **accepted as tuning** (validated as ngx_wasm_module validates them, no effect here, see
 //!   nginx-compat/README.md): `wasmtime { flag NAME VALUE; }`, `wasmer {}`
 //!   and `v8 {}` (ignored by Kong's Wasmtime build too), `metrics { slab_size SIZE;

@@ -1,8 +1,8 @@
 //! The `wasm {}` block: a core module (`NGX_CORE_MODULE`), like ngx_wasm_module's.
 //!
 //! `wasm {}` is a block directive whose handler switches `cf->cmd_type` to
-//! `TOLLGATE_WASM_CONF` (`command_table.rs`) and runs `ngx_conf_parse` on the block, so only the directives below
-//! (and `include`) are accepted inside. They are `NGX_DIRECT_CONF`: their `conf` argument is this
+//! `TOLLGATE_WASM_CONF` (`command_table.rs`) and runs `ngx_conf_parse` on the block, so only
+//! the directives below (and `include`) are accepted inside. They are `NGX_DIRECT_CONF`: their `conf` argument is this
 //! module's [`CoreConf`], created per cycle in the cycle pool (and dropped with it on reload).
 //!
 //! - `module NAME PATH [CONFIG];` reads `PATH`; the block's modules are compiled together when
@@ -21,8 +21,8 @@
 //!   `proxy_register_shared_queue` / `proxy_resolve_shared_queue` (a filter cannot register a
 //!   queue that was not declared, as in ngx_wasm_module). Its id is its position among the
 //!   `shm_queue` directives, from 1, the same in every worker.
-//! - `compiler`, `backtraces` (`engine_options.rs`); ngx_wasm_module's other `wasm{}` directives and blocks
-//!   are those of a second core module (`kong_directives/`).
+//! - `compiler`, `backtraces` (`engine_options.rs`); ngx_wasm_module's other `wasm{}`
+//!   directives and blocks are those of a second core module (`kong_directives/`).
 //!
 //! # Where things are
 //! - `core_conf.rs`: what the directives build ([`CoreConf`]: the modules, zones and limits of
