@@ -48,15 +48,15 @@ use ngx::ffi::{
 };
 use ngx::ngx_string;
 
-pub mod cache_config;
-pub mod call_defaults;
-pub mod handlers;
+mod cache_config;
+mod call_defaults;
+mod handlers;
 pub mod kong_core;
-pub mod metrics_block;
-pub mod refused;
-pub mod runtime_blocks;
-pub mod slot_values;
-pub mod tuning;
+mod metrics_block;
+mod refused;
+mod runtime_blocks;
+mod slot_values;
+mod tuning;
 
 use crate::command_table::{command, command_table, loc_command, ANY_LEVEL, IN_WASM};
 use crate::util::CONF_OK;

@@ -44,7 +44,7 @@
 //! - `local_response.rs`: sending a filter's local response (HTTP, or gRPC trailers-only).
 
 pub mod callbacks;
-pub mod chain;
+mod chain;
 pub mod context;
 pub mod context_lifetime;
 pub mod local_response;

@@ -47,9 +47,9 @@ use ngx::ngx_string;
 
 pub mod compile;
 pub mod core_conf;
-pub mod engine_options;
-pub mod guest_limits;
-pub mod module_directive;
+mod engine_options;
+mod guest_limits;
+mod module_directive;
 pub mod shm_zones;
 pub mod zone_directives;
 

@@ -21,7 +21,8 @@ pub struct MetricsConfig {
 }
 
 impl Default for MetricsConfig {
-    /// [`DEFAULT_BUCKETS`] and [`LabelPolicy::tollgate`] (Envoy's output with `envoy/metrics.yaml`).
+    /// [`DEFAULT_BUCKETS`](super::DEFAULT_BUCKETS) and [`LabelPolicy::tollgate`] (Envoy's output
+    /// with `envoy/metrics.yaml`).
     fn default() -> Self {
         MetricsConfig {
             buckets: HistogramBuckets::default(),
