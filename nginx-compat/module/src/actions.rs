@@ -5,7 +5,9 @@
 use ngx::ffi::{ngx_http_request_t, ngx_int_t};
 
 use crate::base::rc;
-use crate::request::{send_local, Outcome, Phase, RequestCtx};
+use crate::request::callbacks::Outcome;
+use crate::request::context::{Phase, RequestCtx};
+use crate::request::local_response::send_local;
 use crate::util::{level, log};
 use crate::worker::with_worker;
 

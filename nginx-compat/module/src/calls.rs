@@ -7,7 +7,7 @@
 use tollgate_host::{Error, HttpCallResponse, HttpId, Stream, Vm};
 use tollgate_services::http_client::CallResult;
 
-use crate::request::from_handle;
+use crate::request::context::from_handle;
 use crate::util::{level, log};
 use crate::worker::{RequestHandle, Worker};
 use crate::worker_host::CallTag;

@@ -1,7 +1,7 @@
 //! The HTTP module's configuration: what the `proxy_wasm*` directives build (see
 //! `directives.rs`), per http{} block ([`MainConf`]) and per server or location ([`LocConf`]),
 //! and the defaults of `dispatch_http_call` that ngx_wasm_module's socket directives set
-//! ([`SocketTimeouts`], [`CallDefaults`]; `kong_directives.rs`).
+//! ([`SocketTimeouts`], [`CallDefaults`]; `kong_directives/call_defaults.rs`).
 
 use std::time::Duration;
 
@@ -94,7 +94,7 @@ impl CallDefaults {
 }
 
 /// A `proxy_wasm` directive: one root context per worker. Two are the same filter (not run
-/// twice on a request, see `request.rs`) when their module, name and configuration are.
+/// twice on a request, see `request/chain.rs`) when their module, name and configuration are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterDef {
     /// The module's name (also the plugin name).

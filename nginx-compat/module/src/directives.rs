@@ -8,7 +8,7 @@
 //! - `proxy_wasm_isolation none|stream|filter;` (inherited).
 //! - `proxy_wasm_request_headers_in_access on|off;` (inherited; default off: rewrite phase).
 //! - `tollgate_metrics;` (location): the Prometheus text endpoint (Tollgate's own directive).
-//! - ngx_wasm_module's other http directives: `kong_directives.rs`.
+//! - ngx_wasm_module's other http directives: `kong_directives/`.
 
 use std::ffi::{c_char, c_void};
 
@@ -20,9 +20,10 @@ use ngx::ffi::{
 use ngx::ngx_string;
 
 use crate::base::main_conf_of_cf;
+use crate::command_table::{command_table, loc_command, ANY_LEVEL};
 use crate::conf::{FilterDef, Isolation, LocConf, MainConf};
 use crate::util::{bytes, conf_args, conf_error, lossy, CONF_OK};
-use crate::wasm_block::{command_table, core_conf, loc_command, ANY_LEVEL};
+use crate::wasm_block::core_conf::core_conf;
 
 pub(crate) unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
     // SAFETY: pool allocation with a drop cleanup.

@@ -9,7 +9,8 @@
 //! proxied request see exactly the new set) and re-links the typed pointers nginx keeps for
 //! known headers (`headers_in.host`, `.authorization`, `.cookies`, ...). The filters' maps are
 //! usually read and edited in place instead (`headers_in_place.rs`), which builds them here
-//! only when a filter writes the whole map and falls back on this write-back. Response maps
+//! only when a filter writes the whole map and falls back on this write-back (why there are
+//! two write paths, and when each is taken: the top of `headers_in_place.rs`). Response maps
 //! carry `:status`, `content-type` and `content-length` from nginx's dedicated fields.
 
 use std::mem::{offset_of, size_of};

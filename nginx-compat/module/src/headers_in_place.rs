@@ -4,13 +4,36 @@
 //!
 //! The maps they stand for are exactly those of `headers.rs` ([`crate::headers::request_map`],
 //! [`crate::headers::response_map`]), which also builds them when a filter writes the whole map;
-//! a read of the whole map lists the same entries from the list (`for_each_entry`). Edits are applied in place where that gives the list what the full write-back of the
-//! built map would give it (the same fields in the same order, values and typed pointers): an
-//! added field goes last, a replaced one takes the value in its first element, a removed one's
-//! elements go. Names nginx keeps outside the list or treats with its own meaning (`host`, the
-//! hop-by-hop fields, the response's typed fields and framing) and a subrequest's list (shared
-//! with its parent) answer "not in place", and the caller builds the map and writes all of it
-//! back.
+//! a read of the whole map lists the same entries from the list (`for_each_entry`). Edits are
+//! applied in place where that gives the list what the full write-back of the built map would
+//! give it (the same fields in the same order, values and typed pointers): an added field goes
+//! last, a replaced one takes the value in its first element, a removed one's elements go.
+//! Names nginx keeps outside the list or treats with its own meaning (`host`, the hop-by-hop
+//! fields, the response's typed fields and framing) and a subrequest's list (shared with its
+//! parent) answer "not in place", and the caller builds the map and writes all of it back.
+//!
+//! # Two ways back to nginx, and when each is taken
+//! The filters' changes of a header map reach nginx's list in one of two ways, chosen by
+//! [`write_back`] (called after `on_request_headers` in `phases.rs` and after
+//! `on_response_headers` in `response_filters.rs`, only when the map was changed):
+//! - **edited in place** (this file): the edits the deferred map kept are applied to nginx's
+//!   list as they are, nothing built. Taken when the map is still deferred and every edit can
+//!   be applied in place (above). This path exists for speed: most filters read a few fields
+//!   and write one or two, and building the whole map, freeing it and rebuilding nginx's list
+//!   from it cost more than the filters' own header work (`host/src/deferred_headers.rs`).
+//! - **rebuilt and relinked** (`headers.rs`: [`crate::headers::apply_request_map`],
+//!   [`crate::headers::apply_response_map`]): the whole map, built, replaces nginx's list, and
+//!   the typed pointers nginx keeps for known fields (`headers_in.host`, `.cookies`, ...) are
+//!   linked again. This path exists because it writes any map faithfully. Taken when the map
+//!   is no longer deferred: a filter wrote the whole map (`proxy_set_header_map_pairs`), or the
+//!   edits outgrew `tollgate_host::MAX_EDITS`, or the request had hop-by-hop fields, so its map
+//!   was built at once ([`crate::headers::plain_request_count`]; written back whole when it
+//!   hides some that must not reach the upstream); and when the edits cannot be applied in place
+//!   (a name nginx keeps outside the list or reads with its own meaning, a subrequest's list).
+//!   A local response and the metrics endpoint's answer, whole new maps, are written this way.
+//!
+//! Where both could be taken they give nginx the same fields (above): the in-place path only
+//! saves the building.
 
 use std::cell::OnceCell;
 

@@ -20,16 +20,19 @@
 #![allow(clippy::missing_safety_doc)] // extern "C" callbacks; contracts are nginx's.
 
 // Where to look (imports go down this list, never up; `scripts/check-module-cycles.py`):
-// - the module tables nginx loads: `wasm_block.rs` (the `wasm {}` block), `http_module.rs`;
-// - configuration: `directives.rs` (the http directives), `kong_directives.rs` (ngx_wasm_module's
-//   other directives: honoured, tuning or refused), `lifecycle.rs` (postconfiguration,
+// - the module tables nginx loads: `wasm_block/` (the `wasm {}` block: a file per group of its
+//   directives, `wasm_block/mod.rs` says which), `http_module.rs`;
+// - configuration: `command_table.rs` (how the directive tables are built, the levels a
+//   directive is allowed at), `directives.rs` (the http directives), `kong_directives/`
+//   (ngx_wasm_module's other directives: honoured, tuning or refused; `kong_directives/mod.rs`
+//   says which file has which), `lifecycle.rs` (postconfiguration,
 //   worker start and exit), `conf.rs` (what the directives build), `conf_file.rs`
 //   (configurations read from files: `tollgate_proxy_wasm_file`, `tollgate_module_file`);
 // - the request path: `phases.rs` (request side), `response_filters.rs` (response side),
 //   `actions.rs` (a run's outcome to an nginx action), `timers.rs` (the eventfd handler, poll
 //   and tick timers), `calls.rs` (HTTP call completions, the delivery of any call's),
-//   `grpc_calls.rs` (gRPC call completions), `wake.rs` (the worker's eventfd), `request.rs`
-//   (per-request state and callbacks);
+//   `grpc_calls.rs` (gRPC call completions), `wake.rs` (the worker's eventfd), `request/`
+//   (per-request state and callbacks: `request/mod.rs` says which file has which);
 // - the worker: `worker.rs` (instances, root contexts), `worker_host.rs` (the `Host` over
 //   the shared-memory services), `metrics_endpoint.rs` (`tollgate_metrics`, metric zones) over
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
@@ -42,6 +45,7 @@ pub mod attributes;
 pub mod base;
 pub mod body;
 pub mod calls;
+pub mod command_table;
 pub mod conf;
 pub mod conf_file;
 pub mod directives;

@@ -11,7 +11,8 @@ use ngx::ffi::{
 
 use crate::base::{main_conf_of_cf, main_conf_of_cycle, rc};
 use crate::util::{level, log};
-use crate::wasm_block::core_conf;
+use crate::wasm_block::compile::engine;
+use crate::wasm_block::core_conf::core_conf;
 use crate::worker::{ModuleRt, Worker};
 
 unsafe fn push_phase(
@@ -126,7 +127,7 @@ unsafe fn validate(cf: *mut ngx_conf_t) -> Result<(), String> {
         // The guests' start-up calls run under their deadline here too (a looping on_configure
         // fails `nginx -t`); the ticker thread is joined before this returns, so no thread
         // outlives the configuration into a fork.
-        let _ticker = crate::wasm_block::engine()
+        let _ticker = engine()
             .and_then(|e| e.start_epoch_ticker().map_err(|e| e.0))
             .map_err(|e| format!("tollgate: {e}"))?;
         for (m, def) in core.modules.iter().enumerate() {
@@ -201,9 +202,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
             .collect();
         // The clock of every guest deadline, from before the first call into a guest (the
         // root contexts' creation in Worker::new) until the worker exits.
-        let ticker = match crate::wasm_block::engine()
-            .and_then(|e| e.start_epoch_ticker().map_err(|e| e.0))
-        {
+        let ticker = match engine().and_then(|e| e.start_epoch_ticker().map_err(|e| e.0)) {
             Ok(t) => Some(t),
             Err(e) => {
                 log(
@@ -214,7 +213,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
                 return rc::ERROR;
             }
         };
-        let calls = crate::kong_directives::kong_conf(cycle).map_or_else(
+        let calls = crate::kong_directives::kong_core::kong_conf(cycle).map_or_else(
             crate::worker_host::CallConf::default,
             |k| crate::worker_host::CallConf {
                 root: k.root_calls(),
@@ -247,7 +246,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
             main.filters.clone(),
             (*cycle).log,
             host,
-            crate::request::orphaned,
+            crate::request::resume::orphaned,
         );
         w.ticker = ticker;
         w.poll.handler = Some(crate::timers::poll_handler);

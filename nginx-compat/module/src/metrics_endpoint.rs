@@ -15,7 +15,8 @@ use tollgate_services::metrics_zone::{MetricsConfig, MetricsLayout, MetricsZone}
 use crate::base::rc;
 use crate::metrics_text;
 use crate::util::{bytes, level, log};
-use crate::wasm_block::{add_zone, attach_zone, core_conf, slab_size, zone_region, MetricsDef};
+use crate::wasm_block::core_conf::{core_conf, MetricsDef};
+use crate::wasm_block::shm_zones::{add_zone, attach_zone, slab_size, zone_region};
 
 /// Most metrics (definitions) and value slots per worker.
 const MAX_METRICS: u32 = 4096;
@@ -68,7 +69,7 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> Result<(), String> {
         )?;
         // The default shm_kv zone `*` (4 MiB) when none was declared: the filters' shared data.
         if !core.kv_zones.iter().any(|z| z.name == "*") {
-            crate::wasm_block::add_kv_zone(
+            crate::wasm_block::zone_directives::add_kv_zone(
                 cf,
                 core,
                 "*",

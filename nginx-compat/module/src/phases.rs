@@ -1,7 +1,7 @@
 //! The request side of the chain, in nginx's phases: `on_request_headers` in the rewrite phase
 //! (or access, with `proxy_wasm_request_headers_in_access on`), the client body and
 //! `on_request_body`, and `on_log` in the log phase. Re-entered after a pause, after the body
-//! is read, and after an internal redirect (see `request.rs`).
+//! is read, and after an internal redirect (see `request/mod.rs`).
 
 use ngx::ffi::{ngx_http_core_main_conf_t, ngx_http_request_t, ngx_int_t};
 use tollgate_host::DeferredMap;
@@ -10,7 +10,8 @@ use crate::headers_in_place::RequestSource;
 
 use crate::actions::{pending_action, refuse, stop_action};
 use crate::base::{loc_conf, rc};
-use crate::request::{get_ctx, Phase, RequestCtx};
+use crate::request::context::{Phase, RequestCtx};
+use crate::request::context_lifetime::get_ctx;
 use crate::timers::{kick_calls, run_chain};
 use crate::util::bytes;
 use crate::worker::with_worker;
@@ -33,7 +34,7 @@ pub(crate) unsafe extern "C" fn access_handler(r: *mut ngx_http_request_t) -> ng
 /// The request side of the chain, in the rewrite phase (or the access phase with
 /// `proxy_wasm_request_headers_in_access on`): `on_request_headers` of the location's filters,
 /// then the body and `on_request_body` when a filter reads it. Re-entered after a pause, after
-/// the body is read, and after an internal redirect (see `request.rs`).
+/// the body is read, and after an internal redirect (see `request/mod.rs`).
 unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
     // SAFETY: a live request; nginx is never called while the worker state is borrowed.
     unsafe {

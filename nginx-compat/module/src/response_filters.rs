@@ -13,7 +13,9 @@ use tollgate_host::DeferredMap;
 use crate::headers_in_place::ResponseSource;
 
 use crate::base::{ngx_http_tollgate_wasm_module, rc};
-use crate::request::{get_ctx, Outcome, RequestCtx, ResponseFailure};
+use crate::request::callbacks::Outcome;
+use crate::request::context::{RequestCtx, ResponseFailure};
+use crate::request::context_lifetime::get_ctx;
 use crate::timers::run_chain;
 use crate::util::{level, log};
 

@@ -6,7 +6,8 @@
 
 use ngx::ffi::{ngx_event_t, ngx_msec_t};
 
-use crate::request::Outcome;
+use crate::request::callbacks::Outcome;
+use crate::request::resume::resume_all;
 use crate::util::{level, log};
 use crate::worker::{with_worker, TickTimer, Worker};
 
@@ -61,7 +62,7 @@ pub unsafe extern "C" fn poll_handler(_ev: *mut ngx_event_t) {
         resumed
     })
     .unwrap_or_default();
-    crate::request::resume_all(resumed);
+    resume_all(resumed);
     kick_calls();
 }
 
@@ -77,7 +78,7 @@ pub unsafe extern "C" fn wake_handler(ev: *mut ngx_event_t) {
         resumed
     })
     .unwrap_or_default();
-    crate::request::resume_all(resumed);
+    resume_all(resumed);
     kick_calls();
 }
 
@@ -133,6 +134,6 @@ pub unsafe extern "C" fn tick_handler(ev: *mut ngx_event_t) {
             );
         }
     }
-    crate::request::resume_all(resumed);
+    resume_all(resumed);
     kick_calls();
 }

@@ -39,7 +39,8 @@ pub struct VmSlot {
 }
 
 /// A request waiting in the worker (its HTTP contexts can be resumed by `take_resumed`): to
-/// the worker an opaque handle, which only `request.rs` turns back into the request's context.
+/// the worker an opaque handle, which only `request/context.rs` turns back into the request's
+/// context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestHandle(*mut std::ffi::c_void);
 
@@ -56,7 +57,7 @@ impl RequestHandle {
 }
 
 /// What the worker does with the requests whose HTTP contexts of module `module` were lost
-/// when it replaced that module's instance (`request::orphaned`: refuse them).
+/// when it replaced that module's instance (`request::resume::orphaned`: refuse them).
 pub type OrphanedHook = fn(module: usize, orphans: Vec<(RequestHandle, HttpId)>);
 
 /// The worker's state.

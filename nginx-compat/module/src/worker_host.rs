@@ -170,7 +170,7 @@ fn queue_id<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Option<u32>
 }
 
 /// How this worker's `dispatch_http_call`s are made (ngx_wasm_module's socket, resolver and
-/// log directives; `kong_directives.rs`).
+/// log directives; `kong_directives/call_defaults.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct CallConf {
     /// The defaults of calls made by root contexts (the `wasm{}` directives).
@@ -298,7 +298,7 @@ impl WorkerHost {
         // SAFETY: `current` is set only while a callback of that live request runs.
         let lcf = unsafe { crate::base::loc_conf(r) };
         // SAFETY: the worker's cycle is live.
-        let kong = unsafe { crate::kong_directives::kong_conf(nginx_sys::ngx_cycle) };
+        let kong = unsafe { crate::kong_directives::kong_core::kong_conf(nginx_sys::ngx_cycle) };
         match (lcf, kong) {
             (Some(lcf), Some(kong)) => kong.request_calls(lcf),
             _ => self.calls.root,

@@ -1,0 +1,143 @@
+//! Where a request's context lives: created in the request's pool (owned by a pool cleanup,
+//! pointed at by `r->ctx`), found again after an internal redirect cleared `r->ctx`, and freed
+//! by that cleanup, which finishes the filters when the log phase did not run.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::rc::Rc;
+
+use ngx::ffi::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_pool_cleanup_t};
+use tollgate_host::Stream;
+
+use super::context::{Phase, RequestCtx};
+use super::resume::resume_handler;
+use crate::base::ctx_slot;
+use crate::props::NgxProps;
+thread_local! {
+    /// Addresses of the live request contexts (to recognise ours among a pool's cleanups).
+    static CTXS: RefCell<rustc_hash::FxHashSet<usize>> = RefCell::new(rustc_hash::FxHashSet::default());
+}
+
+/// Whether `p` is one of our live contexts, for the request `r`.
+fn is_ctx_of(p: *mut c_void, r: *mut ngx_http_request_t) -> bool {
+    if p.is_null() || !CTXS.with(|s| s.try_borrow().is_ok_and(|s| s.contains(&(p as usize)))) {
+        return false;
+    }
+    // SAFETY: a live context (in CTXS until its cleanup runs).
+    unsafe { (*p.cast::<RequestCtx>()).r == r }
+}
+
+unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
+    let p = data.cast::<RequestCtx>();
+    if p.is_null() {
+        return;
+    }
+    CTXS.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.remove(&(p as usize));
+        }
+    });
+    // SAFETY: `data` is the Box created in `RequestCtx::create`, released exactly once here.
+    unsafe {
+        let mut ctx = Box::from_raw(p);
+        if !ctx.finished {
+            crate::worker::with_worker(|w| ctx.finish(w));
+        } else {
+            crate::worker::with_worker(|w| ctx.unregister(w));
+        }
+        if ctx.resume_ev.posted() != 0 {
+            nginx_sys::ngx_delete_posted_event(&mut ctx.resume_ev);
+        }
+        ctx.stream.property_source = None;
+        drop(ctx);
+    }
+}
+
+/// The request's context, also after an internal redirect cleared `r->ctx` (found through
+/// the pool cleanup that owns it; a subrequest, which shares its parent's pool, has its own).
+///
+/// # Safety
+/// `r` must be a live request.
+pub unsafe fn get_ctx<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
+    // SAFETY: r->ctx is indexed by ctx_index; the cleanup list is the pool's.
+    unsafe {
+        let slot = ctx_slot(r);
+        if !(*slot).is_null() {
+            return (*slot).cast::<RequestCtx>().as_mut();
+        }
+        let mut c: *mut ngx_pool_cleanup_t = (*(*r).pool).cleanup;
+        while !c.is_null() {
+            if is_ctx_of((*c).data, r) {
+                *slot = (*c).data;
+                return (*c).data.cast::<RequestCtx>().as_mut();
+            }
+            c = (*c).next;
+        }
+        None
+    }
+}
+
+impl RequestCtx {
+    /// Creates the context of `r` (owned by a pool cleanup) and stores it in `r->ctx`; its
+    /// slots are added by [`RequestCtx::enter_chain`].
+    ///
+    /// # Safety
+    /// `r` must be a live request.
+    pub unsafe fn create<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
+        let local_details = Rc::new(RefCell::new(None));
+        let stream = Stream {
+            property_source: Some(Box::new(NgxProps {
+                r,
+                local_details: local_details.clone(),
+            })),
+            // nginx 1.22 discards the trailer section of chunked request bodies and HTTP/2
+            // request trailers.
+            request_trailers_unavailable: true,
+            ..Stream::default()
+        };
+        let ctx = Box::new(RequestCtx {
+            r,
+            chain: std::ptr::null(),
+            slots: Vec::new(),
+            own_vms: Vec::new(),
+            stream,
+            phase: Phase::Fresh,
+            started: 0,
+            body_done: 0,
+            body_read: false,
+            body_loaded: false,
+            finished: false,
+            response_failed: None,
+            refused: false,
+            resp_buffering: false,
+            resp_eos: false,
+            wants_request_body: false,
+            wants_response_body: false,
+            wants_response_headers: false,
+            // SAFETY: a zeroed event is nginx's initial state.
+            resume_ev: unsafe { std::mem::zeroed() },
+            local_details,
+        });
+        // SAFETY: the cleanup owns the Box; it runs when the request pool is destroyed.
+        unsafe {
+            let cln = ngx_pool_cleanup_add((*r).pool, 0);
+            if cln.is_null() {
+                return None;
+            }
+            let p = Box::into_raw(ctx);
+            CTXS.with(|s| {
+                if let Ok(mut s) = s.try_borrow_mut() {
+                    s.insert(p as usize);
+                }
+            });
+            (*cln).handler = Some(ctx_cleanup);
+            (*cln).data = p.cast();
+            // Posted events never read `data` in nginx's debug logging (only timers do).
+            (*p).resume_ev.handler = Some(resume_handler);
+            (*p).resume_ev.data = p.cast();
+            (*p).resume_ev.log = (*(*r).connection).log;
+            *ctx_slot(r) = p.cast();
+            p.as_mut()
+        }
+    }
+}
