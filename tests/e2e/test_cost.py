@@ -149,7 +149,7 @@ def test_model_from_the_request_when_the_response_lacks_it(gateway):
 def test_unknown_model_is_unpriced(host, gateway):
     assert booked(gateway, "chat", "no-such-model", p=5, c=5) == 0
     if not kong_differs(host, "no-stats"):  # there: served and charged nothing is what is seen
-        assert gateway.stats("tollgate_cost").get("wasmcustom.tollgate_cost_requests_total.status.unpriced", 0) > 0
+        assert gateway.stats("tollgate_cost").get("wasmcustom.tollgate_cost_requests_total.outcome.unpriced", 0) > 0
 
 
 @pytest.mark.parametrize("kind", ["chat-sse", "anthropic-sse"])

@@ -247,8 +247,8 @@ def test_verified_token_cache_and_reason_counters(host, gateway, keys):
     def delta(suffix):
         return sum(v for k, v in after.items() if k.endswith(suffix)) - sum(v for k, v in before.items() if k.endswith(suffix))
 
-    assert delta("tollgate_jwt_auth_requests_total.result.ok") == 20
-    assert delta("tollgate_jwt_auth_requests_total.result.audience_mismatch") == 3
+    assert delta("tollgate_jwt_auth_requests_total.outcome.ok") == 20
+    assert delta("tollgate_jwt_auth_requests_total.outcome.audience_mismatch") == 3
 
 
 @pytest.fixture

@@ -95,10 +95,10 @@ def test_stats_tags_round_trip_on_encoded_names():
             ("wasmcustom.tollgate_requests_total", {"route": "tenant", "tenant": "route"}),
         "wasmcustom.tollgate_llm_tokens_total.model.gpt-4o.type.input":
             ("wasmcustom.tollgate_llm_tokens_total", {"model": "gpt-4o", "type": "input"}),
-        "wasmcustom.tollgate_rate_limit_total.rule.per_user.decision.contention_allowed":
-            ("wasmcustom.tollgate_rate_limit_total", {"rule": "per_user", "decision": "contention_allowed"}),
-        "wasmcustom.tollgate_llm_requests_total.status.budget_exceeded":
-            ("wasmcustom.tollgate_llm_requests_total", {"status": "budget_exceeded"}),
+        "wasmcustom.tollgate_rate_limit_total.rule.per_user.outcome.contention_allowed":
+            ("wasmcustom.tollgate_rate_limit_total", {"rule": "per_user", "outcome": "contention_allowed"}),
+        "wasmcustom.tollgate_llm_requests_total.outcome.budget_exceeded":
+            ("wasmcustom.tollgate_llm_requests_total", {"outcome": "budget_exceeded"}),
         "cluster.x.upstream_rq_total": ("cluster.x.upstream_rq_total", {}),
     }
     for name, want in cases.items():
@@ -229,8 +229,8 @@ def test_prometheus_scrapes_exact_counts(host, upstream, gateways, prometheus_bi
         assert prom.vector("sum by (route, status_class) (tollgate_requests_total)", ("route", "status_class")) == EXPECTED_BY_ROUTE_CLASS
         assert prom.vector("sum by (tenant) (tollgate_requests_total)", ("tenant",)) == EXPECTED_BY_TENANT
         assert prom.vector("sum by (method) (tollgate_requests_total)", ("method",)) == {"get": len(MIX)}
-        assert prom.vector("sum by (result) (tollgate_auth_total)", ("result",)) == EXPECTED_AUTH
-        assert prom.vector("sum by (rule, decision) (tollgate_rate_limit_total)", ("rule", "decision")) == EXPECTED_RATE_LIMIT
+        assert prom.vector("sum by (outcome) (tollgate_auth_total)", ("outcome",)) == EXPECTED_AUTH
+        assert prom.vector("sum by (rule, outcome) (tollgate_rate_limit_total)", ("rule", "outcome")) == EXPECTED_RATE_LIMIT
         assert prom.vector("sum by (route) (tollgate_request_duration_microseconds_count)", ("route",)) == EXPECTED_DURATION_COUNT
         # Cumulative buckets: +Inf equals the count; every request took less than 10 s.
         assert prom.vector('sum by (route) (tollgate_request_duration_microseconds_bucket{le="+Inf"})', ("route",)) == EXPECTED_DURATION_COUNT

@@ -163,7 +163,7 @@ def test_a_limit_of_n_admits_exactly_n_under_64_connections_on_4_workers(host, g
         # ones served (CPU time did not: a worker's share of the burst can take under a tick).
         logged_before = len(gateway.worker_log())
     else:
-        before = (counter(gateway, "rule.exact.decision.allowed"), counter(gateway, "rule.exact.decision.limited"))
+        before = (counter(gateway, "rule.exact.outcome.allowed"), counter(gateway, "rule.exact.outcome.limited"))
     admitted, n, elapsed = exact_burst(gateway, precreate=True)
     used = len(set(gateway.worker_log()[logged_before:])) if no_stats else workers_used(gateway)
     print(f"\nexact: {admitted} admitted of 1 + 500 requests for a limit of {n}/minute over 64 connections, "
@@ -171,7 +171,7 @@ def test_a_limit_of_n_admits_exactly_n_under_64_connections_on_4_workers(host, g
     assert admitted == n
     assert used >= 2, "the connections must be spread over several workers"
     if not no_stats:
-        after = (counter(gateway, "rule.exact.decision.allowed"), counter(gateway, "rule.exact.decision.limited"))
+        after = (counter(gateway, "rule.exact.outcome.allowed"), counter(gateway, "rule.exact.outcome.limited"))
         assert (after[0] - before[0], after[1] - before[1]) == (n, 501 - n)
 
 
@@ -326,7 +326,7 @@ def test_requests_without_the_key_follow_the_missing_key_policy(host, gateway):
     # On the kong host ("no-stats") the statuses and the error body are the evidence.
     no_stats = kong_differs(host, "no-stats")
     if not no_stats:
-        before = (counter(gateway, "rule.deny.decision.missing_key_denied"), counter(gateway, "rule.allow.decision.missing_key_allowed"))
+        before = (counter(gateway, "rule.deny.outcome.missing_key_denied"), counter(gateway, "rule.allow.outcome.missing_key_allowed"))
     r = get(gateway, "/deny")
     assert r.status_code == 429 and r.json()["error"] == "rate_limit_key_missing"
     assert get(gateway, "/deny", "").status_code == 429, "an empty value is missing too"
@@ -338,7 +338,7 @@ def test_requests_without_the_key_follow_the_missing_key_policy(host, gateway):
     assert shared == [200, 200, 429], "one bucket for every request without the key"
     assert get(gateway, "/shared", new_key()).status_code == 200, "requests with a key have their own"
     if not no_stats:
-        after = (counter(gateway, "rule.deny.decision.missing_key_denied"), counter(gateway, "rule.allow.decision.missing_key_allowed"))
+        after = (counter(gateway, "rule.deny.outcome.missing_key_denied"), counter(gateway, "rule.allow.outcome.missing_key_allowed"))
         assert (after[0] - before[0], after[1] - before[1]) == (2, 4)
 
 
@@ -425,7 +425,7 @@ def test_contention_is_fail_open_or_fail_closed_as_configured(host, upstream, ga
     for _ in range(5):
         res = load(g.url + "/hot", 3, 64, {KEY: key})
         totals = {k: totals[k] + res[k] for k in totals}
-        contended = counter(g, f"rule.hot.decision.contention_{'allowed' if policy == 'allow' else 'denied'}")
+        contended = counter(g, f"rule.hot.outcome.contention_{'allowed' if policy == 'allow' else 'denied'}")
         if contended >= 5:
             break
     retries = counter(g, "tollgate_rate_limit_cas_retries_total.rule.hot")
@@ -434,11 +434,11 @@ def test_contention_is_fail_open_or_fail_closed_as_configured(host, upstream, ga
     assert retries >= contended
     if policy == "allow":
         assert totals["non_2xx"] == 0, "fail-open: nothing refused"
-        assert counter(g, "rule.hot.decision.contention_denied") == 0
+        assert counter(g, "rule.hot.outcome.contention_denied") == 0
     else:
         # wrk does not count the requests still in flight when it stops: <= rather than ==.
         assert 0 < totals["non_2xx"] <= contended, "fail-closed: the contended requests refused"
-        assert counter(g, "rule.hot.decision.contention_allowed") == 0
+        assert counter(g, "rule.hot.outcome.contention_allowed") == 0
         r = get(g, "/hot", key)
         assert r.status_code in (200, 429)
 

@@ -242,7 +242,7 @@ def test_unknown_models_are_refused_before_the_upstream_for_tenants_with_a_budge
     assert spend(bypass, tenant)["total"] == 0
     if not no_stats:
         assert reason(bypass, "unknown_model") == before + 1
-        assert bypass.stats("tollgate_cost_requests_total").get("wasmcustom.tollgate_cost_requests_total.status.unknown_model", 0) >= 1
+        assert bypass.stats("tollgate_cost_requests_total").get("wasmcustom.tollgate_cost_requests_total.outcome.unknown_model", 0) >= 1
 
 
 def test_a_dated_model_in_the_response_is_priced_as_the_requested_one(bypass):

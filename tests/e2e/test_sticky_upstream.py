@@ -24,7 +24,7 @@ SECRET = "e2e-sticky-secret-0123456789abcdef-xyz"
 COOKIE = "tollgate_sticky"
 ROUTE_HEADER = "x-tollgate-upstream"
 MAX_AGE = 3600
-METRIC = "tollgate_sticky_upstream_requests_total.result."
+METRIC = "tollgate_sticky_upstream_requests_total.outcome."
 
 
 def mint(upstream: str, expiry: int, secret: str = SECRET, cookie_name: str = COOKIE) -> str:

@@ -137,7 +137,7 @@ def test_rate_limit_zone_full_lifts_no_limit(host, upstream, gateways, action):
         late = statuses[-50:]
         if action == "deny":
             assert late == [503] * 50, late
-            assert counter(g, "tollgate_rate_limit_requests_total.rule.per-client.decision.store_failure_denied") >= 50
+            assert counter(g, "tollgate_rate_limit_requests_total.rule.per-client.outcome.store_failure_denied") >= 50
         else:
             # New clients share the overflow bucket, created before the zone filled up.
             assert set(late) == {429}, late
@@ -267,7 +267,7 @@ def test_cost_zone_full_resets_no_budget(host, upstream, gateways, budgeted, act
         if budgeted and action == "refuse":
             assert late == [503] * 50, late
             if not kong_differs(host, "no-stats"):
-                assert counter(g, "tollgate_cost_requests_total.status.store_failure") >= 50
+                assert counter(g, "tollgate_cost_requests_total.outcome.store_failure") >= 50
             r = chat(g.url, "newcomer")
             assert r.status_code == 503 and r.json()["error"] == "budget_unavailable"
         else:

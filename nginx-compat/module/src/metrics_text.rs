@@ -170,7 +170,7 @@ mod tests {
     fn envoy_stats_text() {
         let metrics = [
             metric(
-                "tollgate_cost_requests_total.status.priced",
+                "tollgate_cost_requests_total.outcome.priced",
                 MetricKind::Counter,
                 Value::Counter(7),
             ),
@@ -191,14 +191,14 @@ mod tests {
             "listener.nginx.worker_0.downstream_cx_total: 5\n\
              listener.nginx.worker_2.downstream_cx_total: 9\n\
              tollgate.metrics_overflow: 2\n\
-             wasmcustom.tollgate_cost_requests_total.status.priced: 7\n\
+             wasmcustom.tollgate_cost_requests_total.outcome.priced: 7\n\
              wasmcustom.inflight: -3\n\
              wasmcustom.latency: P0(nan,nan) count=6 sum=40\n"
         );
         let only_cost = regex_lite::Regex::new("cost").unwrap();
         assert_eq!(
             envoy_stats(&[(0, 5)], 2, &metrics, Some(&only_cost)),
-            "wasmcustom.tollgate_cost_requests_total.status.priced: 7\n"
+            "wasmcustom.tollgate_cost_requests_total.outcome.priced: 7\n"
         );
         assert!(overflow_exposition(3).ends_with("\ntollgate_metrics_overflow_total 3\n"));
     }

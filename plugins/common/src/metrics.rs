@@ -17,11 +17,11 @@ pub const LABELS: [&str; 11] = [
     "tenant",
     "result",
     "rule",
-    "decision",
+    "outcome",
     "model",
     "type",
-    "status",
     "reason",
+    "on_error",
 ];
 
 /// `family` followed by `.label.value` for each label, values sanitised.

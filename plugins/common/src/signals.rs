@@ -8,17 +8,25 @@
 //! them per request.
 //! Never headers: a client can neither see nor forge them. Values are UTF-8 text: decimal
 //! integers, or names from a fixed vocabulary (snake case).
+//!
+//! One vocabulary for outcomes: each filter that decides publishes what it decided in
+//! `wasmx.tollgate.<filter>.outcome`, and counts it in `tollgate_<filter>_requests_total` under
+//! the label `outcome`, with the same words.
 
-/// jwt-auth's outcome: `ok`, `bypass`, `invalid_path`, or the refusal reason (`expired`,
-/// `bad_signature`, ...).
-pub const JWT_AUTH_RESULT: &str = "wasmx.tollgate.jwt_auth.result";
+/// jwt-auth's outcome: `ok`, `bypass`, `invalid_path`, `invalid_authority`,
+/// `headers_unavailable`, or the refusal reason (`expired`, `bad_signature`, ...). Named
+/// `wasmx.tollgate.jwt_auth.result` before 2026-11-28.
+pub const JWT_AUTH_OUTCOME: &str = "wasmx.tollgate.jwt_auth.outcome";
 /// The prefix of the properties by which jwt-auth hands a verified claim header to later
 /// filters: `wasmx.tollgate.jwt_auth.header.<header name>` holds the value jwt-auth wrote into that
 /// request header, set only when it verified this request's token (result `ok`).
 pub const JWT_AUTH_HEADER_PREFIX: &str = "wasmx.tollgate.jwt_auth.header.";
-/// rate-limit's decision: `allowed`, `limited`, `contention_allowed`, `contention_denied`,
-/// `missing_key_denied`, `missing_key_allowed`, `invalid_weight`, `invalid_path`.
-pub const RATE_LIMIT_DECISION: &str = "wasmx.tollgate.rate_limit.decision";
+/// rate-limit's outcome: `allowed`, `limited`, `contention_allowed`, `contention_denied`,
+/// `missing_key_denied`, `missing_key_allowed`, `invalid_weight`, `invalid_credential`,
+/// `store_failure_allowed`, `store_failure_denied`, `global_error_allowed`,
+/// `global_error_denied`, `invalid_path`, `invalid_authority`. Named
+/// `wasmx.tollgate.rate_limit.decision` before 2026-11-28.
+pub const RATE_LIMIT_OUTCOME: &str = "wasmx.tollgate.rate_limit.outcome";
 /// The name of the rate-limit rule that matched.
 pub const RATE_LIMIT_RULE: &str = "wasmx.tollgate.rate_limit.rule";
 /// cost: the model the request was priced for.
@@ -31,11 +39,12 @@ pub const COST_INPUT_TOKENS: &str = "wasmx.tollgate.cost.input_tokens";
 pub const COST_OUTPUT_TOKENS: &str = "wasmx.tollgate.cost.output_tokens";
 /// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
 pub const COST_NANO_USD: &str = "wasmx.tollgate.cost.cost_nano_usd";
-/// cost: `priced`, `estimated` (an LLM response that could not be priced, charged the estimate),
-/// `unpriced` (not charged), or a refusal before the upstream: `budget_exceeded`,
+/// cost's outcome: `priced`, `estimated` (an LLM response that could not be priced, charged the
+/// estimate), `unpriced` (not charged), or a refusal before the upstream: `budget_exceeded`,
 /// `store_failure` (the ledger could not be read or stored), `unknown_model`,
-/// `request_too_large`.
-pub const COST_STATUS: &str = "wasmx.tollgate.cost.status";
+/// `request_too_large`, `invalid_credential`, `unreadable_body`, `global_unavailable`. Named
+/// `wasmx.tollgate.cost.status` before 2026-11-28.
+pub const COST_OUTCOME: &str = "wasmx.tollgate.cost.outcome";
 
 /// The property of verified claim header `header` (lower case): see [`JWT_AUTH_HEADER_PREFIX`].
 pub fn verified_header(header: &str) -> String {
@@ -65,16 +74,16 @@ mod tests {
     #[test]
     fn every_signal_is_under_wasmx_tollgate() {
         for name in [
-            JWT_AUTH_RESULT,
+            JWT_AUTH_OUTCOME,
             JWT_AUTH_HEADER_PREFIX,
-            RATE_LIMIT_DECISION,
+            RATE_LIMIT_OUTCOME,
             RATE_LIMIT_RULE,
             COST_MODEL,
             COST_TENANT,
             COST_INPUT_TOKENS,
             COST_OUTPUT_TOKENS,
             COST_NANO_USD,
-            COST_STATUS,
+            COST_OUTCOME,
         ] {
             assert!(name.starts_with("wasmx.tollgate."), "{name}");
         }

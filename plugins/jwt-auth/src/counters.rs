@@ -7,15 +7,15 @@ tollgate_common::counters! {
     /// Requests by result: passed, bypassed, refused for a malformed path or authority, or refused for a
     /// [`Reason`].
     pub struct Counters {
-        ok: "tollgate_jwt_auth_requests_total" [result = "ok"],
-        bypass: "tollgate_jwt_auth_requests_total" [result = "bypass"],
-        invalid_path: "tollgate_jwt_auth_requests_total" [result = "invalid_path"],
-        invalid_authority: "tollgate_jwt_auth_requests_total" [result = "invalid_authority"],
+        ok: "tollgate_jwt_auth_requests_total" [outcome = "ok"],
+        bypass: "tollgate_jwt_auth_requests_total" [outcome = "bypass"],
+        invalid_path: "tollgate_jwt_auth_requests_total" [outcome = "invalid_path"],
+        invalid_authority: "tollgate_jwt_auth_requests_total" [outcome = "invalid_authority"],
         /// The host could not list or edit the request's headers (500).
-        headers_unavailable: "tollgate_jwt_auth_requests_total" [result = "headers_unavailable"],
+        headers_unavailable: "tollgate_jwt_auth_requests_total" [outcome = "headers_unavailable"],
     }
     per_value {
-        denied: "tollgate_jwt_auth_requests_total" [result: Reason = Reason::ALL, Reason::as_str],
+        denied: "tollgate_jwt_auth_requests_total" [outcome: Reason = Reason::ALL, Reason::as_str],
     }
 }
 

@@ -46,7 +46,7 @@ impl Headers {
                 );
                 count(counters.headers_unavailable);
                 strip_output_headers(config);
-                signals::set(signals::JWT_AUTH_RESULT, "headers_unavailable");
+                signals::set(signals::JWT_AUTH_OUTCOME, "headers_unavailable");
                 send_json_error(
                     500,
                     &[],

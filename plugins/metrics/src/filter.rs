@@ -194,13 +194,13 @@ fn log_request(start: Option<SystemTime>, state: &mut State) {
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
         _ => None,
     };
-    let auth = signals::get(signals::JWT_AUTH_RESULT);
-    let decision = signals::get(signals::RATE_LIMIT_DECISION);
+    let auth = signals::get(signals::JWT_AUTH_OUTCOME);
+    let decision = signals::get(signals::RATE_LIMIT_OUTCOME);
     // Without a decision the rule is not recorded: not read.
     let rule = decision
         .as_ref()
         .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
-    let cost_status = signals::get(signals::COST_STATUS);
+    let cost_status = signals::get(signals::COST_OUTCOME);
     let (cost_model, cost_tenant) = if cost_status.is_some() {
         let model = signals::get(signals::COST_MODEL);
         // The cost filter's tenant is admitted only on a request whose own tenant was

@@ -121,14 +121,14 @@ pub fn record(
     counter(Family::RequestBytes, &route, obs.request_bytes);
     counter(Family::ResponseBytes, &route, obs.response_bytes);
     if let Some(result) = obs.auth_result {
-        counter(Family::Auth, &[("result", Value::Word(result))], 1);
+        counter(Family::Auth, &[("outcome", Value::Word(result))], 1);
     }
     if let Some((rule, decision)) = obs.rate_limit {
         counter(
             Family::RateLimit,
             &[
                 ("rule", Value::Word(rule)),
-                ("decision", Value::Word(decision)),
+                ("outcome", Value::Word(decision)),
             ],
             1,
         );
@@ -139,7 +139,7 @@ pub fn record(
                 .map_or(Label::OTHER, |m| model_label(&config.models, m)),
         );
         if let Some(status) = cost.status {
-            counter(Family::LlmRequests, &[("status", Value::Word(status))], 1);
+            counter(Family::LlmRequests, &[("outcome", Value::Word(status))], 1);
         }
         counter(
             Family::LlmTokens,

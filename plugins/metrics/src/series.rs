@@ -36,15 +36,15 @@ pub const DURATION: &str = "tollgate_request_duration_microseconds";
 pub const REQUEST_BYTES: &str = "tollgate_request_body_bytes_total";
 /// Counter: response body bytes, by `route`.
 pub const RESPONSE_BYTES: &str = "tollgate_response_body_bytes_total";
-/// Counter: jwt-auth outcomes, by `result`.
+/// Counter: jwt-auth outcomes, by `outcome`.
 pub const AUTH: &str = "tollgate_auth_total";
-/// Counter: rate-limit decisions, by `rule`, `decision`.
+/// Counter: rate-limit decisions, by `rule`, `outcome`.
 pub const RATE_LIMIT: &str = "tollgate_rate_limit_total";
 /// Counter: LLM tokens, by `model`, `type` (`input`, `output`).
 pub const LLM_TOKENS: &str = "tollgate_llm_tokens_total";
 /// Counter: LLM spend in nano-USD (10^-9 USD), by `model`, `tenant`.
 pub const LLM_COST: &str = "tollgate_llm_cost_nano_usd_total";
-/// Counter: requests the cost filter saw, by `status` (`priced`, `unpriced`, `budget_exceeded`).
+/// Counter: requests the cost filter saw, by `outcome` (`priced`, `unpriced`, `budget_exceeded`, ...).
 pub const LLM_REQUESTS: &str = "tollgate_llm_requests_total";
 
 /// Every label name the families use (the `stats_tags` rules need one per name); kept in

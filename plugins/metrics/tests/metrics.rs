@@ -428,12 +428,9 @@ fn a_request_records_its_series() {
             1,
         ),
         ("tollgate_request_body_bytes_total.route.chat", 10),
-        ("tollgate_auth_total.result.ok", 1),
-        (
-            "tollgate_rate_limit_total.rule.per-user.decision.allowed",
-            1,
-        ),
-        ("tollgate_llm_requests_total.status.priced", 1),
+        ("tollgate_auth_total.outcome.ok", 1),
+        ("tollgate_rate_limit_total.rule.per-user.outcome.allowed", 1),
+        ("tollgate_llm_requests_total.outcome.priced", 1),
         ("tollgate_llm_tokens_total.model.gpt-4o.type.input", 7),
         ("tollgate_llm_tokens_total.model.gpt-4o.type.output", 3),
         (
@@ -471,7 +468,7 @@ fn a_request_records_its_series() {
     assert_eq!(
         got.keys().cloned().collect::<Vec<_>>(),
         [
-            "tollgate_llm_requests_total.status.unpriced",
+            "tollgate_llm_requests_total.outcome.unpriced",
             "tollgate_requests_total.status_class.none"
         ]
     );

@@ -18,7 +18,7 @@ use crate::worker::Shared;
 /// `tollgate_common::signals`).
 pub(crate) fn decided(counter: Option<u32>, decision: &str, rule: &str) {
     count(counter);
-    signals::set(signals::RATE_LIMIT_DECISION, decision);
+    signals::set(signals::RATE_LIMIT_OUTCOME, decision);
     signals::set(signals::RATE_LIMIT_RULE, rule);
 }
 

@@ -4,20 +4,20 @@
 tollgate_common::counters! {
     /// One rule's counters: its decisions, then what its shared-data writes cost.
     pub struct RuleCounters(rule) {
-        allowed: "tollgate_rate_limit_requests_total" [decision = "allowed"],
-        limited: "tollgate_rate_limit_requests_total" [decision = "limited"],
-        contention_allowed: "tollgate_rate_limit_requests_total" [decision = "contention_allowed"],
-        contention_denied: "tollgate_rate_limit_requests_total" [decision = "contention_denied"],
-        missing_key_denied: "tollgate_rate_limit_requests_total" [decision = "missing_key_denied"],
+        allowed: "tollgate_rate_limit_requests_total" [outcome = "allowed"],
+        limited: "tollgate_rate_limit_requests_total" [outcome = "limited"],
+        contention_allowed: "tollgate_rate_limit_requests_total" [outcome = "contention_allowed"],
+        contention_denied: "tollgate_rate_limit_requests_total" [outcome = "contention_denied"],
+        missing_key_denied: "tollgate_rate_limit_requests_total" [outcome = "missing_key_denied"],
         missing_key_allowed: "tollgate_rate_limit_requests_total"
-            [decision = "missing_key_allowed"],
-        invalid_weight: "tollgate_rate_limit_requests_total" [decision = "invalid_weight"],
+            [outcome = "missing_key_allowed"],
+        invalid_weight: "tollgate_rate_limit_requests_total" [outcome = "invalid_weight"],
         /// A credential key part whose header does not hold exactly one credential (401).
-        invalid_credential: "tollgate_rate_limit_requests_total" [decision = "invalid_credential"],
+        invalid_credential: "tollgate_rate_limit_requests_total" [outcome = "invalid_credential"],
         store_failure_denied: "tollgate_rate_limit_requests_total"
-            [decision = "store_failure_denied"],
+            [outcome = "store_failure_denied"],
         store_failure_allowed: "tollgate_rate_limit_requests_total"
-            [decision = "store_failure_allowed"],
+            [outcome = "store_failure_allowed"],
         /// CAS mismatches and lock waits.
         cas_retries: "tollgate_rate_limit_cas_retries_total",
         keys_created: "tollgate_rate_limit_keys_created_total",
@@ -42,9 +42,9 @@ tollgate_common::counters! {
         /// Requests that made no call because the circuit breaker was open.
         error_breaker_open: "tollgate_rate_limit_global_errors_total" [reason = "breaker_open"],
         /// `on_error: allow` admitted the request uncharged.
-        error_allowed: "tollgate_rate_limit_requests_total" [decision = "global_error_allowed"],
+        error_allowed: "tollgate_rate_limit_requests_total" [outcome = "global_error_allowed"],
         /// `on_error: deny` refused it (503).
-        error_denied: "tollgate_rate_limit_requests_total" [decision = "global_error_denied"],
+        error_denied: "tollgate_rate_limit_requests_total" [outcome = "global_error_denied"],
         fallback_local: "tollgate_rate_limit_global_fallbacks_total" [on_error = "local"],
         fallback_allow: "tollgate_rate_limit_global_fallbacks_total" [on_error = "allow"],
         fallback_deny: "tollgate_rate_limit_global_fallbacks_total" [on_error = "deny"],

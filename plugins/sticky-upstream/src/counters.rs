@@ -9,7 +9,7 @@ tollgate_common::counters! {
     pub struct Counters {}
     per_value {
         outcomes: "tollgate_sticky_upstream_requests_total"
-            [result: Outcome = Outcome::ALL, Outcome::as_str],
+            [outcome: Outcome = Outcome::ALL, Outcome::as_str],
     }
 }
 

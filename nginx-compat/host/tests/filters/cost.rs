@@ -45,7 +45,7 @@ fn cost_prices_an_openai_response() {
     );
     assert!(!s.response_body_changed, "the body passes unchanged");
     assert_eq!(
-        property(&s, "wasmx.tollgate.cost.status"),
+        property(&s, "wasmx.tollgate.cost.outcome"),
         Some("priced"),
         "logs:\n{}",
         host.log_text()

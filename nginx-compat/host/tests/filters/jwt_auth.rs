@@ -72,14 +72,14 @@ fn jwt_auth_without_token_is_401() {
     let www = header(&local.headers, "www-authenticate").expect("www-authenticate");
     assert!(www.starts_with("Bearer realm=\"tollgate\""), "{www}");
     assert_eq!(
-        property(&s, "wasmx.tollgate.jwt_auth.result"),
+        property(&s, "wasmx.tollgate.jwt_auth.outcome"),
         Some("missing_token")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
     assert!(!vm.is_poisoned());
     // The refusal is counted through the metrics ABI.
     assert_eq!(
-        host.metric("tollgate_jwt_auth_requests_total.result.missing_token"),
+        host.metric("tollgate_jwt_auth_requests_total.outcome.missing_token"),
         Some(1),
         "metrics: {:?}",
         host.metric_names()
@@ -125,7 +125,7 @@ fn jwt_auth_valid_hs256_token_sets_claim_headers() {
             None,
             "token header removed"
         );
-        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.result"), Some("ok"));
+        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.outcome"), Some("ok"));
         vm.on_log_and_delete(id, &mut s).unwrap();
     }
 }
@@ -208,7 +208,7 @@ fn jwt_auth_wrong_secret_and_bypass() {
         Action::Continue
     );
     assert_eq!(
-        property(&s, "wasmx.tollgate.jwt_auth.result"),
+        property(&s, "wasmx.tollgate.jwt_auth.outcome"),
         Some("bypass")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
@@ -290,14 +290,14 @@ fn jwt_auth_remote_jwks_over_http_call() {
     assert!(!vm.is_poisoned());
 }
 
-/// The `wasmx.tollgate.jwt_auth.result` of one request bearing `token`.
+/// The `wasmx.tollgate.jwt_auth.outcome` of one request bearing `token`.
 fn jwt_result(vm: &mut Vm, root: tollgate_host::RootId, token: &str) -> String {
     let id = vm.create_http(root).unwrap();
     let auth = format!("Bearer {token}");
     let mut s = request("GET", "/v1/things", &[("authorization", &auth)]);
     vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
         .unwrap();
-    let result = property(&s, "wasmx.tollgate.jwt_auth.result")
+    let result = property(&s, "wasmx.tollgate.jwt_auth.outcome")
         .unwrap_or_default()
         .to_owned();
     vm.on_log_and_delete(id, &mut s).unwrap();

@@ -18,7 +18,7 @@ fn metrics_defines_and_increments_counters() {
         ]))));
         // A signal of an earlier filter.
         s.properties
-            .insert(b"wasmx.tollgate.jwt_auth.result".to_vec(), b"ok".to_vec());
+            .insert(b"wasmx.tollgate.jwt_auth.outcome".to_vec(), b"ok".to_vec());
         assert_eq!(
             vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
                 .unwrap(),
@@ -45,7 +45,7 @@ fn metrics_defines_and_increments_counters() {
     assert!(requests.contains("route.api"), "{requests}");
     assert_eq!(host.metric(requests), Some(2));
     assert_eq!(
-        host.metric("tollgate_auth_total.result.ok"),
+        host.metric("tollgate_auth_total.outcome.ok"),
         Some(2),
         "{names:?}"
     );

@@ -22,7 +22,7 @@ fn rate_limit_allows_n_then_429() {
             host.log_text()
         );
         assert_eq!(
-            property(&s, "wasmx.tollgate.rate_limit.decision"),
+            property(&s, "wasmx.tollgate.rate_limit.outcome"),
             Some("allowed")
         );
         assert_eq!(property(&s, "wasmx.tollgate.rate_limit.rule"), Some("api"));
@@ -53,7 +53,7 @@ fn rate_limit_allows_n_then_429() {
     assert!(header(&local.headers, "ratelimit").is_some());
     assert!(header(&local.headers, "retry-after").is_some());
     assert_eq!(
-        property(&s, "wasmx.tollgate.rate_limit.decision"),
+        property(&s, "wasmx.tollgate.rate_limit.outcome"),
         Some("limited")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();

@@ -57,7 +57,7 @@ impl Request {
                     self.log_unpriced(shared, reason.label(), None);
                 }
                 count(shared.counters.unpriced);
-                signals::set(signals::COST_STATUS, "unpriced");
+                signals::set(signals::COST_OUTCOME, "unpriced");
                 return;
             }
             Charge::Estimated { reason, nano } => {
@@ -112,7 +112,7 @@ impl Request {
             }
         }
         signals::set(signals::COST_NANO_USD, itoa::Buffer::new().format(nano));
-        signals::set(signals::COST_STATUS, status);
+        signals::set(signals::COST_OUTCOME, status);
     }
 
     /// Logs an LLM response that could not be priced (`charged`: the estimate, if any), at most
@@ -139,7 +139,7 @@ impl Request {
         self.done = true;
         count(counter);
         signals::set(signals::COST_TENANT, &self.tenant);
-        signals::set(signals::COST_STATUS, status);
+        signals::set(signals::COST_OUTCOME, status);
         let (code, headers, error, message) = reply;
         send_json_error(code, headers, error, message);
         Action::Pause
