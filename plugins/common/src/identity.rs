@@ -160,15 +160,15 @@ pub struct HostIdentityView;
 #[cfg(target_arch = "wasm32")]
 impl IdentityView for HostIdentityView {
     fn property(&self, name: &str) -> Option<Vec<u8>> {
-        crate::host::property(&[name])
+        crate::host_calls::property(&[name])
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        crate::host::request_header_bytes(name)
+        crate::host_calls::request_header_bytes(name)
     }
 
     fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
-        crate::host::request_header_values(name).ok()
+        crate::host_calls::request_header_values(name).ok()
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Host-free pieces (configuration parsing with field-named errors, HTTP error bodies, header
 //! value checks, route matching, metric naming) are plain Rust, unit-tested on the native target.
-//! [`host`] is the thin layer over the proxy-wasm ABI; it compiles only for `wasm32`.
+//! [`host_calls`] is the thin layer over the proxy-wasm ABI (the filters' host calls, never
+//! trapping); it compiles only for `wasm32`, as the [`skeleton`]'s contexts do.
 
 pub mod abi_codec;
 pub mod authority;
@@ -33,7 +34,7 @@ pub mod skeleton;
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 #[cfg(target_arch = "wasm32")]
-pub mod host;
+pub mod host_calls;
 #[cfg(target_arch = "wasm32")]
 pub mod raw;
 #[cfg(target_arch = "wasm32")]

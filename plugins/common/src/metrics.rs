@@ -134,7 +134,7 @@ pub fn sanitize_bytes(value: &[u8]) -> Cow<'_, str> {
 /// ```
 ///
 /// A plain field is an `Option<u32>` metric id (`None`: the host refused the definition, logged
-/// by [`crate::host::define_metric`]); a `per_value` field is a [`PerValue`]. The names in
+/// by [`crate::host_calls::define_metric`]); a `per_value` field is a [`PerValue`]. The names in
 /// parentheses are scope labels, arguments of `define` put before every counter's own labels:
 /// `define(rule)` gives `tollgate_rate_limit_requests_total.rule.<rule>.decision.allowed`.
 #[macro_export]
@@ -173,7 +173,7 @@ macro_rules! counters {
                 let scope: &[(&str, &str)] = &[$($( (stringify!($scope), $scope) ),+)?];
                 Self {
                     $(
-                        $field: $crate::host::define_counter(&$crate::metrics::scoped_metric_name(
+                        $field: $crate::host_calls::define_counter(&$crate::metrics::scoped_metric_name(
                             $family,
                             scope,
                             &[ $($( (stringify!($label), $value) ),+)? ],
@@ -181,7 +181,7 @@ macro_rules! counters {
                     )*
                     $($(
                         $pfield: $crate::metrics::PerValue::new(&$pall, |value| {
-                            $crate::host::define_counter(&$crate::metrics::scoped_metric_name(
+                            $crate::host_calls::define_counter(&$crate::metrics::scoped_metric_name(
                                 $pfamily,
                                 scope,
                                 &[(stringify!($plabel), $pname(*value))],

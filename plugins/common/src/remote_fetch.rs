@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 
-use crate::host::{http_call_response_body, http_call_response_header};
+use crate::host_calls::{http_call_response_body, http_call_response_header};
 use crate::remote::{
     after_fetch, document_at, document_key, encode_document, plan_tick, Lease, RemoteSource,
 };

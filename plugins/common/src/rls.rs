@@ -615,7 +615,7 @@ impl Breaker {
 /// `Unimplemented`).
 #[cfg(target_arch = "wasm32")]
 #[allow(unsafe_code)] // The ABI import itself; the call's SAFETY is stated.
-pub mod host {
+pub mod host_calls {
     use std::time::Duration;
 
     use proxy_wasm::traits::Context;

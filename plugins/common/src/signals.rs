@@ -54,7 +54,7 @@ pub fn verified_header(header: &str) -> String {
 /// Sets a property for the current request; a host error is logged, never fatal.
 #[cfg(target_arch = "wasm32")]
 pub fn set(name: &str, value: &str) {
-    if let Err(status) = crate::host::set_property(&[name], value.as_bytes()) {
+    if let Err(status) = crate::host_calls::set_property(&[name], value.as_bytes()) {
         log::debug!("could not set property {name}: host status {status}");
     }
 }
@@ -62,7 +62,7 @@ pub fn set(name: &str, value: &str) {
 /// A property set by a filter earlier on this request (`None` if unset or not UTF-8).
 #[cfg(target_arch = "wasm32")]
 pub fn get(name: &str) -> Option<String> {
-    crate::host::property(&[name]).and_then(|b| String::from_utf8(b).ok())
+    crate::host_calls::property(&[name]).and_then(|b| String::from_utf8(b).ok())
 }
 
 #[cfg(test)]

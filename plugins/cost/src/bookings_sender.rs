@@ -4,7 +4,7 @@
 //! context because the Rust SDK delivers a call's reply only to the context that made it, and a
 //! request's context is gone soon after its booking (see `Shared::wake_root`).
 
-use tollgate_common::host::{count, count_n, now_unix_millis};
+use tollgate_common::host_calls::{count, count_n, now_unix_millis};
 use tollgate_common::rls::CallFailure;
 use tollgate_common::shared_data::HostSharedData;
 

@@ -4,7 +4,7 @@
 //! `crate::bookings_sender` (global mode) and `crate::remote_prices`. A thin shell over those
 //! and the host-free modules.
 //!
-//! Host calls go through `tollgate_common::host` (the raw ABI, every status handled), never
+//! Host calls go through `tollgate_common::host_calls` (the raw ABI, every status handled), never
 //! through the SDK's helpers, which unwrap or panic on statuses they do not expect.
 //!
 //! Per request:
@@ -52,7 +52,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
 use tollgate_common::config::ConfigError;
-use tollgate_common::host::{self as host, now_unix_millis};
+use tollgate_common::host_calls::{self as host_calls, now_unix_millis};
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
 use tollgate_common::rls;
@@ -100,12 +100,12 @@ impl Filter for Cost {
 
     fn configure(config: Config, root: &mut Root, started: Option<SystemTime>) -> Option<Shared> {
         if config.has_budgets()
-            && !host::eviction_allowed(&config.ledger.key(""), config.allow_eviction)
+            && !host_calls::eviction_allowed(&config.ledger.key(""), config.allow_eviction)
         {
             return None;
         }
         if config.global.is_some() {
-            if let Err(status) = rls::host::grpc_calls_supported() {
+            if let Err(status) = rls::host_calls::grpc_calls_supported() {
                 log::error!(
                     "global budgets need gRPC calls, which this host does not implement \
                      (proxy_grpc_call answered status {status}); refusing the configuration"
@@ -166,7 +166,7 @@ impl Filter for Cost {
             global,
         };
         if let Some(ms) = tick {
-            if let Err(e) = host::set_tick_period_ms(ms) {
+            if let Err(e) = host_calls::set_tick_period_ms(ms) {
                 log::error!(
                     "cannot set the tick period for remote_prices or global: host status {e}"
                 );

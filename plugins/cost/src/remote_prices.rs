@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use tollgate_common::host::{self as host, now_unix_secs};
+use tollgate_common::host_calls::{self as host_calls, now_unix_secs};
 use tollgate_common::remote_fetch::RemoteDocument;
 
 use crate::price_table::{IncrementalParse, Loaded, Step};
@@ -38,7 +38,7 @@ const STEP_MILLIS: f64 = 15.0;
 
 /// Milliseconds of the host's clock since `start` (for the load log lines).
 pub(crate) fn millis_since(start: Option<SystemTime>) -> f64 {
-    let now = host::now();
+    let now = host_calls::now();
     match (start, now) {
         (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64() * 1e3),
         _ => 0.0,
@@ -49,7 +49,7 @@ impl PriceRefresh {
     /// Reads the pending remote table for about STEP_MILLIS; puts it in use when it is read
     /// whole and prices at least one model (stored for every VM first if fetched here).
     fn advance(&mut self, shared: &Shared) {
-        let began = host::now();
+        let began = host_calls::now();
         let result = loop {
             let Some(pending) = self.pending.as_mut() else {
                 return;
@@ -98,7 +98,7 @@ impl PriceRefresh {
             parse: IncrementalParse::new(body, "remote_prices"),
             source,
             fetched_here: true,
-            started: host::now(),
+            started: host_calls::now(),
         });
         self.advance(shared);
     }
@@ -117,7 +117,7 @@ impl PriceRefresh {
                 parse: IncrementalParse::new(body, "remote_prices"),
                 source,
                 fetched_here: false,
-                started: host::now(),
+                started: host_calls::now(),
             });
         }
         self.advance(shared);

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use tollgate_common::host::{self as host, count_n, now_unix_millis};
+use tollgate_common::host_calls::{self as host_calls, count_n, now_unix_millis};
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
@@ -133,7 +133,7 @@ impl Shared {
         let Some(ms) = g.ticks.queued() else {
             return;
         };
-        match host::set_tick_period_ms(ms) {
+        match host_calls::set_tick_period_ms(ms) {
             Ok(()) => g.ticks.asked(ms),
             Err(status) => {
                 if let Some(unlogged) = self.logs.tick.due(now_unix_millis()) {
@@ -152,7 +152,7 @@ impl Shared {
         let Some(ms) = g.ticks.ticked() else {
             return;
         };
-        match host::set_tick_period_ms(ms) {
+        match host_calls::set_tick_period_ms(ms) {
             Ok(()) => g.ticks.asked(ms),
             Err(status) => log::error!(
                 "cannot set the tick period back to {ms} ms (it stays {} ms): host status \

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use proxy_wasm::types::Action as HostAction;
 use tollgate_common::bytes::same_bytes;
 use tollgate_common::config::ConfigError;
-use tollgate_common::host::{
+use tollgate_common::host_calls::{
     count, forward_normal_path, now_unix_secs, property, send_json_error, set_request_header,
 };
 use tollgate_common::http::{names_are_plain, split_path_query, PLAIN_HEADER_NAMES_PROPERTY};
@@ -120,7 +120,7 @@ impl Filter for JwtAuth {
             })
             .collect();
         if !root.0.is_empty() {
-            if let Err(e) = tollgate_common::host::set_tick_period_ms(TICK_MILLIS) {
+            if let Err(e) = tollgate_common::host_calls::set_tick_period_ms(TICK_MILLIS) {
                 log::error!("cannot set the tick period for remote JWKS: host status {e}");
                 return None;
             }

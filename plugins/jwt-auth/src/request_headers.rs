@@ -4,7 +4,7 @@
 //! the headers it writes.
 
 use tollgate_common::abi_codec::{text, HeaderList};
-use tollgate_common::host::{
+use tollgate_common::host_calls::{
     count, request_header, request_header_list, send_json_error, set_request_header,
 };
 use tollgate_common::signals;
@@ -58,7 +58,7 @@ impl Headers {
         }
     }
 
-    /// A header's value as text (`tollgate_common::host::request_header`).
+    /// A header's value as text (`tollgate_common::host_calls::request_header`).
     pub(crate) fn get(&self, name: &str) -> Option<String> {
         match self {
             Headers::List(list) => list.first(name).map(|v| text(v.to_vec())),

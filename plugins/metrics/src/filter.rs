@@ -6,7 +6,7 @@
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' signals
 //! (`tollgate_common::signals`), and updates the series. Host calls go through
-//! `tollgate_common::host` (the raw ABI, errors handled); nothing here traps.
+//! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MetricType};
 use tollgate_common::config::ConfigError;
-use tollgate_common::host::request_header_bytes;
+use tollgate_common::host_calls::request_header_bytes;
 use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
@@ -109,20 +109,20 @@ impl Filter for Metrics {
 }
 
 fn now() -> Option<SystemTime> {
-    tollgate_common::host::now()
+    tollgate_common::host_calls::now()
 }
 
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
 /// `path` is the attribute's path already encoded for the ABI (`crate::record::RESPONSE_CODE`).
 fn int_property(path: &str) -> Option<u64> {
-    let bytes = tollgate_common::host::property_encoded(path.as_bytes())?;
+    let bytes = tollgate_common::host_calls::property_encoded(path.as_bytes())?;
     let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
 
 /// A signal holding a decimal integer.
 fn int_signal(name: &str) -> Option<u64> {
-    tollgate_common::host::property(&[name]).and_then(|b| decimal(&b))
+    tollgate_common::host_calls::property(&[name]).and_then(|b| decimal(&b))
 }
 
 fn define(kind: Kind, name: &str) -> Option<u32> {
@@ -130,13 +130,13 @@ fn define(kind: Kind, name: &str) -> Option<u32> {
         Kind::Counter => MetricType::Counter,
         Kind::Histogram => MetricType::Histogram,
     };
-    tollgate_common::host::define_metric(t, name)
+    tollgate_common::host_calls::define_metric(t, name)
 }
 
 fn emit(id: Option<u32>, kind: Kind, value: u64) {
     match kind {
-        Kind::Counter => tollgate_common::host::count_n(id, value),
-        Kind::Histogram => tollgate_common::host::record(id, value),
+        Kind::Counter => tollgate_common::host_calls::count_n(id, value),
+        Kind::Histogram => tollgate_common::host_calls::record(id, value),
     }
 }
 

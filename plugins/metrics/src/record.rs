@@ -7,7 +7,7 @@ use crate::labels::{model_label, status_class, Label};
 use crate::series::{Family, Kind, SeriesCache, Value};
 
 /// The Envoy attribute `response.code` (the response status) as the filter asks the host for it
-/// (`tollgate_common::host::property_encoded`): the ABI's encoding of the path's two segments
+/// (`tollgate_common::host_calls::property_encoded`): the ABI's encoding of the path's two segments
 /// (`tollgate_common::abi_codec::encode_path`: joined by NUL), written out once instead of built
 /// on every request.
 pub const RESPONSE_CODE: &str = "response\0code";

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use proxy_wasm::types::Action;
-use tollgate_common::host::{
+use tollgate_common::host_calls::{
     forward_normal_path, now_unix_millis, request_header_bytes, send_json_error,
 };
 use tollgate_common::identity::IdentityView;
@@ -266,7 +266,7 @@ impl Request {
             Err(failure) => self.fallback(shared, index, rule, client, weight, &failure),
         };
         if action == Action::Continue {
-            if let Err(status) = rls::host::resume_request() {
+            if let Err(status) = rls::host_calls::resume_request() {
                 log::error!("cannot resume the request (host status {status})");
             }
         }

@@ -4,7 +4,7 @@
 //! the decision counted and published for the metrics filter and access logs.
 
 use proxy_wasm::types::Action;
-use tollgate_common::host::{count, now_unix_millis, send_json_error};
+use tollgate_common::host_calls::{count, now_unix_millis, send_json_error};
 use tollgate_common::signals;
 
 use crate::config::{Rule, StoreFullAction};

@@ -2,7 +2,7 @@
 //! shares (configuration, counters, the rules' records, the global rules' calls) and its phases,
 //! a thin shell over the host-free modules.
 //!
-//! Host calls go through `tollgate_common::host` (the raw ABI, errors handled), not through the
+//! Host calls go through `tollgate_common::host_calls` (the raw ABI, errors handled), not through the
 //! SDK's trait helpers or `hostcalls` wrappers, which unwrap or panic on statuses a host may give
 //! (a header value that is not UTF-8 would trap there).
 
@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
 use tollgate_common::config::ConfigError;
-use tollgate_common::host::{add_response_header, eviction_allowed};
+use tollgate_common::host_calls::{add_response_header, eviction_allowed};
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::rls;
 use tollgate_common::shared_data::HostSharedData;
@@ -54,7 +54,7 @@ impl Filter for RateLimit {
             return None;
         }
         if config.rules.iter().any(|r| r.global.is_some()) {
-            if let Err(status) = rls::host::grpc_calls_supported() {
+            if let Err(status) = rls::host_calls::grpc_calls_supported() {
                 log::error!(
                     "global mode needs gRPC calls, which this host does not \
                      implement (proxy_grpc_call answered status {status}); refusing the \

@@ -5,7 +5,7 @@
 use std::cell::OnceCell;
 
 use proxy_wasm::types::MapType;
-use tollgate_common::host::request_header_bytes;
+use tollgate_common::host_calls::request_header_bytes;
 use tollgate_common::identity::{HostIdentityView, IdentityView};
 
 use crate::key::RequestView;
@@ -36,7 +36,7 @@ impl IdentityView for HostRequest {
 
 impl RequestView for HostRequest {
     fn forwarded_for(&self) -> Vec<Vec<u8>> {
-        tollgate_common::host::headers(MapType::HttpRequestHeaders)
+        tollgate_common::host_calls::headers(MapType::HttpRequestHeaders)
             .into_iter()
             .filter(|(name, _)| name.eq_ignore_ascii_case("x-forwarded-for"))
             .map(|(_, value)| value)
@@ -44,7 +44,7 @@ impl RequestView for HostRequest {
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
-        tollgate_common::host::property(&["source", "address"])
+        tollgate_common::host_calls::property(&["source", "address"])
     }
 
     fn path(&self) -> Option<&[u8]> {

@@ -2,7 +2,7 @@
 //! ([`Shared`]: configuration, counters, store-failure log throttles, the global rules' calls,
 //! the request stage).
 
-use tollgate_common::host::count_n;
+use tollgate_common::host_calls::count_n;
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
 use tollgate_common::skeleton::request_stage::Stage;

@@ -28,7 +28,7 @@ use std::time::SystemTime;
 use proxy_wasm::types::{Action, MapType};
 use tollgate_common::abi_codec::text;
 use tollgate_common::config::ConfigError;
-use tollgate_common::host::{self as host, count, now_unix_secs, send_json_error};
+use tollgate_common::host_calls::{self as host_calls, count, now_unix_secs, send_json_error};
 use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::choose::Draws;
@@ -71,7 +71,7 @@ impl Shared {
     /// The value of the configured `hash_header`, if the configuration chooses by hash.
     fn hash_key(&self) -> Option<Vec<u8>> {
         match &self.config.choose_by {
-            ChooseBy::HashHeader(h) => host::request_header_bytes(h),
+            ChooseBy::HashHeader(h) => host_calls::request_header_bytes(h),
             ChooseBy::Weighted => None,
         }
     }
@@ -100,7 +100,7 @@ impl Filter for StickyUpstream {
 
     fn request_headers(request: &mut Option<Decision>, shared: &Rc<Shared>, _end: bool) -> Action {
         let config = &shared.config;
-        let cookie = host::request_header_bytes("cookie").map(text);
+        let cookie = host_calls::request_header_bytes("cookie").map(text);
         let decision = decide(
             config,
             &mut shared.verified.borrow_mut(),
@@ -112,12 +112,12 @@ impl Filter for StickyUpstream {
         let Some(decision) = decision.filter(|d| config.upstream_name(d.upstream).is_some()) else {
             // Unreachable with a valid configuration (the total weight is positive); never
             // route on a client's copy of the header.
-            host::set_request_header(&config.route_header, None);
+            host_calls::set_request_header(&config.route_header, None);
             send_json_error(503, &[], "no_upstream", "no upstream can take the request");
             return Action::Pause;
         };
         // Replaces every copy the client may have sent (the host's replace removes the others).
-        host::set_request_header(
+        host_calls::set_request_header(
             &config.route_header,
             config.upstream_name(decision.upstream),
         );
@@ -134,7 +134,7 @@ impl Filter for StickyUpstream {
         let status = if config.repin_statuses.is_empty() {
             None
         } else {
-            host::header_bytes(MapType::HttpResponseHeaders, ":status")
+            host_calls::header_bytes(MapType::HttpResponseHeaders, ":status")
                 .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
         };
         let action = after_response(
@@ -145,7 +145,7 @@ impl Filter for StickyUpstream {
                 // Envoy: `via_upstream` when the upstream answered; anything else (or a host
                 // without the property) is the proxy's own answer. Not the SDK's
                 // `get_property`, which unwraps host errors.
-                host::property(&["response", "code_details"])
+                host_calls::property(&["response", "code_details"])
                     .is_none_or(|details| details != b"via_upstream")
             },
             || shared.hash_key(),
@@ -166,7 +166,7 @@ impl Filter for StickyUpstream {
             }
         };
         if let Some(set_cookie) = config.set_cookie(upstream, now_unix_secs()) {
-            host::add_response_header("set-cookie", &set_cookie);
+            host_calls::add_response_header("set-cookie", &set_cookie);
         }
         Action::Continue
     }

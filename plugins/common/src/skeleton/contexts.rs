@@ -24,7 +24,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 
 use crate::config::ConfigError;
-use crate::host::{now, plugin_configuration, send_json_error};
+use crate::host_calls::{now, plugin_configuration, send_json_error};
 
 /// A filter's plugin configuration: parsed from the bytes the host gives (JSON), or refused
 /// with the field at fault.
@@ -145,7 +145,7 @@ impl Context for Calls {}
 
 /// Installs the logger and filter `F`'s root context: what a filter's `proxy_wasm::main!` does.
 pub fn main<F: Filter>() {
-    crate::host::init_log(log::LevelFilter::Info);
+    crate::host_calls::init_log(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::<F>::default()) });
 }
 

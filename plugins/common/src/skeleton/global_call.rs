@@ -11,7 +11,7 @@
 //!   answered by `on_error`;
 //! - `<prefix>_global_breaker_opened_total`.
 
-use crate::host::{count, now_unix_millis};
+use crate::host_calls::{count, now_unix_millis};
 use crate::log_every::LogEvery;
 use crate::rls::{self, Admit, Breaker, CallFailure, GlobalConfig, OnError, RateLimitRequest};
 use crate::skeleton::contexts::Calls;
@@ -74,23 +74,23 @@ impl GlobalCall {
         self.breaker.admit(now_unix_millis()) != Admit::Skip
     }
 
-    /// Sends `request` as one `ShouldRateLimit` (`rls::host::should_rate_limit`): the call's
+    /// Sends `request` as one `ShouldRateLimit` (`rls::host_calls::should_rate_limit`): the call's
     /// token, whose reply reaches the calling context's `on_grpc_call_response`, or the
     /// failure of a call the host refused.
     pub fn dispatch(&self, request: &RateLimitRequest) -> Result<u32, CallFailure> {
-        rls::host::should_rate_limit(&Calls, &self.config, request)
+        rls::host_calls::should_rate_limit(&Calls, &self.config, request)
             .map_err(|status| CallFailure::Dispatch(status as u32))
     }
 
     /// The reply of the call being reported to `on_grpc_call_response`, for a request of
-    /// `descriptors` descriptors (`rls::host::reply`); a verdict closes the breaker.
+    /// `descriptors` descriptors (`rls::host_calls::reply`); a verdict closes the breaker.
     pub fn reply(
         &self,
         status_code: u32,
         response_size: usize,
         descriptors: usize,
     ) -> Result<rls::Verdict, CallFailure> {
-        let reply = rls::host::reply(status_code, response_size, descriptors);
+        let reply = rls::host_calls::reply(status_code, response_size, descriptors);
         if reply.is_ok() {
             self.breaker.success();
         }

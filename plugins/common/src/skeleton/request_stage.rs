@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use crate::authority::canonical_host;
-use crate::host::{count, refuse_authority, refuse_path};
+use crate::host_calls::{count, refuse_authority, refuse_path};
 use crate::path::{normalize, PathPolicy, RequestPath};
 use crate::signals;
 

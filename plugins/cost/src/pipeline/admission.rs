@@ -3,7 +3,9 @@
 //! held to be read (`Request::admitted`).
 
 use proxy_wasm::types::Action;
-use tollgate_common::host::{count, now_unix_millis, request_header_bytes, set_request_header};
+use tollgate_common::host_calls::{
+    count, now_unix_millis, request_header_bytes, set_request_header,
+};
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::rls::{self, CallFailure, OnError};
 use tollgate_common::shared_data::{HostSharedData, StoreError};
@@ -298,7 +300,7 @@ impl Request {
             }
         };
         if matches!(action, Action::Continue) {
-            if let Err(status) = rls::host::resume_request() {
+            if let Err(status) = rls::host_calls::resume_request() {
                 log::warn!(
                     "cannot resume the request after the global check: host status {status}"
                 );

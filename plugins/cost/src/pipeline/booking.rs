@@ -5,7 +5,7 @@
 //! publishes its outcome the same way.
 
 use proxy_wasm::types::Action;
-use tollgate_common::host::{count, now_unix_millis, send_json_error};
+use tollgate_common::host_calls::{count, now_unix_millis, send_json_error};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::signals;
 

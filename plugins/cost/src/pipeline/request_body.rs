@@ -4,7 +4,7 @@
 //! refused for a tenant whose requests must be read (`crate::unreadable`).
 
 use proxy_wasm::types::{Action, BufferType};
-use tollgate_common::host::{self as host, count, now_unix_millis};
+use tollgate_common::host_calls::{self as host_calls, count, now_unix_millis};
 use tollgate_common::signals;
 
 use crate::request::RequestBody;
@@ -106,7 +106,7 @@ impl Request {
     fn read_body(&mut self, shared: &Shared, body_size: usize) -> Action {
         self.hold_request = false;
         let config = &shared.config;
-        let body = host::buffer(BufferType::HttpRequestBody, body_size);
+        let body = host_calls::buffer(BufferType::HttpRequestBody, body_size);
         if body.len() != body_size {
             return self.unreadable(shared, Unreadable::Host);
         }
@@ -143,7 +143,7 @@ impl Request {
             && request.include_usage() != Some(true)
         {
             if let Some(rewritten) = request.with_stream_usage() {
-                match host::replace_body(BufferType::HttpRequestBody, body_size, &rewritten) {
+                match host_calls::replace_body(BufferType::HttpRequestBody, body_size, &rewritten) {
                     Ok(()) => {
                         self.strip_usage = true;
                         self.request_bytes = u64::try_from(rewritten.len()).unwrap_or(u64::MAX);

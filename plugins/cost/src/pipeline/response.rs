@@ -3,7 +3,7 @@
 //! removed, and the booking made once the body is complete for the client.
 
 use proxy_wasm::types::{Action, BufferType, MapType};
-use tollgate_common::host::{self as host, add_response_header};
+use tollgate_common::host_calls::{self as host_calls, add_response_header};
 
 use crate::response_reader::{ReadLimits, ResponseHead};
 use crate::worker::Shared;
@@ -19,15 +19,15 @@ impl Request {
         let config = &shared.config;
         self.spend_headers(shared);
         use MapType::HttpResponseHeaders as H;
-        let status = host::header_bytes(H, ":status").unwrap_or_default();
+        let status = host_calls::header_bytes(H, ":status").unwrap_or_default();
         self.success = status.len() == 3 && status.first() == Some(&b'2');
         if end_of_stream {
             self.finish(shared);
             return Action::Continue;
         }
-        let length = host::header_bytes(H, "content-length");
-        let coding = host::header_bytes(H, "content-encoding");
-        let media = host::header_bytes(H, "content-type");
+        let length = host_calls::header_bytes(H, "content-length");
+        let coding = host_calls::header_bytes(H, "content-encoding");
+        let media = host_calls::header_bytes(H, "content-type");
         let head = ResponseHead {
             content_length: length.as_deref(),
             content_encoding: coding.as_deref(),
@@ -39,7 +39,7 @@ impl Request {
         };
         if self.response.start(&head, self.strip_usage, limits) {
             // The stream changes size: the host frames it anew.
-            host::set_header(H, "content-length", None);
+            host_calls::set_header(H, "content-length", None);
         }
         Action::Continue
     }
@@ -55,7 +55,7 @@ impl Request {
         if self.done {
             return Action::Continue;
         }
-        let chunk = host::buffer(BufferType::HttpResponseBody, body_size);
+        let chunk = host_calls::buffer(BufferType::HttpResponseBody, body_size);
         let fed = self.response.feed(
             &chunk,
             body_size,
@@ -63,7 +63,8 @@ impl Request {
             shared.config.max_event_bytes,
         );
         if let Some(out) = fed.replacement {
-            if let Err(e) = host::replace_body(BufferType::HttpResponseBody, body_size, &out) {
+            if let Err(e) = host_calls::replace_body(BufferType::HttpResponseBody, body_size, &out)
+            {
                 log::warn!("could not remove the usage event: host status {e}");
             }
         }
