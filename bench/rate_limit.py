@@ -47,7 +47,7 @@ def tollgate(headers: bool, verified: bool = False) -> FilterSpec:
     where jwt-auth runs), else by the API key header as sent (this filter alone)."""
     key = [{"header": "x-jwt-sub"}] if verified else [{"unverified_header": KEY_HEADER}]
     return FilterSpec("rate-limit", {
-        "zone": "bench",
+        "namespace": "bench",
         "rules": [
             {"name": "reject", "match": {"prefix": "/reject"}, "key": key,
              "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]},

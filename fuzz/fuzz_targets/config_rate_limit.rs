@@ -3,7 +3,7 @@
 //! message); an accepted configuration is accepted again, and is within its documented bounds:
 //! 1 to 16 limits per rule, key bounds from 1 to 10^8, a weight bound that every limit can
 //! admit, statuses that are errors, names short enough that every shared-data key fits
-//! `MAX_SHARED_KEY_BYTES`, and one zone record per rule.
+//! `MAX_SHARED_KEY_BYTES`, and one creation record per rule.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -16,11 +16,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(Config::parse(data).is_ok());
             assert!(!c.rules.is_empty());
             assert!((400..=599).contains(&c.status) && (400..=599).contains(&c.store_full.status));
-            assert!(c.zone.len() <= MAX_NAME_BYTES);
-            let mut zones: Vec<&str> = c.rules.iter().map(|r| r.zone_key.as_str()).collect();
+            assert!(c.namespace.len() <= MAX_NAME_BYTES);
+            let mut zones: Vec<&str> = c.rules.iter().map(|r| r.record_key.as_str()).collect();
             zones.sort_unstable();
             zones.dedup();
-            assert_eq!(zones.len(), c.rules.len(), "one zone record per rule");
+            assert_eq!(zones.len(), c.rules.len(), "one creation record per rule");
             for r in &c.rules {
                 assert!((1..=MAX_LIMITS_PER_RULE).contains(&r.limits.len()));
                 assert!((1..=MAX_MAX_KEYS).contains(&r.max_keys));

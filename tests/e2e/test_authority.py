@@ -29,7 +29,7 @@ JWT = {
 }
 # api.example.com gets 3 requests a day in all, whatever its spelling; under /keyed, one request a
 # day per host.
-RATE_LIMIT = {"zone": "authority", "rules": [
+RATE_LIMIT = {"namespace": "authority", "rules": [
     {"name": "api", "match": {"hosts": ["api.example.com"]},
      "limits": [{"algorithm": "fixed_window", "requests": 3, "per": "day"}]},
     {"name": "keyed", "match": {"prefix": "/keyed"}, "key": ["host"],

@@ -20,7 +20,7 @@ PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_toke
 # 100 prompt and 10 completion tokens cost 21,000 nano-USD: one such request spends the budget.
 COST = {"ledger": "credentials", "prices": PRICES, "tenant": {"api_key_header": "authorization"},
         "budgets": {"default": {"day_nano_usd": 20_000}}}
-RATE_LIMIT = {"zone": "credentials", "rules": [
+RATE_LIMIT = {"namespace": "credentials", "rules": [
     {"name": "api-key", "match": {"prefix": "/api-key"}, "key": [{"api_key_header": "x-api-key"}],
      "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]},
     {"name": "auth", "match": {"prefix": "/auth"}, "key": [{"unverified_header": "authorization"}],

@@ -17,7 +17,7 @@ from lab import FilterSpec, GatewaySpec, kong_differs
 PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}}
 COST = {"ledger": "eviction", "prices": PRICES, "tenant": {"unverified_header": "x-tenant"},
         "budgets": {"default": {"day_nano_usd": 1_000_000}}}
-RATE_LIMIT = {"zone": "eviction", "rules": [{"name": "all", "limits": [{"algorithm": "fixed_window", "requests": 100, "per": "minute"}]}]}
+RATE_LIMIT = {"namespace": "eviction", "rules": [{"name": "all", "limits": [{"algorithm": "fixed_window", "requests": 100, "per": "minute"}]}]}
 FILTERS = {"cost": COST, "rate-limit": RATE_LIMIT}
 # The zone each filter's state lives in (its keys' first segment).
 ZONE = {"cost": "cost", "rate-limit": "ratelimit"}

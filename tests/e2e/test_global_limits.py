@@ -42,7 +42,7 @@ def rate_limit_config(rules: list[dict], timeout_ms: int, on_error: str, breaker
     block = {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": timeout_ms, "on_error": on_error}
     if breaker is not None:
         block["breaker"] = breaker
-    return {"zone": "global-e2e", "global": block, "rules": rules, "headers_on_allowed": True}
+    return {"namespace": "global-e2e", "global": block, "rules": rules, "headers_on_allowed": True}
 
 
 class Fleet:

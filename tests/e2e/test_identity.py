@@ -73,7 +73,7 @@ def test_forged_claim_headers_do_not_label_metrics(host, upstream, gateways):
 
 
 def test_forged_claim_headers_are_not_rate_limit_keys(host, upstream, gateways):
-    limit = {"zone": "identity", "rules": [{"name": "per-user", "match": {"prefix": "/v1/"}, "key": [SUB],
+    limit = {"namespace": "identity", "rules": [{"name": "per-user", "match": {"prefix": "/v1/"}, "key": [SUB],
                                             "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]}]}
     # Rate-limit before jwt-auth (e.g. to shed load before verifying): nothing is verified yet,
     # so rotating a forged x-jwt-sub does not give a client a fresh bucket, nor charge alice's.

@@ -41,7 +41,7 @@ JWT = {
     "rules": [{"match": {"prefix": "/status"}, "bypass": True}, {"match": {"prefix": "/limited"}, "bypass": True}],
 }
 RATE_LIMIT = {
-    "zone": "metrics-e2e",
+    "namespace": "metrics-e2e",
     "rules": [{"name": "lim", "match": {"prefix": "/limited"}, "key": [{"unverified_header": "x-tenant"}],
                "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]}],
 }

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host t
 
 SECRET = "redirect-e2e-secret-0123456789abcdef01"
 JWT = nginx_quote(json.dumps({"providers": {"p": {"issuer": tokens.ISSUER, "hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}}))
-RATE = nginx_quote(json.dumps({"zone": "redir", "rules": [
+RATE = nginx_quote(json.dumps({"namespace": "redir", "rules": [
     {"name": "all", "match": {"prefix": "/"}, "key": [], "limits": [{"algorithm": "fixed_window", "requests": 3, "per": "hour"}]}]}))
-RATE_GENEROUS = nginx_quote(json.dumps({"zone": "generous", "rules": [
+RATE_GENEROUS = nginx_quote(json.dumps({"namespace": "generous", "rules": [
     {"name": "all", "match": {"prefix": "/"}, "key": [], "limits": [{"algorithm": "fixed_window", "requests": 1000, "per": "hour"}]}]}))
 # rate-limit refuses a zone that evicts (README, "What a filter reads"): its own, eviction=none.
 MODULES = f"""    module jwt_auth {WASM_DIR / 'tollgate_jwt_auth.wasm'};

@@ -39,7 +39,7 @@ JWT = {
 # PUT requests under /v1/ are limited to 2 a day (test_rate_limit_rules_match_every_spelling;
 # a minute's window could roll over mid-test);
 # the rest of /v1/ gets a limit the tests never reach.
-RATE_LIMIT = {"zone": "paths", "rules": [
+RATE_LIMIT = {"namespace": "paths", "rules": [
     {"name": "put", "match": {"prefix": "/v1/", "methods": ["PUT"]},
      "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]},
     {"name": "v1", "match": {"prefix": "/v1/"}, "limits": [{"algorithm": "fixed_window", "requests": 10000, "per": "minute"}]},
@@ -227,7 +227,7 @@ def test_ignore_case_rules_match_every_case(host, upstream, gateways):
     jwt = dict(JWT, rules=[{"match": {"prefix": "/v1/admin", "ignore_case": True}, "audiences": ["admin"]},
                            {"match": {"prefix": "/v1/ops"}, "audiences": ["admin"]},
                            {"match": {"prefix": "/"}, "bypass": True}])
-    limit = {"zone": "case", "rules": [{"name": "models", "match": {"prefix": "/v1/models", "ignore_case": True},
+    limit = {"namespace": "case", "rules": [{"name": "models", "match": {"prefix": "/v1/models", "ignore_case": True},
                                         "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]}]}
     g = gateways(host, GatewaySpec(filters=[FilterSpec("jwt-auth", jwt), FilterSpec("rate-limit", limit)],
                                    upstreams={"upstream": upstream.port}))

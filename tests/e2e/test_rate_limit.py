@@ -58,7 +58,7 @@ RULES = [
 
 @pytest.fixture(scope="module")
 def gateway(host, upstream):
-    config = {"zone": "e2e", "rules": RULES, "headers_on_allowed": True}
+    config = {"namespace": "e2e", "rules": RULES, "headers_on_allowed": True}
     spec = GatewaySpec(filters=[FilterSpec("rate-limit", config)], upstreams={"upstream": upstream.port}, workers=WORKERS,
                        worker_log=True)
     g = host.start(spec)

@@ -36,7 +36,7 @@ MAX_KEYS = 300
 
 def rl_config(store_full: dict | None = None, **rule) -> dict:
     config = {
-        "zone": "fill",
+        "namespace": "fill",
         "rules": [{"name": "per-client", "key": [{"unverified_header": "x-client"}],
                    # A day: a window that rolls over while the test runs would lift the victim's
                    # limit (a minute's did, about 1 run in 20 of the Envoy case).
@@ -159,7 +159,7 @@ def test_rules_keyed_by_client_chosen_values_cannot_use_up_other_rules_keys(host
     """A rule keyed by the path (anything a client sends) has its own key bound; a per-user rule
     keeps creating keys for its users."""
     config = {
-        "zone": "rules",
+        "namespace": "rules",
         "rules": [
             {"name": "per-path", "match": {"prefix": "/anything/"}, "key": ["path"], "max_keys": 20,
              "limits": [{"algorithm": "fixed_window", "requests": 100, "per": "minute"}]},

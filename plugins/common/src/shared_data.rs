@@ -437,7 +437,7 @@ pub const CREATION_LEASE_MS: u64 = 2_000;
 pub const LEASE_WAIT_MS: u64 = 50;
 
 /// The deadline of the waits for a creation lease that one caller's creations share
-/// ([`Zone::wait`]): set at the first wait, [`LEASE_WAIT_MS`] ahead on the store's clock. A rule
+/// ([`KeySpace::wait`]): set at the first wait, [`LEASE_WAIT_MS`] ahead on the store's clock. A rule
 /// of many limits creating fresh client keys (under a client's control) while another worker
 /// holds the lease waits [`LEASE_WAIT_MS`] in all, not that long for each key, which would
 /// outlast the guest call's deadline.
@@ -448,18 +448,18 @@ pub struct LeaseWait(std::cell::Cell<Option<u64>>);
 /// one lease plus this is stale (a clock was set back) and is taken over.
 pub const CLOCK_TOLERANCE_MS: u64 = 1_000;
 
-/// Length of an encoded [`ZoneRecord`] (bytes).
+/// Length of an encoded [`CreationRecord`] (bytes).
 pub const ZONE_BYTES: usize = 18;
 
 const TAG_ZONE: u8 = 16;
 
-/// A zone record: how many keys the zone has created, its key-creation lease, and whether the
+/// A creation record: how many keys the zone has created, its key-creation lease, and whether the
 /// store has refused a new key. One per zone (e.g. `ratelimit/<zone>/~zone`,
 /// `cost/<ledger>/~zone`). Bytes: tag 16, keys (u64 LE), lease end in Unix ms (u64 LE; 0 when
 /// free), flags (bit 0: the store refused a key; bit 1: the lease holder has not released it
 /// yet): [`ZONE_BYTES`] in all. A record of another length (an older layout) does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ZoneRecord {
+pub struct CreationRecord {
     /// Keys created so far (only the counted ones, see [`create_once`]).
     pub keys: u64,
     /// The creation lease is held until this Unix time (ms); 0 when free.
@@ -472,11 +472,11 @@ pub struct ZoneRecord {
     /// with this still set was left by a holder that never came back from writing its key.
     /// Kong's ngx_wasm_module traps the guest (`proxy_set_shared_data` answers a host trap,
     /// not a status) when a zone declared `eviction=none` is full, so that holder died on a
-    /// full store: later creations take it as [`ZoneRecord::store_full`] (see [`create_once`]).
+    /// full store: later creations take it as [`CreationRecord::store_full`] (see [`create_once`]).
     pub pending: bool,
 }
 
-impl ZoneRecord {
+impl CreationRecord {
     /// Encodes the record.
     pub fn encode(&self) -> [u8; ZONE_BYTES] {
         let mut out = [0u8; ZONE_BYTES];
@@ -491,7 +491,7 @@ impl ZoneRecord {
     }
 
     /// Decodes a record; `None` if the bytes are not one.
-    pub fn decode(bytes: &[u8]) -> Option<ZoneRecord> {
+    pub fn decode(bytes: &[u8]) -> Option<CreationRecord> {
         if bytes.len() != ZONE_BYTES || bytes.first() != Some(&TAG_ZONE) {
             return None;
         }
@@ -505,7 +505,7 @@ impl ZoneRecord {
             return None;
         }
         let (store_full, pending) = (flags & 1 != 0, flags & 2 != 0);
-        Some(ZoneRecord {
+        Some(CreationRecord {
             keys: u64_at(1)?,
             locked_until_ms: u64_at(9)?,
             store_full,
@@ -537,12 +537,15 @@ pub fn ensure_key<S: SharedStore + ?Sized>(
     }
 }
 
-/// [`ensure_key`] for a zone record (a free lease, no key counted).
+/// [`ensure_key`] for a creation record (a free lease, no key counted).
 ///
 /// # Errors
 /// See [`ensure_key`].
-pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> Result<bool, StoreError> {
-    ensure_key(store, zone_key, &ZoneRecord::default().encode())
+pub fn ensure_creation_record<S: SharedStore + ?Sized>(
+    store: &S,
+    record_key: &str,
+) -> Result<bool, StoreError> {
+    ensure_key(store, record_key, &CreationRecord::default().encode())
 }
 
 /// The outcome of [`create_once`].
@@ -550,18 +553,18 @@ pub fn ensure_zone<S: SharedStore + ?Sized>(store: &S, zone_key: &str) -> Result
 pub enum Created {
     /// The key exists now (created by this call or by another worker).
     Ready,
-    /// The zone already holds `max_keys` counted keys: nothing was created.
-    ZoneFull,
+    /// The key space already holds `max_keys` counted keys: nothing was created.
+    SpaceFull,
     /// The store refused to write the key (this host status: an nginx zone full with
     /// `eviction=none`, or a value too large): nothing was created and the lease was released.
     StoreFull(u32),
 }
 
-/// Where [`create_once`] creates keys: the zone record's key, the bound on counted keys, and
+/// Where [`create_once`] creates keys: the creation record's key, the bound on counted keys, and
 /// how many tries a call may make (CAS mismatches and held leases each cost one).
 #[derive(Debug, Clone, Copy)]
-pub struct Zone<'a> {
-    /// Shared-data key of the [`ZoneRecord`].
+pub struct KeySpace<'a> {
+    /// Shared-data key of the [`CreationRecord`].
     pub key: &'a str,
     /// Largest number of counted keys.
     pub max_keys: u64,
@@ -587,18 +590,18 @@ pub struct Creation {
 pub enum CreateError {
     /// The tries ran out (another worker held the lease); the key may exist by then.
     Contended,
-    /// The zone record could not be read or written: this host status.
+    /// The creation record could not be read or written: this host status.
     Failed(u32),
 }
 
 /// Creates `key` with `initial` exactly once across workers, under the zone's creation lease:
-/// take the lease with a CAS write of the zone record, re-read `key`, write it only if still
+/// take the lease with a CAS write of the creation record, re-read `key`, write it only if still
 /// missing, release the lease with CAS while counting the key (when `counted`). This is how a
 /// filter creates keys without Envoy's unconditional first insert losing updates: two workers
 /// that both saw the key missing cannot both write it while the lease holds.
 ///
 /// A write of `key` that the store refuses ([`StoreError::Failed`]) releases the lease without
-/// counting, marks the zone record [`ZoneRecord::store_full`] and returns
+/// counting, marks the creation record [`CreationRecord::store_full`] and returns
 /// [`Created::StoreFull`]: a full store never leaves the lease held (it would block every other
 /// creation for [`CREATION_LEASE_MS`]). Once marked, every later call returns
 /// `Created::StoreFull(`[`status::INTERNAL_FAILURE`]`)` (what the nginx host answers for a full
@@ -615,42 +618,43 @@ pub enum CreateError {
 /// # Errors
 /// [`CreateError::Contended`] after `attempts` failed tries, and, while another worker holds
 /// the lease within its time, once `zone.wait`'s deadline ([`LeaseWait`], [`LEASE_WAIT_MS`]
-/// after the caller's first wait) has passed (the key may exist by then: re-read it); [`CreateError::Failed`] when the zone record cannot be read, created or
+/// after the caller's first wait) has passed (the key may exist by then: re-read it); [`CreateError::Failed`] when the creation record cannot be read, created or
 /// locked.
 pub fn create_once<S: SharedStore + ?Sized>(
     store: &S,
-    zone: &Zone<'_>,
+    zone: &KeySpace<'_>,
     key: &str,
     initial: &[u8],
     counted: bool,
     now_ms: u64,
 ) -> (Result<Created, CreateError>, Creation) {
-    let (zone_key, max_keys, attempts, wait) = (zone.key, zone.max_keys, zone.attempts, zone.wait);
+    let (record_key, max_keys, attempts, wait) =
+        (zone.key, zone.max_keys, zone.attempts, zone.wait);
     let mut out = Creation::default();
     let mut failures = 0u32;
     let failed = |e: StoreError| CreateError::Failed(code(e));
     // Past the attempts, while a live holder keeps the lease: until `zone.wait`'s deadline.
     let mut waiting = false;
-    // One more turn for creating a missing zone record; the waiting turns beyond.
+    // One more turn for creating a missing creation record; the waiting turns beyond.
     let mut turns = 0u32;
     while turns <= attempts || waiting {
         turns = turns.saturating_add(1);
-        let (value, zone_cas) = match store.get(zone_key) {
+        let (value, zone_cas) = match store.get(record_key) {
             Ok(read) => read,
             Err(e) => return (Err(failed(e)), out),
         };
         let Some(value) = value else {
-            if let Err(e) = ensure_zone(store, zone_key) {
+            if let Err(e) = ensure_creation_record(store, record_key) {
                 return (Err(failed(e)), out);
             }
             continue;
         };
-        let zone = ZoneRecord::decode(&value).unwrap_or_default();
+        let zone = CreationRecord::decode(&value).unwrap_or_default();
         if zone.store_full {
             return (Ok(Created::StoreFull(status::INTERNAL_FAILURE)), out);
         }
         if counted && zone.keys >= max_keys {
-            return (Ok(Created::ZoneFull), out);
+            return (Ok(Created::SpaceFull), out);
         }
         let lease_end = now_ms.saturating_add(CREATION_LEASE_MS);
         let stale_after = lease_end.saturating_add(CLOCK_TOLERANCE_MS);
@@ -661,7 +665,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
             // would only trap again after another lease of contention: the store is full.
             return (Ok(Created::StoreFull(status::INTERNAL_FAILURE)), out);
         }
-        let locked = ZoneRecord {
+        let locked = CreationRecord {
             keys: zone.keys,
             locked_until_ms: lease_end,
             store_full: false,
@@ -669,7 +673,7 @@ pub fn create_once<S: SharedStore + ?Sized>(
         }
         .encode();
         let taken = !held && zone_cas.is_some() && {
-            match store.set(zone_key, &locked, zone_cas) {
+            match store.set(record_key, &locked, zone_cas) {
                 Ok(()) => true,
                 Err(StoreError::CasMismatch) => false,
                 Err(e) => return (Err(failed(e)), out),
@@ -704,16 +708,16 @@ pub fn create_once<S: SharedStore + ?Sized>(
         } else {
             zone.keys
         };
-        let released = ZoneRecord {
+        let released = CreationRecord {
             keys,
             locked_until_ms: 0,
             store_full: matches!(result, Ok(Created::StoreFull(_))),
             pending: false,
         }
         .encode();
-        let still_ours = match store.get(zone_key) {
+        let still_ours = match store.get(record_key) {
             Ok((now_value, release_cas)) if now_value.as_deref() == Some(&locked[..]) => {
-                store.set(zone_key, &released, release_cas).is_ok()
+                store.set(record_key, &released, release_cas).is_ok()
             }
             _ => false,
         };
@@ -745,7 +749,7 @@ mod tests {
     /// Zone "z" with no key yet and its creation lease held by another worker until 5,000 ms
     /// (`pending`: taken and not released).
     fn hold_lease(s: &MemoryStore, pending: bool) {
-        let held = ZoneRecord {
+        let held = CreationRecord {
             keys: 0,
             locked_until_ms: 5_000,
             store_full: false,
@@ -755,8 +759,8 @@ mod tests {
     }
 
     /// A zone whose creations wait on their own (a deadline of their own each call).
-    fn zone(max_keys: u64) -> Zone<'static> {
-        Zone {
+    fn zone(max_keys: u64) -> KeySpace<'static> {
+        KeySpace {
             key: "z",
             max_keys,
             attempts: 3,
@@ -766,28 +770,28 @@ mod tests {
 
     #[test]
     fn zone_records_round_trip_and_refuse_other_bytes() {
-        let z = ZoneRecord {
+        let z = CreationRecord {
             keys: 7,
             locked_until_ms: 99,
             store_full: true,
             pending: false,
         };
-        assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
+        assert_eq!(CreationRecord::decode(&z.encode()), Some(z));
         assert_eq!(z.encode()[17], 1);
         assert_eq!(
-            ZoneRecord::decode(&z.encode()[..17]),
+            CreationRecord::decode(&z.encode()[..17]),
             None,
             "the older layout"
         );
         let mut bad = z.encode();
         bad[0] = 1;
-        assert_eq!(ZoneRecord::decode(&bad), None);
+        assert_eq!(CreationRecord::decode(&bad), None);
         let mut bad = z.encode();
         bad[17] = 4;
-        assert_eq!(ZoneRecord::decode(&bad), None, "unknown flags");
-        let pending = ZoneRecord { pending: true, ..z };
+        assert_eq!(CreationRecord::decode(&bad), None, "unknown flags");
+        let pending = CreationRecord { pending: true, ..z };
         assert_eq!(pending.encode()[17], 3);
-        assert_eq!(ZoneRecord::decode(&pending.encode()), Some(pending));
+        assert_eq!(CreationRecord::decode(&pending.encode()), Some(pending));
     }
 
     /// A store whose clock advances one ms at each reading and which, at the `n`-th reading
@@ -806,7 +810,7 @@ mod tests {
             self.1.set(now);
             if Some(now) == self.2 {
                 self.0.set("k", b"theirs", None).unwrap();
-                let free = ZoneRecord {
+                let free = CreationRecord {
                     keys: 1,
                     locked_until_ms: 0,
                     store_full: false,
@@ -833,7 +837,7 @@ mod tests {
             assert_eq!(r, Ok(Created::Ready), "{semantics:?}");
             assert!(!c.created && c.cas_retries > 3, "{c:?}");
             assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"theirs"[..]));
-            let zone_now = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            let zone_now = CreationRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert_eq!((zone_now.keys, zone_now.locked_until_ms), (1, 0));
         }
     }
@@ -848,7 +852,7 @@ mod tests {
         hold_lease(&s, true);
         let ticking = Ticking(&s, std::cell::Cell::new(0), None);
         let wait = LeaseWait::default();
-        let shared = Zone {
+        let shared = KeySpace {
             wait: &wait,
             ..zone(9)
         };
@@ -886,15 +890,15 @@ mod tests {
         }
         for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
             let s = MemoryStore::new(semantics);
-            ensure_zone(&s, "z").unwrap();
+            ensure_creation_record(&s, "z").unwrap();
             let trapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 create_once(&Trapping(&s), &zone(10), "k", b"init", true, 1_000)
             }));
             assert!(trapped.is_err());
-            let left = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            let left = CreationRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert_eq!(
                 left,
-                ZoneRecord {
+                CreationRecord {
                     keys: 0,
                     locked_until_ms: 1_000 + CREATION_LEASE_MS,
                     store_full: false,
@@ -918,10 +922,10 @@ mod tests {
             assert_eq!(s.get("k2").unwrap().0, None);
             // A holder that was only slow releases the lease: pending cleared, creation resumes.
             let s = MemoryStore::new(semantics);
-            ensure_zone(&s, "z").unwrap();
+            ensure_creation_record(&s, "z").unwrap();
             let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
             assert_eq!((r, c.created), (Ok(Created::Ready), true));
-            let z = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            let z = CreationRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert!(!z.pending && !z.store_full && z.locked_until_ms == 0);
         }
     }
@@ -930,8 +934,8 @@ mod tests {
     fn keys_are_created_once_and_counted_under_both_semantics() {
         for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
             let s = MemoryStore::new(semantics);
-            assert_eq!(ensure_zone(&s, "z"), Ok(true));
-            assert_eq!(ensure_zone(&s, "z"), Ok(false), "only once");
+            assert_eq!(ensure_creation_record(&s, "z"), Ok(true));
+            assert_eq!(ensure_creation_record(&s, "z"), Ok(false), "only once");
             let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
             assert_eq!(
                 (r, c.created, c.lock_lost),
@@ -945,10 +949,10 @@ mod tests {
                 "an existing key is kept"
             );
             assert_eq!(s.get("k").unwrap().0.as_deref(), Some(&b"used"[..]));
-            let zone = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            let zone = CreationRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
             assert_eq!(
                 zone,
-                ZoneRecord {
+                CreationRecord {
                     keys: 1,
                     locked_until_ms: 0,
                     store_full: false,
@@ -964,7 +968,7 @@ mod tests {
         let s = MemoryStore::new(Semantics::Envoy);
         s.set(
             "z",
-            &ZoneRecord {
+            &CreationRecord {
                 keys: 2,
                 locked_until_ms: 0,
                 store_full: false,
@@ -976,7 +980,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             create_once(&s, &zone(2), "k", b"i", true, 0).0,
-            Ok(Created::ZoneFull)
+            Ok(Created::SpaceFull)
         );
         assert_eq!(
             create_once(&s, &zone(2), "k", b"i", false, 0).0,
@@ -997,7 +1001,7 @@ mod tests {
         assert_eq!(c.cas_retries, 16 * u32::try_from(LEASE_WAIT_MS).unwrap());
         assert!(s.get("k2").unwrap().0.is_none());
         // A lease ending further ahead than a lease plus the clock tolerance is stale.
-        let stale = ZoneRecord {
+        let stale = CreationRecord {
             keys: 0,
             locked_until_ms: 4_000 + CREATION_LEASE_MS + CLOCK_TOLERANCE_MS + 1,
             store_full: false,
@@ -1014,15 +1018,15 @@ mod tests {
     fn a_store_that_cannot_write_the_key_releases_the_lease_and_counts_nothing() {
         for semantics in [Semantics::Envoy, Semantics::NgxWasm] {
             let s = MemoryStore::new(semantics);
-            ensure_zone(&s, "z").unwrap();
+            ensure_creation_record(&s, "z").unwrap();
             s.set_capacity(Some(1));
             let (r, c) = create_once(&s, &zone(10), "k", b"init", true, 1_000);
             assert_eq!(r, Ok(Created::StoreFull(status::INTERNAL_FAILURE)));
             assert!(!c.created && !c.lock_lost);
-            let z = ZoneRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
-            let marked = ZoneRecord {
+            let z = CreationRecord::decode(&s.get("z").unwrap().0.unwrap()).unwrap();
+            let marked = CreationRecord {
                 store_full: true,
-                ..ZoneRecord::default()
+                ..CreationRecord::default()
             };
             assert_eq!(
                 z, marked,
@@ -1030,7 +1034,7 @@ mod tests {
             );
             // Marked: every later creation is refused at once, without the lease, even while
             // another worker holds it (a worker that gave up waiting would not know).
-            let held = ZoneRecord {
+            let held = CreationRecord {
                 locked_until_ms: 1_500,
                 ..marked
             };
@@ -1041,8 +1045,8 @@ mod tests {
             // Without the mark (another zone), room again: the very next creation goes through
             // (no lease left behind by the refusal).
             s.set_capacity(None);
-            ensure_zone(&s, "fresh").unwrap();
-            let fresh = Zone {
+            ensure_creation_record(&s, "fresh").unwrap();
+            let fresh = KeySpace {
                 key: "fresh",
                 ..zone(10)
             };
@@ -1053,7 +1057,7 @@ mod tests {
             let (r, _) = create_once(&s, &zone(10), "k3", b"init", true, 1_002);
             assert_eq!(r, Err(CreateError::Failed(status::INTERNAL_FAILURE)));
             assert_eq!(
-                ensure_zone(&s, "y"),
+                ensure_creation_record(&s, "y"),
                 Err(StoreError::Failed(status::INTERNAL_FAILURE))
             );
         }

@@ -10,7 +10,7 @@
 //!   when a period rolls over: a booking or a read in a new day (month) sees the stored day
 //!   (month) id differ and starts that period from 0. One read checks every budget; one CAS
 //!   write books.
-//! - `cost/<ledger>/~zone`: the zone record (`tollgate_common::shared_data::ZoneRecord`, 18
+//! - `cost/<ledger>/~zone`: the creation record (`tollgate_common::shared_data::CreationRecord`, 18
 //!   bytes): tenants counted, the key-creation lock's lease end (Unix ms; 0 = free), and
 //!   whether the store has refused a new key.
 //! - `cost/<ledger>/~overflow`: a [`Spend`] shared by every tenant first seen once `max_tenants`
@@ -25,12 +25,12 @@
 //! (`tollgate_common::shared_data`); an evicting zone would instead drop other tenants' records,
 //! resetting their spend, which is why the ledger must live in such a zone (`shm_kv cost SIZE
 //! eviction=none`, sized with [`KEY_BYTES`]). A tenant whose key cannot be created is
-//! booked into the overflow record (which, like the zone record and
+//! booked into the overflow record (which, like the creation record and
 //! the keys of tenants with a configured budget, is created in `on_configure`, before the zone
 //! can fill up): its spend is never lost, only shared, and a budget checked against the pooled
 //! spend is reached sooner, never later. The filter decides per request whether such a tenant
 //! is refused instead (`store_full`); a read that fails is an error, never a zero spend. The
-//! first refusal marks the zone record (`ZoneRecord::store_full`): every worker then treats a
+//! first refusal marks the creation record (`CreationRecord::store_full`): every worker then treats a
 //! new tenant as refused at once, without taking the creation lease, so that no new tenant is
 //! let through because the lease happened to be held when it came (a worker cannot wait for
 //! the lease, and one that gave up cannot tell a full store from a busy one).
@@ -54,9 +54,9 @@
 //! record lacks that one booking.
 
 use tollgate_common::shared_data::{
-    create_once, ensure_key, CreateError, Created, LeaseWait, SharedStore, StoreError, Zone,
+    create_once, ensure_key, CreateError, Created, KeySpace, LeaseWait, SharedStore, StoreError,
 };
-pub use tollgate_common::shared_data::{ZoneRecord, CREATION_LEASE_MS};
+pub use tollgate_common::shared_data::{CreationRecord, CREATION_LEASE_MS};
 
 use crate::period::Periods;
 
@@ -166,7 +166,7 @@ pub struct Ledger {
     /// `cost/<ledger>/t/`.
     pub tenant_prefix: String,
     /// `cost/<ledger>/~zone`.
-    pub zone_key: String,
+    pub record_key: String,
     /// `cost/<ledger>/~overflow`.
     pub overflow_key: String,
     /// CAS attempts after the first, per update.
@@ -235,7 +235,7 @@ impl Ledger {
         Ledger {
             name: name.to_string(),
             tenant_prefix: format!("cost/{name}/t/"),
-            zone_key: format!("cost/{name}/~zone"),
+            record_key: format!("cost/{name}/~zone"),
             overflow_key: format!("cost/{name}/~overflow"),
             cas_retries,
             max_tenants,
@@ -255,7 +255,7 @@ impl Ledger {
         key
     }
 
-    /// Creates the zone record and the overflow record if missing (the root context calls this
+    /// Creates the creation record and the overflow record if missing (the root context calls this
     /// in `on_configure`, before its worker serves requests), and the keys of `tenants` (those
     /// with a configured budget), so that they never need the creation lock and exist before the
     /// store can fill up.
@@ -268,8 +268,8 @@ impl Ledger {
         tenants: impl Iterator<Item = &'a str>,
         now_ms: u64,
     ) -> Result<(), (String, StoreError)> {
-        ensure_key(store, &self.zone_key, &ZoneRecord::default().encode())
-            .map_err(|e| (self.zone_key.clone(), e))?;
+        ensure_key(store, &self.record_key, &CreationRecord::default().encode())
+            .map_err(|e| (self.record_key.clone(), e))?;
         // One deadline for every key created here while another worker holds the lease.
         let wait = LeaseWait::default();
         for key in std::iter::once(self.overflow_key.clone()).chain(tenants.map(|t| self.key(t))) {
@@ -277,7 +277,7 @@ impl Ledger {
             let missing = store.get(&key).map_err(|e| (key.clone(), e))?.0.is_none();
             if missing {
                 match self.create(store, &key, false, now_ms, &wait, &mut stats) {
-                    Ok(Created::Ready | Created::ZoneFull) | Err(CreateError::Contended) => {}
+                    Ok(Created::Ready | Created::SpaceFull) | Err(CreateError::Contended) => {}
                     Ok(Created::StoreFull(status)) | Err(CreateError::Failed(status)) => {
                         return Err((key, StoreError::Failed(status)))
                     }
@@ -288,7 +288,7 @@ impl Ledger {
     }
 
     /// The spend of `tenant` in `now`'s periods: one read (two or three for a tenant without a
-    /// key: then the zone record tells whether it is pooled in the overflow record, whose spend
+    /// key: then the creation record tells whether it is pooled in the overflow record, whose spend
     /// counts).
     ///
     /// # Errors
@@ -303,9 +303,9 @@ impl Ledger {
             Some(v) => (Some(v), Standing::Own),
             None => {
                 let full = store
-                    .get(&self.zone_key)?
+                    .get(&self.record_key)?
                     .0
-                    .and_then(|z| ZoneRecord::decode(&z))
+                    .and_then(|z| CreationRecord::decode(&z))
                     .is_some_and(|z| z.keys >= self.max_tenants);
                 if full {
                     (store.get(&self.overflow_key)?.0, Standing::Pooled)
@@ -348,7 +348,7 @@ impl Ledger {
     ///
     /// # Errors
     /// [`OpenError::StoreFull`] when the store refused the key; [`OpenError::Failed`] when the
-    /// zone record could not be read or written.
+    /// creation record could not be read or written.
     pub fn open<S: SharedStore + ?Sized>(
         &self,
         store: &S,
@@ -365,7 +365,7 @@ impl Ledger {
             stats,
         ) {
             Ok(Created::Ready) | Err(CreateError::Contended) => Ok(Standing::Own),
-            Ok(Created::ZoneFull) => Ok(Standing::Pooled),
+            Ok(Created::SpaceFull) => Ok(Standing::Pooled),
             Ok(Created::StoreFull(status)) => {
                 stats.store_full = true;
                 Err(OpenError::StoreFull(status))
@@ -409,7 +409,7 @@ impl Ledger {
             let Some(value) = value else {
                 match self.create(store, key, !stats.overflowed, now_ms, &wait, &mut stats) {
                     Ok(Created::Ready) => continue,
-                    Ok(Created::ZoneFull) => {
+                    Ok(Created::SpaceFull) => {
                         stats.overflowed = true;
                         key = &self.overflow_key;
                         continue;
@@ -485,8 +485,8 @@ impl Ledger {
         // Waiting for another worker's lease costs attempts too: allow more of them than for a
         // CAS update, since the holder needs three host calls to release it.
         let attempts = self.cas_retries.saturating_add(1).saturating_mul(4);
-        let zone = Zone {
-            key: &self.zone_key,
+        let zone = KeySpace {
+            key: &self.record_key,
             max_keys: self.max_tenants,
             attempts,
             wait,
@@ -564,13 +564,13 @@ mod tests {
         };
         assert_eq!(Spend::decode(&s.encode()), Some(s));
         assert_eq!(Spend::decode(&s.encode()[..32]), None);
-        let z = ZoneRecord {
+        let z = CreationRecord {
             keys: 3,
             locked_until_ms: 9,
             store_full: false,
             pending: false,
         };
-        assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
+        assert_eq!(CreationRecord::decode(&z.encode()), Some(z));
     }
 
     #[test]
@@ -643,14 +643,14 @@ mod tests {
             let l = Ledger::new("t", 2, 100);
             l.ensure(&store, std::iter::empty(), 0).unwrap();
             // Another worker took the lease at t=1000 ms and was descheduled inside it.
-            let (_, cas) = store.get(&l.zone_key).unwrap();
-            let held = ZoneRecord {
+            let (_, cas) = store.get(&l.record_key).unwrap();
+            let held = CreationRecord {
                 keys: 0,
                 locked_until_ms: 1_000 + CREATION_LEASE_MS,
                 store_full: false,
                 pending: false,
             };
-            store.set(&l.zone_key, &held.encode(), cas).unwrap();
+            store.set(&l.record_key, &held.encode(), cas).unwrap();
             let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();
             assert!(stats.overflowed && !stats.created, "{sem:?}: {stats:?}");
             assert_eq!(l.pooled(&store, &Periods::at(1)).unwrap().total, 42);
@@ -675,18 +675,19 @@ mod tests {
                 Err(OpenError::StoreFull(INTERNAL_FAILURE))
             );
             assert!(stats.store_full);
-            let zone = ZoneRecord::decode(&store.get(&l.zone_key).unwrap().0.unwrap()).unwrap();
+            let zone =
+                CreationRecord::decode(&store.get(&l.record_key).unwrap().0.unwrap()).unwrap();
             assert_eq!(zone.locked_until_ms, 0, "{sem:?}: lease released");
             // Another worker now holds the creation lease (descheduled inside it): a second new
             // tenant is still told the store is full, never admitted as if it had a record
-            // (before the zone record kept the refusal, `open` gave up on the lease and
+            // (before the creation record kept the refusal, `open` gave up on the lease and
             // answered `Standing::Own`).
-            let (z, cas) = store.get(&l.zone_key).unwrap();
-            let held = ZoneRecord {
+            let (z, cas) = store.get(&l.record_key).unwrap();
+            let held = CreationRecord {
                 locked_until_ms: CREATION_LEASE_MS,
-                ..ZoneRecord::decode(&z.unwrap()).unwrap()
+                ..CreationRecord::decode(&z.unwrap()).unwrap()
             };
-            store.set(&l.zone_key, &held.encode(), cas).unwrap();
+            store.set(&l.record_key, &held.encode(), cas).unwrap();
             let mut stats = BookStats::default();
             assert_eq!(
                 l.open(&store, &l.key("new2"), 0, &mut stats),

@@ -132,7 +132,7 @@ impl Request {
             })
             .collect();
         let settings = Settings {
-            zone_key: &rule.zone_key,
+            record_key: &rule.record_key,
             cas_retries: config.cas_retries,
             on_contention: config.on_contention,
             max_keys: rule.max_keys,

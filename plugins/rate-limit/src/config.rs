@@ -3,7 +3,7 @@
 //!
 //! ```json
 //! {
-//!   "zone": "default",
+//!   "namespace": "default",
 //!   "rules": [
 //!     {
 //!       "name": "per-user",
@@ -47,12 +47,12 @@ use tollgate_common::shared_data::StoreFull;
 use crate::algorithm::{Algorithm, Limit, Period, MAX_UNITS};
 use crate::headers::policy_item;
 use crate::key::{
-    key_prefix, rule_zone_key, shared_key, KeyPart, RequestView, DEFAULT_IPV6_PREFIX,
+    key_prefix, rule_record_key, shared_key, KeyPart, RequestView, DEFAULT_IPV6_PREFIX,
     MISSING_BUCKET, OVERFLOW_BUCKET,
 };
 use crate::limiter::{OnContention, OnStoreFull};
 
-/// Default zone name.
+/// Default namespace.
 pub const DEFAULT_ZONE: &str = "default";
 /// Default status of a refused request (RFC 6585 section 4).
 pub const DEFAULT_STATUS: u32 = 429;
@@ -64,7 +64,7 @@ pub const MAX_CAS_RETRIES: u32 = 64;
 pub const DEFAULT_MAX_KEYS: u64 = 100_000;
 /// Largest `max_keys`.
 pub const MAX_MAX_KEYS: u64 = 100_000_000;
-/// Longest zone, rule and limit name (bytes).
+/// Longest namespace, rule and limit name (bytes).
 pub const MAX_NAME_BYTES: usize = 32;
 /// Most limits in a rule.
 pub const MAX_LIMITS_PER_RULE: usize = 16;
@@ -74,8 +74,9 @@ pub const MAX_TRUSTED_HOPS: u8 = 16;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    #[serde(default = "default_zone")]
-    zone: String,
+    /// `zone` before 2026-11-28 (still read: "zone" also names nginx's shared-memory zones).
+    #[serde(default = "default_namespace", alias = "zone")]
+    namespace: String,
     rules: Vec<RawRule>,
     #[serde(default = "default_status")]
     status: u32,
@@ -122,7 +123,7 @@ impl StoreFullAction {
     }
 }
 
-fn default_zone() -> String {
+fn default_namespace() -> String {
     DEFAULT_ZONE.to_string()
 }
 fn default_status() -> u32 {
@@ -244,9 +245,9 @@ pub struct RuleLimit {
     pub name: String,
     /// Algorithm and parameters.
     pub limit: Limit,
-    /// `ratelimit/<zone>/<rule>/<index>/`.
+    /// `ratelimit/<namespace>/<rule>/<index>/`.
     pub key_prefix: String,
-    /// The bucket of new clients once the zone is full.
+    /// The bucket of new clients once the rule's key space is full (`max_keys`).
     pub overflow_key: String,
     /// The bucket of requests without a key (`missing_key: shared`).
     pub missing_key: String,
@@ -273,9 +274,9 @@ pub struct Rule {
     pub max_weight: u64,
     /// The RateLimit-Policy value of the rule.
     pub policy_header: String,
-    /// `ratelimit/<zone>/<rule>/~zone`: the count of the rule's client keys and their creation
+    /// `ratelimit/<namespace>/<rule>/~zone` (the suffix kept from before the rename): the count of the rule's client keys and their creation
     /// lock.
-    pub zone_key: String,
+    pub record_key: String,
     /// Largest number of client keys of the rule (each limit's key counts); beyond it new
     /// clients share the limit's overflow bucket.
     pub max_keys: u64,
@@ -333,9 +334,9 @@ impl Rule {
 /// The compiled configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Zone name: the namespace of the shared-data keys; configurations with the same zone and
-    /// rule names share their counters.
-    pub zone: String,
+    /// The namespace of the shared-data keys; configurations with the same namespace and rule
+    /// names share their counters.
+    pub namespace: String,
     /// Rules in order.
     pub rules: Vec<Rule>,
     /// Status of a refused request.
@@ -371,7 +372,7 @@ impl Config {
 }
 
 fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
-    check_name(&raw.zone, "zone")?;
+    check_name(&raw.namespace, "namespace")?;
     if raw.rules.is_empty() {
         return Err(ConfigError::new("rules", "at least one rule is required"));
     }
@@ -402,7 +403,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             ));
         }
         rules.push(compile_rule(
-            &raw.zone,
+            &raw.namespace,
             raw.max_keys,
             r,
             &field,
@@ -421,7 +422,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         needs_path,
         needs_host,
         allow_eviction: raw.allow_eviction,
-        zone: raw.zone,
+        namespace: raw.namespace,
         rules,
         status: raw.status,
         headers_on_allowed: raw.headers_on_allowed,
@@ -475,7 +476,7 @@ fn rule_global(
 }
 
 fn compile_rule(
-    zone: &str,
+    namespace: &str,
     default_max_keys: u64,
     r: RawRule,
     field: &str,
@@ -556,9 +557,9 @@ fn compile_rule(
                 "a global rule's limits must be fixed_window: the rate limit service counts fixed windows; token-bucket rules stay local (`\"global\": false` on this rule keeps it local)",
             ));
         }
-        let prefix = key_prefix(zone, &r.name, j);
+        let prefix = key_prefix(namespace, &r.name, j);
         limits.push(RuleLimit {
-            descriptor_rule: descriptor_rule(zone, &r.name, j),
+            descriptor_rule: descriptor_rule(namespace, &r.name, j),
             overflow_key: shared_key(&prefix, OVERFLOW_BUCKET),
             missing_key: shared_key(&prefix, MISSING_BUCKET),
             key_prefix: prefix,
@@ -593,7 +594,7 @@ fn compile_rule(
         .collect::<Vec<_>>()
         .join(", ");
     Ok(Rule {
-        zone_key: rule_zone_key(zone, &r.name),
+        record_key: rule_record_key(namespace, &r.name),
         max_keys,
         name: r.name,
         route,
@@ -643,7 +644,7 @@ fn compile_limit(l: &RawLimit, f: &str) -> Result<Limit, ConfigError> {
     limit.ok_or_else(|| ConfigError::new(f, "invalid limit"))
 }
 
-/// Zone, rule and limit names: 1 to 32 bytes of `[A-Za-z0-9._-]` (they appear in shared-data
+/// KeySpace, rule and limit names: 1 to 32 bytes of `[A-Za-z0-9._-]` (they appear in shared-data
 /// keys, metric names and RateLimit sf-strings).
 fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
@@ -662,9 +663,9 @@ fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
 }
 
 /// The global mode's `rule` descriptor entry value (`crate::global`) of limit `index` of `rule`
-/// in `zone`: `<len>:<zone>/<rule>/<index>`, `len` the byte length of what follows the colon, so
-/// that no two (zone, rule, index) triples give one value.
-pub fn descriptor_rule(zone: &str, rule: &str, index: usize) -> String {
-    let body = format!("{zone}/{rule}/{index}");
+/// in `namespace`: `<len>:<namespace>/<rule>/<index>`, `len` the byte length of what follows the
+/// colon, so that no two (namespace, rule, index) triples give one value.
+pub fn descriptor_rule(namespace: &str, rule: &str, index: usize) -> String {
+    let body = format!("{namespace}/{rule}/{index}");
     format!("{}:{body}", body.len())
 }

@@ -24,7 +24,7 @@ use crate::admission::Request;
 use crate::config::Config;
 use crate::counters::{GlobalCounters, RequestCounters, RuleCounters};
 use crate::headers::{RATELIMIT, RATELIMIT_POLICY};
-use crate::limiter::{ensure_key, ensure_zone};
+use crate::limiter::{ensure_creation_record, ensure_key};
 use crate::state::encode;
 use crate::worker::{GlobalState, Shared, STORE_LOG_INTERVAL_MS};
 
@@ -63,10 +63,10 @@ impl Filter for RateLimit {
                 return None;
             }
         }
-        // The rules' zone records and shared buckets exist before this worker serves a request
+        // The rules' creation records and shared buckets exist before this worker serves a request
         // (see limiter.rs), so that a store that fills up later still has them.
         for rule in &config.rules {
-            let zone = ensure_zone(&HostSharedData, &rule.zone_key).map(|_| ());
+            let zone = ensure_creation_record(&HostSharedData, &rule.record_key).map(|_| ());
             let buckets = rule.limits.iter().try_for_each(|l| {
                 let initial = encode(&l.limit, &l.limit.initial());
                 ensure_key(&HostSharedData, &l.overflow_key, &initial)?;

@@ -126,15 +126,16 @@ pub fn shared_key(prefix: &str, client: &str) -> String {
 }
 
 /// The prefix of a limit's shared-data keys.
-pub fn key_prefix(zone: &str, rule: &str, index: usize) -> String {
-    format!("ratelimit/{zone}/{rule}/{index}/")
+pub fn key_prefix(namespace: &str, rule: &str, index: usize) -> String {
+    format!("ratelimit/{namespace}/{rule}/{index}/")
 }
 
-/// The shared-data key of a rule's zone record (the count of its client keys and their
-/// creation lock): `ratelimit/<zone>/<rule>/~zone` (never a client key's: those continue with a
-/// limit index).
-pub fn rule_zone_key(zone: &str, rule: &str) -> String {
-    format!("ratelimit/{zone}/{rule}/~zone")
+/// The shared-data key of a rule's creation record (the count of its client keys and their
+/// creation lock): `ratelimit/<namespace>/<rule>/~zone` (never a client key's: those continue
+/// with a limit index; the suffix is the one of the stored layout, from before `zone` was
+/// renamed `namespace`).
+pub fn rule_record_key(namespace: &str, rule: &str) -> String {
+    format!("ratelimit/{namespace}/{rule}/~zone")
 }
 
 /// A part's value: bytes, or the fixed unauthenticated part.
@@ -578,7 +579,7 @@ mod tests {
             "ratelimit/default/per-user/0/3:abc"
         );
         assert_eq!(
-            rule_zone_key("default", "per-user"),
+            rule_record_key("default", "per-user"),
             "ratelimit/default/per-user/~zone"
         );
     }

@@ -27,7 +27,7 @@
 //! In Envoy, reading a missing key gives no CAS token and a write without one is applied
 //! unconditionally (so is a write with any token to a missing key), so two workers that both
 //! find a key missing would both "create" it and the later write would erase what the earlier
-//! one admitted. Keys are therefore created under a lock held in the zone record
+//! one admitted. Keys are therefore created under a lock held in the creation record
 //! (`ratelimit/<zone>/~zone`, which exists from `on_configure` on): take the lock with a CAS
 //! write, read the key again, write its initial state only if it is still missing, release the
 //! lock (CAS) while counting the key. Every creator holds the lock while it checks and writes,
@@ -43,7 +43,7 @@
 //! does: the zone then refuses new keys until restart, fail-closed). While the lease runs, the
 //! other creators find it held: contention, `on_contention` decides (on Kong, `deny` is what
 //! keeps a trapped holder's lease from admitting new clients uncharged for up to
-//! [`CREATION_LEASE_MS`]). Over-admission on a fresh key needs one event: the zone record
+//! [`CREATION_LEASE_MS`]). Over-admission on a fresh key needs one event: the creation record
 //! itself is created twice: every VM writes it in `on_configure` if missing, and a late write can
 //! release a lock just taken or reset the key count, only during start-up, before the zone has
 //! any key. The late initial write then resets the key to its initial state (a full bucket, an
@@ -55,7 +55,7 @@
 //!
 //! # Memory
 //!
-//! A zone holds at most `max_keys` client keys, counted in the zone record under the creation
+//! A zone holds at most `max_keys` client keys, counted in the creation record under the creation
 //! lock (exact, except in case 2 above). Once full, a new client is charged in its rule limit's
 //! overflow bucket (`…/~overflow`), shared by all new clients (counted). Windows reuse their key:
 //! a fixed window rewrites the window start in place, a token bucket its timestamp. Keys are
@@ -73,9 +73,9 @@
 //! already been charged. The key-creation lease is released even when the key's write fails.
 
 use tollgate_common::shared_data::{
-    cas_update, create_once, CreateError, Created, LeaseWait, SharedStore, StoreError, Zone,
+    cas_update, create_once, CreateError, Created, KeySpace, LeaseWait, SharedStore, StoreError,
 };
-pub use tollgate_common::shared_data::{ensure_key, ensure_zone, CREATION_LEASE_MS};
+pub use tollgate_common::shared_data::{ensure_creation_record, ensure_key, CREATION_LEASE_MS};
 
 use crate::algorithm::{Decision, Limit, State};
 use crate::state::{decode, encode};
@@ -104,7 +104,7 @@ pub enum OnStoreFull {
 #[derive(Debug, Clone, Copy)]
 pub struct Settings<'a> {
     /// The record counting the rule's client keys: `ratelimit/<zone>/<rule>/~zone`.
-    pub zone_key: &'a str,
+    pub record_key: &'a str,
     /// Retries after the first attempt, per CAS loop.
     pub cas_retries: u32,
     /// Policy when retries run out.
@@ -335,7 +335,7 @@ fn read<S: SharedStore + ?Sized>(
                 true
             }
             Some(Created::Ready) => false,
-            Some(Created::ZoneFull) => true,
+            Some(Created::SpaceFull) => true,
             Some(Created::StoreFull(status)) => {
                 stats.store_full = stats.store_full.saturating_add(1);
                 if settings.store_full == OnStoreFull::Deny || !target.counted {
@@ -374,8 +374,8 @@ fn create<S: SharedStore + ?Sized>(
     stats: &mut Stats,
 ) -> Result<Created, Unreadable> {
     let attempts = settings.cas_retries.saturating_add(1);
-    let zone = Zone {
-        key: settings.zone_key,
+    let zone = KeySpace {
+        key: settings.record_key,
         max_keys: settings.max_keys,
         attempts,
         wait,

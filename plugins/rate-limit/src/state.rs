@@ -11,11 +11,11 @@
 //!                  fixed window: units counted in the window
 //! ```
 //!
-//! Zone record (one per zone: the key count, the key-creation lock and whether the store has
+//! Creation record (one per zone: the key count, the key-creation lock and whether the store has
 //! refused a key), [`ZONE_BYTES`] = 18:
 //!
 //! ```text
-//! byte 0       tag: 16 = zone record
+//! byte 0       tag: 16 = creation record
 //! bytes 1..9   u64 keys created in the zone (counted against max_keys)
 //! bytes 9..17  u64 creation lock held until (Unix ms; 0 = free)
 //! byte 17      flags: bit 0 = the store refused a new key (sticky: later keys are refused
@@ -79,8 +79,8 @@ pub fn decode(limit: &Limit, bytes: &[u8]) -> Option<State> {
     }
 }
 
-/// The zone record (key count and creation lease), shared with the cost filter.
-pub use tollgate_common::shared_data::{ZoneRecord, ZONE_BYTES};
+/// The creation record (key count and creation lease), shared with the cost filter.
+pub use tollgate_common::shared_data::{CreationRecord, ZONE_BYTES};
 
 fn write(out: &mut [u8], at: usize, bytes: &[u8]) {
     if let Some(dst) = at
@@ -121,13 +121,13 @@ mod tests {
         };
         assert_eq!(decode(&fw, &encode(&fw, &s)), Some(s));
         assert_eq!(decode(&fw, &encode(&fw, &fw.initial())), Some(fw.initial()));
-        let z = ZoneRecord {
+        let z = CreationRecord {
             keys: 7,
             locked_until_ms: 9,
             store_full: false,
             pending: false,
         };
-        assert_eq!(ZoneRecord::decode(&z.encode()), Some(z));
+        assert_eq!(CreationRecord::decode(&z.encode()), Some(z));
         assert_eq!(z.encode()[0], 16);
     }
 
@@ -144,13 +144,13 @@ mod tests {
         let other = Limit::token_bucket(21, 10, Period::Second).unwrap();
         assert_eq!(decode(&other, &good), None, "other parameters");
         assert_eq!(decode(&tb, br#"{"level":1}"#), None);
-        assert_eq!(ZoneRecord::decode(&good), None);
+        assert_eq!(CreationRecord::decode(&good), None);
         assert_eq!(
-            ZoneRecord::decode(&ZoneRecord::default().encode()[..16]),
+            CreationRecord::decode(&CreationRecord::default().encode()[..16]),
             None
         );
-        let mut z = ZoneRecord::default().encode();
+        let mut z = CreationRecord::default().encode();
         z[0] = 1;
-        assert_eq!(ZoneRecord::decode(&z), None);
+        assert_eq!(CreationRecord::decode(&z), None);
     }
 }

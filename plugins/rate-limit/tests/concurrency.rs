@@ -23,9 +23,9 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
 use tollgate_rate_limit::limiter::{
-    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict,
+    check, ensure_creation_record, OnContention, OnStoreFull, Settings, Target, Verdict,
 };
-use tollgate_rate_limit::state::{decode, ZoneRecord};
+use tollgate_rate_limit::state::{decode, CreationRecord};
 
 const T0: u64 = 1_700_006_400_000;
 const ZONE: &str = "ratelimit/sim/~zone";
@@ -135,14 +135,14 @@ struct Sim<'a> {
 impl Sim<'_> {
     fn run(&self, seed: u64) -> (Tally, MemoryStore) {
         let store = MemoryStore::new(self.semantics);
-        // Every worker's root context runs ensure_zone in on_configure; one of them creates it.
-        ensure_zone(&store, ZONE).unwrap();
+        // Every worker's root context runs ensure_creation_record in on_configure; one of them creates it.
+        ensure_creation_record(&store, ZONE).unwrap();
         let gate = Gate::new(WORKERS, seed);
         let overflow: Vec<String> = (0..self.limits.len())
             .map(|i| format!("ratelimit/sim/r/{i}/~overflow"))
             .collect();
         let settings = Settings {
-            zone_key: ZONE,
+            record_key: ZONE,
             cas_retries: self.cas_retries,
             on_contention: self.on_contention,
             max_keys: self.max_keys,
@@ -221,8 +221,8 @@ impl Sim<'_> {
 
 const SEEDS: u64 = 60;
 
-fn zone(s: &MemoryStore) -> ZoneRecord {
-    ZoneRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
+fn zone(s: &MemoryStore) -> CreationRecord {
+    CreationRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
 }
 
 /// A fresh key hammered by 4 workers: exactly N admitted, the key created once, under both
@@ -256,7 +256,7 @@ fn a_fresh_key_admits_exactly_n_under_every_interleaving() {
                 assert_eq!(t.limited, 4 * 12 - n);
                 assert_eq!(
                     zone(&store),
-                    ZoneRecord {
+                    CreationRecord {
                         keys: 1,
                         locked_until_ms: 0,
                         store_full: false,
@@ -333,7 +333,11 @@ fn max_keys_is_exact_under_concurrent_creation() {
             let (t, store) = sim.run(seed);
             assert_eq!(zone(&store).keys, 4, "{semantics:?} seed {seed}");
             assert_eq!(t.keys_created, 5, "4 client keys and the overflow bucket");
-            assert_eq!(store.len(), 4 + 1 + 1, "client keys, overflow, zone record");
+            assert_eq!(
+                store.len(),
+                4 + 1 + 1,
+                "client keys, overflow, creation record"
+            );
             assert!(t.allowed.values().all(|&n| n <= 3), "{t:?}");
             let total: u64 = t.allowed.values().sum();
             assert_eq!(

@@ -38,7 +38,7 @@ fn refusals_name_the_field() {
     let cases = [
         (json!({}), "rules"),
         (json!({"rules": []}), "rules"),
-        (json!({"rules": [], "zone": "a/b"}), "zone"),
+        (json!({"rules": [], "namespace": "a/b"}), "namespace"),
         (
             json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "extra": 1}),
             "extra",
@@ -205,7 +205,7 @@ fn refusals_name_the_field() {
 fn a_full_configuration_compiles() {
     let c = Config::parse(
         json!({
-            "zone": "edge",
+            "namespace": "edge",
             "rules": [{
                 "name": "per-user",
                 "match": {"prefix": "/api", "methods": ["GET"], "hosts": ["API.example.com"]},
@@ -227,7 +227,7 @@ fn a_full_configuration_compiles() {
         .as_bytes(),
     )
     .unwrap();
-    assert_eq!(c.rules[0].zone_key, "ratelimit/edge/per-user/~zone");
+    assert_eq!(c.rules[0].record_key, "ratelimit/edge/per-user/~zone");
     assert_eq!(c.rules[0].max_keys, 10, "the zone-wide default");
     assert_eq!(
         (c.status, c.headers_on_allowed, c.cas_retries, c.max_keys),
@@ -277,7 +277,14 @@ fn a_full_configuration_compiles() {
 #[test]
 fn defaults() {
     let c = Config::parse(rule(json!({})).to_string().as_bytes()).unwrap();
-    assert_eq!(c.zone, "default");
+    assert_eq!(c.namespace, "default");
+    // `zone`, the field's name before 2026-11-28, still names it; both at once are refused.
+    let mut old = rule(json!({}));
+    old["zone"] = json!("edge");
+    let c = Config::parse(old.to_string().as_bytes()).unwrap();
+    assert_eq!(c.namespace, "edge");
+    old["namespace"] = json!("edge");
+    assert!(Config::parse(old.to_string().as_bytes()).is_err());
     assert_eq!(
         (c.status, c.headers_on_allowed, c.cas_retries, c.max_keys),
         (429, true, 8, 100_000)

@@ -18,9 +18,10 @@ use std::cell::{Cell, RefCell};
 use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_rate_limit::algorithm::{Limit, Period, State};
 use tollgate_rate_limit::limiter::{
-    check, ensure_zone, OnContention, OnStoreFull, Settings, Target, Verdict, CREATION_LEASE_MS,
+    check, ensure_creation_record, OnContention, OnStoreFull, Settings, Target, Verdict,
+    CREATION_LEASE_MS,
 };
-use tollgate_rate_limit::state::{decode, encode, ZoneRecord};
+use tollgate_rate_limit::state::{decode, encode, CreationRecord};
 
 const T0: u64 = 1_700_006_400_000; // Unix ms, aligned on the day
 const ZONE: &str = "ratelimit/t/~zone";
@@ -28,7 +29,7 @@ const BOTH: [Semantics; 2] = [Semantics::Envoy, Semantics::NgxWasm];
 
 fn settings(cas_retries: u32, on_contention: OnContention, max_keys: u64) -> Settings<'static> {
     Settings {
-        zone_key: ZONE,
+        record_key: ZONE,
         cas_retries,
         on_contention,
         max_keys,
@@ -38,8 +39,8 @@ fn settings(cas_retries: u32, on_contention: OnContention, max_keys: u64) -> Set
 
 fn store(semantics: Semantics) -> MemoryStore {
     let s = MemoryStore::new(semantics);
-    assert_eq!(ensure_zone(&s, ZONE), Ok(true));
-    assert_eq!(ensure_zone(&s, ZONE), Ok(false), "only once");
+    assert_eq!(ensure_creation_record(&s, ZONE), Ok(true));
+    assert_eq!(ensure_creation_record(&s, ZONE), Ok(false), "only once");
     s
 }
 
@@ -78,8 +79,8 @@ fn allowed(v: &Verdict) -> bool {
     matches!(v, Verdict::Allowed(_))
 }
 
-fn zone(s: &MemoryStore) -> ZoneRecord {
-    ZoneRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
+fn zone(s: &MemoryStore) -> CreationRecord {
+    CreationRecord::decode(&s.get(ZONE).unwrap().0.unwrap()).unwrap()
 }
 
 fn state(s: &MemoryStore, limit: &Limit, key: &str) -> State {
@@ -98,7 +99,7 @@ fn exact_and_one_read_at_most_one_write_per_limit_once_the_key_exists() {
         );
         assert_eq!(
             zone(&s),
-            ZoneRecord {
+            CreationRecord {
                 keys: 1,
                 locked_until_ms: 0,
                 store_full: false,
@@ -128,7 +129,7 @@ fn exact_and_one_read_at_most_one_write_per_limit_once_the_key_exists() {
         assert_eq!(
             s.len(),
             2,
-            "the zone record and one key: the window reuses its key"
+            "the creation record and one key: the window reuses its key"
         );
         assert!(
             allowed(&run(&s, &st, &limits, "alice", T0 + 60_000, 1)),
@@ -374,7 +375,7 @@ fn bad_bytes_in_shared_data_read_as_a_fresh_state() {
             panic!("{v:?}")
         };
         assert_eq!(d[0].remaining, 2);
-        // A garbage zone record is replaced, not trusted.
+        // A garbage creation record is replaced, not trusted.
         s.set(ZONE, b"garbage", None).ok();
         let s2 = MemoryStore::new(sem);
         s2.set(ZONE, b"garbage", None).unwrap();
@@ -423,7 +424,7 @@ fn the_creation_lock_excludes_other_creators() {
         assert_eq!(ours.stats.lock_lost, 0);
         assert_eq!(
             zone(&s),
-            ZoneRecord {
+            CreationRecord {
                 keys: 1,
                 locked_until_ms: 0,
                 store_full: false,
@@ -507,7 +508,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
         ] {
             let s = store(sem);
             let (_, cas) = s.get(ZONE).unwrap();
-            let locked = ZoneRecord {
+            let locked = CreationRecord {
                 keys: 0,
                 locked_until_ms: T0 + ahead,
                 store_full: false,
@@ -522,7 +523,7 @@ fn clock_skew_and_clock_steps_around_the_creation_lock() {
                 assert!(allowed(&v), "{sem:?} {ahead}: {v:?}");
                 assert_eq!(
                     zone(&s),
-                    ZoneRecord {
+                    CreationRecord {
                         keys: 1,
                         locked_until_ms: 0,
                         store_full: false,
@@ -547,7 +548,7 @@ fn a_held_creation_lease_charges_new_clients_in_the_overflow_bucket() {
             s.set(OVERFLOW[0], &encode(&limits[0], &limits[0].initial()), None)
                 .unwrap();
             let (_, cas) = s.get(ZONE).unwrap();
-            let held = ZoneRecord {
+            let held = CreationRecord {
                 keys: 0,
                 locked_until_ms: T0 + CREATION_LEASE_MS,
                 store_full: false,
