@@ -64,6 +64,7 @@ log "nginx-compat: gRPC calls, HTTP calls and the tick through a real nginx"
 # No import cycle between the modules of nginx-compat's crates and of the filters, no function over 150 lines
 # without a reason beside it.
 python3 scripts/check-module-cycles.py
+python3 scripts/check-file-sizes.py
 python3 scripts/long-functions.py >/dev/null
 # The hostile-guest ABI fuzzer (tests/filters/abi-fuzz against the host core, in-process): a
 # fixed seed, 200,000 host calls (about 10-40 s). The long run: nginx-compat/README.md.
