@@ -130,7 +130,8 @@ impl Filter for Cost {
             config.prices_loaded,
             millis_since(started)
         );
-        root.prices.remote = config
+        // The root's state changes only with a configuration that loads (see below).
+        let remote = config
             .remote_prices
             .clone()
             .map(|source| RemoteDocument::new(source, PRICES_NAMESPACE, "prices"));
@@ -153,7 +154,7 @@ impl Filter for Cost {
                 );
             }
         }
-        let tick = match (&global, &root.prices.remote) {
+        let tick = match (&global, &remote) {
             (Some(_), _) => Some(GLOBAL_TICK_MILLIS),
             (None, Some(_)) => Some(TICK_MILLIS),
             (None, None) => None,
@@ -173,6 +174,7 @@ impl Filter for Cost {
                 return None;
             }
         }
+        root.prices.remote = remote;
         Some(shared)
     }
 

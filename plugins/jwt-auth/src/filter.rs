@@ -107,7 +107,9 @@ impl Filter for JwtAuth {
         root: &mut Remotes,
         _started: Option<SystemTime>,
     ) -> Option<Shared> {
-        root.0 = config
+        // The root's state changes only with a configuration that loads: a refused one (a
+        // second `on_configure` on a live root) leaves the previous pair as it was.
+        let remotes: Vec<RemoteState> = config
             .providers
             .iter()
             .enumerate()
@@ -119,12 +121,13 @@ impl Filter for JwtAuth {
                 KeySource::Static(_) => None,
             })
             .collect();
-        if !root.0.is_empty() {
+        if !remotes.is_empty() {
             if let Err(e) = tollgate_common::host_calls::set_tick_period_ms(TICK_MILLIS) {
                 log::error!("cannot set the tick period for remote JWKS: host status {e}");
                 return None;
             }
         }
+        root.0 = remotes;
         let providers = config.providers.len();
         let counters = Counters::define();
         Some(Shared {
