@@ -24,9 +24,9 @@ def token(sub: str = "alice") -> str:
     return jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "demo"})
 
 
-def start_envoy(tmp, port: int, upstream: int) -> Process:
+def start_envoy(tmp, port: int, upstream: int, admin: int) -> Process:
     text = (ROOT / "envoy" / "llm-gateway.yaml").read_text()
-    for old, new in [("port_value: 10000", f"port_value: {port}"), ("port_value: 9901", f"port_value: {free_port()}"),
+    for old, new in [("port_value: 10000", f"port_value: {port}"), ("port_value: 9901", f"port_value: {admin}"),
                      ("port_value: 8080", f"port_value: {upstream}"),
                      ("filename: target/wasm32-wasip1/release/", f"filename: {WASM_DIR}/")]:
         assert old in text, old
@@ -58,14 +58,17 @@ def start_nginx(tmp, host: str, port: int, upstream: int) -> Process:
 def gateway(request, tmp_path):
     upstream = DemoUpstream("demo-upstream", tmp_path)
     port = free_port()
+    admin = free_port()
     try:
         if request.param == "envoy":
-            p = start_envoy(tmp_path, port, upstream.port)
+            p = start_envoy(tmp_path, port, upstream.port, admin)
         else:
             p = start_nginx(tmp_path, request.param, port, upstream.port)
     except BaseException:
         upstream.stop()
         raise
+    # Envoy's admin endpoint, where its Prometheus exposition is (None on nginx).
+    request.node.envoy_admin = f"http://127.0.0.1:{admin}" if request.param == "envoy" else None
     yield f"http://127.0.0.1:{port}"
     p.stop()
     upstream.stop()
@@ -92,3 +95,18 @@ def test_the_shipped_llm_gateway_serves_each_priced_kind_of_model(gateway):
     # No token: jwt-auth.
     r = post(gateway, "/v1/chat/completions", {"model": "gpt-4o-mini", "messages": []}, auth=False)
     assert r.status_code == 401, r.text
+
+
+def test_envoys_prometheus_exposition_has_the_filters_labels(gateway, request):
+    """envoy/llm-gateway.yaml ships the stats_tags rules: the filters' own counters come out of
+    /stats/prometheus as labelled families, not with their labels folded into the names."""
+    admin = request.node.envoy_admin
+    if admin is None:
+        pytest.skip("Envoy's exposition (nginx's restores the labels itself: test_metrics.py)")
+    r = post(gateway, "/v1/chat/completions", {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    text = requests.get(admin + "/stats/prometheus", timeout=10).text
+    lines = [l for l in text.splitlines() if l.startswith(("tollgate_cost_requests_total", "tollgate_jwt_auth_requests_total"))]
+    assert any(l.startswith('tollgate_cost_requests_total{outcome="priced"}') for l in lines), lines
+    assert any(l.startswith('tollgate_jwt_auth_requests_total{outcome="ok"}') for l in lines), lines
+    assert not any(".outcome." in l or "_outcome_" in l for l in lines), lines

@@ -568,13 +568,29 @@ fn stats_tags_rules_cover_every_label() {
     for f in FAMILIES {
         assert!(f.starts_with("tollgate_") && !f.contains('.'), "{f}");
     }
-    // envoy/metrics.yaml ships the same rules (single-quoted YAML keeps the backslashes).
-    let shipped = include_str!("../../../envoy/metrics.yaml");
-    for r in &rules {
-        let re = r["regex"].as_str().unwrap();
-        assert!(
-            shipped.contains(&format!("'{re}'")),
-            "envoy/metrics.yaml lacks {re}"
-        );
+    // Every shipped Envoy configuration has the same rules (single-quoted YAML keeps the
+    // backslashes): without them Envoy folds the filters' own labels into the metric names.
+    let shipped = [
+        ("envoy/metrics.yaml", include_str!("../../../envoy/metrics.yaml")),
+        ("envoy/gateway.yaml", include_str!("../../../envoy/gateway.yaml")),
+        ("envoy/llm-gateway.yaml", include_str!("../../../envoy/llm-gateway.yaml")),
+        ("envoy/global-rate-limit.yaml", include_str!("../../../envoy/global-rate-limit.yaml")),
+        ("envoy/sticky-upstream.yaml", include_str!("../../../envoy/sticky-upstream.yaml")),
+    ];
+    for (file, text) in shipped {
+        for r in &rules {
+            let re = r["regex"].as_str().unwrap();
+            assert!(text.contains(&format!("'{re}'")), "{file} lacks {re}");
+        }
     }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../envoy");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| format!("envoy/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|f| f.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let mut listed: Vec<String> = shipped.iter().map(|(f, _)| f.to_string()).collect();
+    listed.sort();
+    assert_eq!(files, listed, "a shipped Envoy configuration is not checked here");
 }
