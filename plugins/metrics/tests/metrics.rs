@@ -571,11 +571,26 @@ fn stats_tags_rules_cover_every_label() {
     // Every shipped Envoy configuration has the same rules (single-quoted YAML keeps the
     // backslashes): without them Envoy folds the filters' own labels into the metric names.
     let shipped = [
-        ("envoy/metrics.yaml", include_str!("../../../envoy/metrics.yaml")),
-        ("envoy/gateway.yaml", include_str!("../../../envoy/gateway.yaml")),
-        ("envoy/llm-gateway.yaml", include_str!("../../../envoy/llm-gateway.yaml")),
-        ("envoy/global-rate-limit.yaml", include_str!("../../../envoy/global-rate-limit.yaml")),
-        ("envoy/sticky-upstream.yaml", include_str!("../../../envoy/sticky-upstream.yaml")),
+        (
+            "envoy/metrics.yaml",
+            include_str!("../../../envoy/metrics.yaml"),
+        ),
+        (
+            "envoy/gateway.yaml",
+            include_str!("../../../envoy/gateway.yaml"),
+        ),
+        (
+            "envoy/llm-gateway.yaml",
+            include_str!("../../../envoy/llm-gateway.yaml"),
+        ),
+        (
+            "envoy/global-rate-limit.yaml",
+            include_str!("../../../envoy/global-rate-limit.yaml"),
+        ),
+        (
+            "envoy/sticky-upstream.yaml",
+            include_str!("../../../envoy/sticky-upstream.yaml"),
+        ),
     ];
     for (file, text) in shipped {
         for r in &rules {
@@ -592,5 +607,8 @@ fn stats_tags_rules_cover_every_label() {
     files.sort();
     let mut listed: Vec<String> = shipped.iter().map(|(f, _)| f.to_string()).collect();
     listed.sort();
-    assert_eq!(files, listed, "a shipped Envoy configuration is not checked here");
+    assert_eq!(
+        files, listed,
+        "a shipped Envoy configuration is not checked here"
+    );
 }
