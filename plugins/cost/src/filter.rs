@@ -178,10 +178,6 @@ impl Filter for Cost {
         Some(shared)
     }
 
-    fn request(_shared: &Rc<Shared>) -> Request {
-        Request::default()
-    }
-
     fn request_headers(request: &mut Request, shared: &Rc<Shared>, end_of_stream: bool) -> Action {
         request.request_headers(shared, end_of_stream)
     }

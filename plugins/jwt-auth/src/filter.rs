@@ -146,8 +146,6 @@ impl Filter for JwtAuth {
         })
     }
 
-    fn request(_shared: &Rc<Shared>) {}
-
     fn request_headers(_request: &mut (), shared: &Rc<Shared>, _end: bool) -> HostAction {
         authenticate(shared)
     }

@@ -84,10 +84,6 @@ impl Filter for Metrics {
         }))
     }
 
-    fn request(_shared: &Rc<RefCell<State>>) -> Option<SystemTime> {
-        None
-    }
-
     fn request_headers(
         start: &mut Option<SystemTime>,
         _shared: &Rc<RefCell<State>>,

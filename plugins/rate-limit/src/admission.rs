@@ -23,6 +23,7 @@ use crate::request_view::HostRequest;
 use crate::worker::Shared;
 
 /// One request's state.
+#[derive(Default)]
 pub(crate) struct Request {
     /// For allowed requests with `headers_on_allowed`: the rule and the RateLimit value.
     pub(crate) response_headers: Option<(usize, String)>,

@@ -123,13 +123,6 @@ impl Filter for RateLimit {
         })
     }
 
-    fn request(_shared: &Rc<Shared>) -> Request {
-        Request {
-            response_headers: None,
-            pending: None,
-        }
-    }
-
     fn request_headers(request: &mut Request, shared: &Rc<Shared>, _end: bool) -> Action {
         request.headers(shared)
     }

@@ -94,10 +94,6 @@ impl Filter for StickyUpstream {
         })
     }
 
-    fn request(_shared: &Rc<Shared>) -> Option<Decision> {
-        None
-    }
-
     fn request_headers(request: &mut Option<Decision>, shared: &Rc<Shared>, _end: bool) -> Action {
         let config = &shared.config;
         let cookie = host_calls::request_header_bytes("cookie").map(text);

@@ -44,8 +44,8 @@ pub trait Filter: Sized + 'static {
     type Shared: 'static;
     /// The root context's own state (documents fetched on ticks, calls in flight).
     type Root: Default + 'static;
-    /// One request's state.
-    type Request: 'static;
+    /// One request's state, fresh for each request.
+    type Request: Default + 'static;
 
     /// Builds the shared state from a parsed configuration (`started`: the host's clock when
     /// `on_configure` began, for load-time log lines); `None` refuses the configuration, the
@@ -55,9 +55,6 @@ pub trait Filter: Sized + 'static {
         root: &mut Self::Root,
         started: Option<SystemTime>,
     ) -> Option<Self::Shared>;
-
-    /// A new request's state.
-    fn request(shared: &Rc<Self::Shared>) -> Self::Request;
 
     /// `on_http_request_headers`.
     fn request_headers(
@@ -221,22 +218,34 @@ impl<F: Filter> RootContext for Root<F> {
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http::<F> {
-            request: self.shared.as_ref().map(F::request),
-            shared: self.shared.clone(),
+            state: self
+                .shared
+                .clone()
+                .map(|shared| (shared, F::Request::default())),
         }))
     }
 }
 
 /// Filter `F`'s HTTP context: one request.
 struct Http<F: Filter> {
-    shared: Option<Rc<F::Shared>>,
-    /// `None` exactly when `shared` is.
-    request: Option<F::Request>,
+    /// What the root context shares and the request's state; `None` without a configuration.
+    state: Option<(Rc<F::Shared>, F::Request)>,
+}
+
+impl<F: Filter> Http<F> {
+    /// Runs `phase` on a configured request; without a configuration the callback continues
+    /// (the request headers, the first callback, have refused it already).
+    fn phase(&mut self, phase: impl FnOnce(&mut F::Request, &Rc<F::Shared>) -> Action) -> Action {
+        match &mut self.state {
+            Some((shared, request)) => phase(request, shared),
+            None => Action::Continue,
+        }
+    }
 }
 
 impl<F: Filter> Context for Http<F> {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
-        if let (Some(shared), Some(request)) = (&self.shared, &mut self.request) {
+        if let Some((shared, request)) = &mut self.state {
             F::request_grpc_reply(request, shared, token_id, status_code, response_size);
         }
     }
@@ -244,7 +253,7 @@ impl<F: Filter> Context for Http<F> {
 
 impl<F: Filter> HttpContext for Http<F> {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let (Some(shared), Some(request)) = (&self.shared, &mut self.request) else {
+        let Some((shared, request)) = &mut self.state else {
             log::error!("no configuration; refusing the request");
             send_json_error(
                 500,
@@ -258,39 +267,23 @@ impl<F: Filter> HttpContext for Http<F> {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        match (&self.shared, &mut self.request) {
-            (Some(shared), Some(request)) => {
-                F::request_body(request, shared, body_size, end_of_stream)
-            }
-            _ => Action::Continue,
-        }
+        self.phase(|request, shared| F::request_body(request, shared, body_size, end_of_stream))
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        match (&self.shared, &mut self.request) {
-            (Some(shared), Some(request)) => F::request_trailers(request, shared),
-            _ => Action::Continue,
-        }
+        self.phase(F::request_trailers)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        match (&self.shared, &mut self.request) {
-            (Some(shared), Some(request)) => F::response_headers(request, shared, end_of_stream),
-            _ => Action::Continue,
-        }
+        self.phase(|request, shared| F::response_headers(request, shared, end_of_stream))
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        match (&self.shared, &mut self.request) {
-            (Some(shared), Some(request)) => {
-                F::response_body(request, shared, body_size, end_of_stream)
-            }
-            _ => Action::Continue,
-        }
+        self.phase(|request, shared| F::response_body(request, shared, body_size, end_of_stream))
     }
 
     fn on_log(&mut self) {
-        if let (Some(shared), Some(request)) = (&self.shared, &mut self.request) {
+        if let Some((shared, request)) = &mut self.state {
             F::log(request, shared);
         }
     }
