@@ -107,7 +107,9 @@ def rate_limit(verified: bool, global_mode: bool) -> FilterSpec:
     """One keyed fixed-window rule that never refuses; `verified`: keyed by jwt-auth's subject
     (x-jwt-sub, in the stack), else by x-api-key as sent. `global_mode`: with the `global` block."""
     key = [{"header": "x-jwt-sub"}] if verified else [{"unverified_header": "x-api-key"}]
-    config = {"namespace": "bench-global", "headers_on_allowed": False,
+    # `zone` (the namespace's old name, read by every build), so that builds from before the rename
+    # can be compared.
+    config = {"zone": "bench-global", "headers_on_allowed": False,
               "rules": [{"name": "allow", "key": key, "limits": [{"algorithm": "fixed_window", "requests": LIMIT, "per": "minute"}]}]}
     if global_mode:
         config["global"] = dict(GLOBAL)

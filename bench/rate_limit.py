@@ -47,7 +47,9 @@ def tollgate(headers: bool, verified: bool = False) -> FilterSpec:
     where jwt-auth runs), else by the API key header as sent (this filter alone)."""
     key = [{"header": "x-jwt-sub"}] if verified else [{"unverified_header": KEY_HEADER}]
     return FilterSpec("rate-limit", {
-        "namespace": "bench",
+        # `zone`, the namespace's name before 2026-11-28, which every build reads: benchmarks
+        # compare builds from before and after the rename (instructions.py --wasm).
+        "zone": "bench",
         "rules": [
             {"name": "reject", "match": {"prefix": "/reject"}, "key": key,
              "limits": [{"algorithm": "fixed_window", "requests": 1, "per": "day"}]},
