@@ -42,6 +42,10 @@ pub struct ModelPrice {
     /// Prices of requests whose prompt is longer than a threshold (LiteLLM's
     /// `*_above_<N>k_tokens` fields).
     pub tier: Option<ContextTier>,
+    /// The most output tokens one response of the model may have [`max_output_tokens`, else
+    /// `max_tokens`]; `None`: not in the entry. Only bounds a reservation (`crate::reservation`),
+    /// never a price.
+    pub max_output_tokens: Option<u64>,
 }
 
 /// LiteLLM's context-length tier: when a request's input tokens (cache reads and writes
@@ -343,6 +347,7 @@ mod tests {
             cache_creation: Some(2_000),
             reasoning: Some(50_000),
             tier: None,
+            max_output_tokens: None,
         };
         let usage = Usage {
             input_tokens: 100,

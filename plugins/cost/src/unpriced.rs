@@ -94,6 +94,7 @@ mod tests {
             cache_creation: None,
             reasoning: Some(1),
             tier: None,
+            max_output_tokens: None,
         };
         assert_eq!(estimate(&p, 1_000, 10), Some(156_000));
         assert_eq!(estimate(&p, 0, 0), Some(0));

@@ -1,6 +1,6 @@
 //! Reading one entry of a price file ([`Entry`]): its price and context-tier fields kept as JSON
-//! text, the units other prices are given in (for the skip reason), `mode` and `alias_of`;
-//! every other member skipped unread.
+//! text, the units other prices are given in (for the skip reason), `mode`, `alias_of` and the
+//! output bound (`max_output_tokens`, `max_tokens`); every other member skipped unread.
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
@@ -37,6 +37,10 @@ pub struct Entry {
     pub(super) tiered_pricing: bool,
     /// `alias_of`, when a string.
     pub(super) alias_of: Option<String>,
+    /// `max_output_tokens`, when a non-negative integer.
+    pub(super) max_output_tokens: Option<u64>,
+    /// `max_tokens` (LiteLLM's older name of the same bound), when a non-negative integer.
+    pub(super) max_tokens: Option<u64>,
 }
 
 /// A context-tier field: `(base field, threshold in tokens)`.
@@ -102,6 +106,17 @@ impl<'de> Visitor<'de> for EntryVisitor {
                     entry.alias_of = target.as_str().map(str::to_string);
                     continue;
                 }
+                // Informational in LiteLLM's file (never a reason to refuse it): a value that is
+                // not a non-negative integer is ignored.
+                Key::MaxOutputTokens | Key::MaxTokens => {
+                    let value: serde_json::Value = map.next_value()?;
+                    let slot = match key {
+                        Key::MaxOutputTokens => &mut entry.max_output_tokens,
+                        _ => &mut entry.max_tokens,
+                    };
+                    *slot = value.as_u64();
+                    continue;
+                }
                 Key::PerImage => entry.per_image = true,
                 Key::PerSecond => entry.per_second = true,
                 Key::PerCharacter => entry.per_character = true,
@@ -120,6 +135,8 @@ enum Key {
     Price(String),
     Mode,
     AliasOf,
+    MaxOutputTokens,
+    MaxTokens,
     PerImage,
     PerSecond,
     PerCharacter,
@@ -153,6 +170,10 @@ impl Visitor<'_> for KeyVisitor {
             Key::Mode
         } else if key == "alias_of" {
             Key::AliasOf
+        } else if key == "max_output_tokens" {
+            Key::MaxOutputTokens
+        } else if key == "max_tokens" {
+            Key::MaxTokens
         } else if key == "tiered_pricing" {
             Key::TieredPricing
         } else if !has(key, b"cost") {

@@ -99,6 +99,7 @@ pub(super) fn entry_price(
             above_input_tokens,
             ..tier
         }),
+        max_output_tokens: entry.max_output_tokens.or(entry.max_tokens),
     }))
 }
 
