@@ -112,6 +112,9 @@ pub struct RequestBody<'a> {
     /// `stream_options` (an object or `null`), for the rewrite.
     stream_options: Option<&'a RawValue>,
     include_usage: Option<bool>,
+    /// The largest output bound the body declares (`max_tokens`, `max_completion_tokens`,
+    /// `max_output_tokens`); `None`: none given (or `null`).
+    max_output_tokens: Option<u64>,
 }
 
 /// The members of one object that the filter reads, as given (`slots`), and whether one of them
@@ -121,8 +124,18 @@ struct Slots<'a, const N: usize> {
     ambiguous: bool,
 }
 
-/// The names read at the top of a body, then inside `stream_options`.
-const TOP: [&str; 3] = ["model", "stream", "stream_options"];
+/// The names read at the top of a body, then inside `stream_options`. The output bounds are
+/// Chat Completions' `max_tokens` (deprecated there, Anthropic Messages' required bound) and
+/// `max_completion_tokens`, and the Responses API's `max_output_tokens` (OpenAI and Anthropic API
+/// references: integers).
+const TOP: [&str; 6] = [
+    "model",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+];
 const OPTIONS: [&str; 1] = ["include_usage"];
 
 /// A member name: the index of the name of `names` it is, `Err(true)` when it is another spelling
@@ -196,6 +209,19 @@ impl<'de, const N: usize> Visitor<'de> for SlotsSeed<N> {
     }
 }
 
+/// A token count: a JSON integer ≥ 0 (one beyond `u64` saturates to `u64::MAX`) or `null`
+/// (`None`); `Err` for any other value (negative, fractional, exponent, string...), which the
+/// APIs refuse and lenient readers (Pydantic's lax mode reads `"100"` as 100) may not.
+fn token_count(raw: Option<&RawValue>) -> Result<Option<u64>, Unreadable> {
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(None),
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(Some(text.parse().unwrap_or(u64::MAX)))
+        }
+        Some(_) => Err(Unreadable::MemberType),
+    }
+}
+
 /// A JSON boolean or `null` (`None`): `Err` for any other value.
 fn boolean(raw: Option<&RawValue>) -> Result<Option<bool>, Unreadable> {
     match raw.map(RawValue::get) {
@@ -209,9 +235,10 @@ fn boolean(raw: Option<&RawValue>) -> Result<Option<bool>, Unreadable> {
 impl<'a> RequestBody<'a> {
     /// Reads a request body (not empty) under the rules of [`crate::unreadable`]: one JSON object
     /// in UTF-8 (`Json` otherwise), `model`, `stream`, `stream_options` and its
-    /// `include_usage` each at most once and under no other spelling (`AmbiguousName`), a
-    /// string, a boolean or null, an object or null, a boolean or null (`MemberType`; a
-    /// `model` string that cannot be decoded, a lone surrogate escape in it, is `Json`).
+    /// `include_usage`, `max_tokens`, `max_completion_tokens`, `max_output_tokens` each at most
+    /// once and under no other spelling (`AmbiguousName`), a string, a boolean or null, an
+    /// object or null, a boolean or null, integers ≥ 0 or null (`MemberType`; a `model` string
+    /// that cannot be decoded, a lone surrogate escape in it, is `Json`).
     pub fn parse(body: &'a [u8]) -> Result<RequestBody<'a>, Unreadable> {
         let text = std::str::from_utf8(body).map_err(|_| Unreadable::Json)?;
         let mut de = serde_json::Deserializer::from_str(text);
@@ -221,7 +248,12 @@ impl<'a> RequestBody<'a> {
         if top.ambiguous {
             return Err(Unreadable::AmbiguousName);
         }
-        let [model, stream, stream_options] = top.slots;
+        let [model, stream, stream_options, max_tokens, max_completion_tokens, max_output_tokens] =
+            top.slots;
+        let mut declared: Option<u64> = None;
+        for raw in [max_tokens, max_completion_tokens, max_output_tokens] {
+            declared = declared.max(token_count(raw)?);
+        }
         let model = match model {
             None => None,
             Some(raw) if raw.get().starts_with('"') => {
@@ -251,7 +283,14 @@ impl<'a> RequestBody<'a> {
             stream,
             stream_options,
             include_usage,
+            max_output_tokens: declared,
         })
+    }
+
+    /// The output bound the body declares: the largest of `max_tokens`,
+    /// `max_completion_tokens` and `max_output_tokens` given (`None`: none).
+    pub fn max_output_tokens(&self) -> Option<u64> {
+        self.max_output_tokens
     }
 
     /// `model` (taken: a second call gives `None`).
