@@ -30,7 +30,8 @@
 //!   "max_tenants": 100000,
 //!   "store_full": {"action": "refuse", "status": 503},
 //!   "global": {"service": "ratelimit", "domain": "tollgate", "timeout_ms": 50,
-//!              "on_error": "local", "unit_nano_usd": 100000}
+//!              "on_error": "local", "unit_nano_usd": 100000},
+//!   "reservation": {"default_max_output_tokens": 4096}
 //! }
 //! ```
 //!
@@ -51,6 +52,7 @@ use crate::global::CostGlobal;
 use crate::ledger::{Budget, Ledger};
 use crate::price::ModelPrice;
 use crate::price_table::{single_price, Entry, Loaded, PriceTable};
+use crate::reservation::ReservationConfig;
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 
 /// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
@@ -129,6 +131,8 @@ struct RawConfig {
     global: Option<Box<RawValue>>,
     #[serde(default)]
     allow_eviction: bool,
+    #[serde(default)]
+    reservation: ReservationConfig,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -312,6 +316,8 @@ pub struct Config {
     /// Load with budgets on a shared-data zone that evicts keys (`tollgate_common::eviction`);
     /// off: refuse.
     pub allow_eviction: bool,
+    /// How a request's reservation is estimated (`crate::reservation`).
+    pub reservation: ReservationConfig,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -480,6 +486,7 @@ impl Config {
             store_full,
             global,
             allow_eviction: raw.allow_eviction,
+            reservation: raw.reservation.checked()?,
         })
     }
 

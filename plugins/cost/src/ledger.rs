@@ -4,12 +4,16 @@
 //!
 //! # Layout and bounds
 //!
-//! - `cost/<ledger>/t/<tenant>`: the tenant's [`Spend`], 33 bytes: version `1`, day id
+//! - `cost/<ledger>/t/<tenant>`: the tenant's [`Spend`], 41 bytes: version `2`, day id
 //!   (`yyyymmdd`, u32 LE), day spend (nano-USD, u64 LE), month id (`yyyymm`, u32 LE), month spend
-//!   (u64 LE), total spend since the key was created (u64 LE). **One key per tenant**, reused
-//!   when a period rolls over: a booking or a read in a new day (month) sees the stored day
-//!   (month) id differ and starts that period from 0. One read checks every budget; one CAS
-//!   write books.
+//!   (u64 LE), total spend since the key was created (u64 LE), reserved (nano-USD held by the
+//!   requests in flight, in that day, u64 LE; `crate::reservation`). **One key per tenant**,
+//!   reused when a period rolls over: a booking or a read in a new day (month) sees the stored
+//!   day (month) id differ and starts that period from 0 (the day's reservations included). One
+//!   read checks every budget; one CAS write reserves; one CAS write books (and settles the
+//!   reservation). A version-1 record (33 bytes, before reservations) is read with nothing
+//!   reserved and written back as version 2; a record of any other size or version (a later
+//!   build's) is an error, never read as a zero spend.
 //! - `cost/<ledger>/~zone`: the creation record (`tollgate_common::shared_data::CreationRecord`, 18
 //!   bytes): tenants counted, the key-creation lock's lease end (Unix ms; 0 = free), and
 //!   whether the store has refused a new key.
@@ -61,14 +65,17 @@ pub use tollgate_common::shared_data::{CreationRecord, CREATION_LEASE_MS};
 use crate::period::Periods;
 
 /// Encoded [`Spend`] size (bytes).
-pub const SPEND_LEN: usize = 33;
+pub const SPEND_LEN: usize = 41;
+/// Size of a version-1 record (no `reserved`), still read.
+const SPEND_V1_LEN: usize = 33;
 /// Bytes a tenant's key and value take in an nginx `shm_kv` zone with the longest names
-/// (`cost/` + 128-byte ledger + `/t/` + 128-byte tenant + 33-byte value = 297 bytes of key and
+/// (`cost/` + 128-byte ledger + `/t/` + 128-byte tenant + 41-byte value = 305 bytes of key and
 /// value: 1 + 5 blocks of 64 bytes plus the zone's per-block share of its index, ~66 bytes a
 /// block, see nginx-compat/services/src/kv/). Typical names (`cost/default/t/` + a 36-byte
 /// tenant id: 84 bytes) take 2 blocks, ~133 bytes. Size the zone as `max_tenants` times this.
 pub const KEY_BYTES: usize = 400;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
 
 /// A tenant's spend (nano-USD) in the current day and month and in total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,6 +90,9 @@ pub struct Spend {
     pub month: u64,
     /// Spend since the key was created.
     pub total: u64,
+    /// Held by requests admitted in day `day_id` and not settled yet (nano-USD): their
+    /// reservations (`crate::reservation`). Reset with the day.
+    pub reserved: u64,
 }
 
 fn le_u32(b: &[u8], at: usize) -> Option<u32> {
@@ -96,16 +106,17 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
 }
 
 impl Spend {
-    /// The 33-byte encoding (see the module docs).
+    /// The 41-byte encoding (see the module docs).
     pub fn encode(&self) -> [u8; SPEND_LEN] {
         let mut out = [0u8; SPEND_LEN];
-        let parts: [&[u8]; 6] = [
+        let parts: [&[u8]; 7] = [
             &[VERSION],
             &self.day_id.to_le_bytes(),
             &self.day.to_le_bytes(),
             &self.month_id.to_le_bytes(),
             &self.month.to_le_bytes(),
             &self.total.to_le_bytes(),
+            &self.reserved.to_le_bytes(),
         ];
         let mut at = 0usize;
         for p in parts {
@@ -118,17 +129,21 @@ impl Spend {
         out
     }
 
-    /// Decodes [`Spend::encode`]'s output; `None` for anything else.
+    /// Decodes [`Spend::encode`]'s output, or a version-1 record (nothing reserved); `None`
+    /// for anything else.
     pub fn decode(b: &[u8]) -> Option<Spend> {
-        if b.len() != SPEND_LEN || b.first() != Some(&VERSION) {
-            return None;
-        }
+        let reserved = match (b.len(), b.first()) {
+            (SPEND_LEN, Some(&VERSION)) => le_u64(b, 33)?,
+            (SPEND_V1_LEN, Some(&VERSION_1)) => 0,
+            _ => return None,
+        };
         Some(Spend {
             day_id: le_u32(b, 1)?,
             day: le_u64(b, 5)?,
             month_id: le_u32(b, 13)?,
             month: le_u64(b, 17)?,
             total: le_u64(b, 25)?,
+            reserved,
         })
     }
 
@@ -144,6 +159,26 @@ impl Spend {
                 0
             },
             total: self.total,
+            // Reservations expire with their day (a request settling later finds them gone).
+            reserved: if self.day_id == now.day {
+                self.reserved
+            } else {
+                0
+            },
+        }
+    }
+
+    /// This spend with `hold` released: its nano-USD taken off `reserved` (saturating) when the
+    /// record is still in the day the reservation was made in; otherwise that day's
+    /// reservations are already gone with it (see [`Spend::rolled`]), and nothing is taken off
+    /// the new day's. Apply before [`Spend::rolled`].
+    pub fn settled(&self, hold: Option<Hold>) -> Spend {
+        match hold {
+            Some(h) if h.day_id == self.day_id => Spend {
+                reserved: self.reserved.saturating_sub(h.nano),
+                ..*self
+            },
+            _ => *self,
         }
     }
 
@@ -157,6 +192,25 @@ impl Spend {
         }
     }
 }
+
+/// A reservation held on a tenant's own record (`crate::reservation`): `nano` nano-USD added to
+/// `reserved` in day `day_id` (`yyyymmdd`), released by the request's booking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// The day the reservation was made in.
+    pub day_id: u32,
+    /// What it holds (nano-USD).
+    pub nano: u64,
+}
+
+/// A stored record that is neither layout [`Spend::decode`] reads (a later build's): an error
+/// (`InternalFailure`), never a zero spend.
+fn decoded(value: &[u8]) -> Result<Spend, StoreError> {
+    Spend::decode(value).ok_or(StoreError::Failed(UNKNOWN_LAYOUT))
+}
+
+/// The status given for a record of an unknown layout.
+const UNKNOWN_LAYOUT: u32 = tollgate_common::shared_data::status::INTERNAL_FAILURE;
 
 /// Where a ledger lives and how hard it tries.
 #[derive(Debug, Clone)]
@@ -292,7 +346,8 @@ impl Ledger {
     /// counts).
     ///
     /// # Errors
-    /// A read that failed: the spend is unknown (never taken as 0).
+    /// A read that failed, or a record of an unknown layout: the spend is unknown (never taken
+    /// as 0).
     pub fn spend<S: SharedStore + ?Sized>(
         &self,
         store: &S,
@@ -314,11 +369,12 @@ impl Ledger {
                 }
             }
         };
+        let spend = match value {
+            Some(v) => decoded(&v)?,
+            None => Spend::default(),
+        };
         Ok(Lookup {
-            spend: value
-                .and_then(|v| Spend::decode(&v))
-                .unwrap_or_default()
-                .rolled(now),
+            spend: spend.rolled(now),
             standing,
         })
     }
@@ -332,12 +388,11 @@ impl Ledger {
         store: &S,
         now: &Periods,
     ) -> Result<Spend, StoreError> {
-        Ok(store
-            .get(&self.overflow_key)?
-            .0
-            .and_then(|v| Spend::decode(&v))
-            .unwrap_or_default()
-            .rolled(now))
+        let spend = match store.get(&self.overflow_key)?.0 {
+            Some(v) => decoded(&v)?,
+            None => Spend::default(),
+        };
+        Ok(spend.rolled(now))
     }
 
     /// Gives a tenant without a key ([`Standing::New`]) its own key now, before its request goes
@@ -376,17 +431,21 @@ impl Ledger {
 
     /// Adds `nano` nano-USD to the spend of `tenant_key` at Unix time `now_ms`, creating the key
     /// (or, zone full, the key refused by the store, or the creation lease held by another
-    /// worker through every try, booking to the overflow record). At most `cas_retries + 1` CAS
-    /// attempts.
+    /// worker through every try, booking to the overflow record), and releases the request's
+    /// reservation `hold` in the same write ([`Spend::settled`]; a hold is on the tenant's own
+    /// record, so a booking that goes to the overflow record releases nothing: the hold then
+    /// expires with its day). At most `cas_retries + 1` CAS attempts.
     ///
     /// # Errors
-    /// [`NotBooked`] when the CAS attempts ran out or the store failed (its status).
+    /// [`NotBooked`] when the CAS attempts ran out or the store failed (its status; a record of
+    /// an unknown layout is `InternalFailure`, left as it is).
     pub fn book<S: SharedStore + ?Sized>(
         &self,
         store: &S,
         tenant_key: &str,
         now_ms: u64,
         nano: u64,
+        hold: Option<Hold>,
     ) -> Result<BookStats, NotBooked> {
         let now = Periods::at(now_ms / 1_000);
         let attempts = self.cas_retries.saturating_add(1);
@@ -447,10 +506,11 @@ impl Ledger {
                     }
                 }
             };
-            let next = Spend::decode(&value)
-                .unwrap_or_default()
-                .rolled(&now)
-                .add(nano);
+            let Some(stored) = Spend::decode(&value) else {
+                return Err(failed(stats, UNKNOWN_LAYOUT));
+            };
+            let release = hold.filter(|_| !stats.overflowed);
+            let next = stored.settled(release).rolled(&now).add(nano);
             match cas.map(|cas| store.set(key, &next.encode(), Some(cas))) {
                 Some(Ok(())) => return Ok(stats),
                 Some(Err(StoreError::Failed(status))) => return Err(failed(stats, status)),
@@ -530,15 +590,18 @@ impl Budget {
         self.day.is_some() || self.month.is_some()
     }
 
-    /// Whether `spend` (already rolled to `now`) has reached the budget: spend ≥ budget.
+    /// Whether `spend` (already rolled to `now`) has reached the budget: spend + reserved ≥
+    /// budget in the day or the month (the reservations of requests in flight count against
+    /// both, `crate::reservation`).
     pub fn check(&self, spend: &Spend, now: &Periods) -> Option<Exceeded> {
-        if self.month.is_some_and(|b| spend.month >= b) {
+        let held = |period: u64| period.saturating_add(spend.reserved);
+        if self.month.is_some_and(|b| held(spend.month) >= b) {
             return Some(Exceeded {
                 period: "month",
                 reset_secs: now.month_reset_secs,
             });
         }
-        if self.day.is_some_and(|b| spend.day >= b) {
+        if self.day.is_some_and(|b| held(spend.day) >= b) {
             return Some(Exceeded {
                 period: "day",
                 reset_secs: now.day_reset_secs,
@@ -561,9 +624,22 @@ mod tests {
             month_id: 202501,
             month: u64::MAX,
             total: 7,
+            reserved: 9,
         };
         assert_eq!(Spend::decode(&s.encode()), Some(s));
-        assert_eq!(Spend::decode(&s.encode()[..32]), None);
+        assert_eq!(Spend::decode(&s.encode()[..40]), None);
+        assert_eq!(
+            Spend::decode(&s.encode()[..33]),
+            None,
+            "v2 cut to v1's size"
+        );
+        // A version-1 record (before reservations): read with nothing reserved.
+        let mut v1 = s.encode()[..33].to_vec();
+        v1[0] = 1;
+        assert_eq!(Spend::decode(&v1), Some(Spend { reserved: 0, ..s }));
+        let mut v3 = s.encode().to_vec();
+        v3[0] = 3;
+        assert_eq!(Spend::decode(&v3), None, "a later layout is never misread");
         let z = CreationRecord {
             keys: 3,
             locked_until_ms: 9,
@@ -582,8 +658,8 @@ mod tests {
             let key = l.key("alice");
             // 2025-01-31T23:00:00Z, then 2025-02-01T01:00:00Z.
             let t0 = 1_738_364_400_000;
-            l.book(&store, &key, t0, 5).unwrap();
-            l.book(&store, &key, t0, 6).unwrap();
+            l.book(&store, &key, t0, 5, None).unwrap();
+            l.book(&store, &key, t0, 6, None).unwrap();
             let s = l
                 .spend(&store, &key, &Periods::at(t0 / 1000))
                 .unwrap()
@@ -599,7 +675,7 @@ mod tests {
                 (0, 0, 11),
                 "read in the new day and month"
             );
-            l.book(&store, &key, t1, 1).unwrap();
+            l.book(&store, &key, t1, 1, None).unwrap();
             let s = l
                 .spend(&store, &key, &Periods::at(t1 / 1000))
                 .unwrap()
@@ -624,7 +700,7 @@ mod tests {
         l.ensure(&store, std::iter::empty(), 0).unwrap();
         let now = Periods::at(0);
         for t in ["a", "b", "c", "d"] {
-            let stats = l.book(&store, &l.key(t), 0, 10).unwrap();
+            let stats = l.book(&store, &l.key(t), 0, 10, None).unwrap();
             assert_eq!(stats.overflowed, t == "c" || t == "d", "{t}");
         }
         assert_eq!(l.spend(&store, &l.key("a"), &now).unwrap().spend.total, 10);
@@ -651,7 +727,7 @@ mod tests {
                 pending: false,
             };
             store.set(&l.record_key, &held.encode(), cas).unwrap();
-            let stats = l.book(&store, &l.key("new"), 1_000, 42).unwrap();
+            let stats = l.book(&store, &l.key("new"), 1_000, 42, None).unwrap();
             assert!(stats.overflowed && !stats.created, "{sem:?}: {stats:?}");
             assert_eq!(l.pooled(&store, &Periods::at(1)).unwrap().total, 42);
             assert_eq!(store.get(&l.key("new")).unwrap().0, None);
@@ -666,8 +742,8 @@ mod tests {
             let l = Ledger::new("t", 8, 100);
             l.ensure(&store, ["capped"].into_iter(), 0).unwrap();
             let now = Periods::at(0);
-            l.book(&store, &l.key("capped"), 0, 50).unwrap();
-            l.book(&store, &l.key("old"), 0, 9).unwrap();
+            l.book(&store, &l.key("capped"), 0, 50, None).unwrap();
+            l.book(&store, &l.key("old"), 0, 9, None).unwrap();
             store.set_capacity(Some(store.len()));
             let mut stats = BookStats::default();
             assert_eq!(
@@ -699,18 +775,18 @@ mod tests {
                 "refused without waiting for the lease"
             );
             // Its spend goes to the overflow record, never lost.
-            let stats = l.book(&store, &l.key("new"), 0, 7).unwrap();
+            let stats = l.book(&store, &l.key("new"), 0, 7, None).unwrap();
             assert!(stats.store_full && stats.overflowed);
             assert_eq!(l.pooled(&store, &now).unwrap().total, 7);
             // Tenants with a record keep it.
-            l.book(&store, &l.key("capped"), 0, 5).unwrap();
+            l.book(&store, &l.key("capped"), 0, 5, None).unwrap();
             let read = l.spend(&store, &l.key("capped"), &now).unwrap();
             assert_eq!((read.spend.total, read.standing), (55, Standing::Own));
             assert_eq!(l.spend(&store, &l.key("old"), &now).unwrap().spend.total, 9);
             // A read that fails is an error, never a zero spend.
             store.set_failing_reads(true);
             assert!(l.spend(&store, &l.key("capped"), &now).is_err());
-            let not = l.book(&store, &l.key("capped"), 0, 1).unwrap_err();
+            let not = l.book(&store, &l.key("capped"), 0, 1, None).unwrap_err();
             assert_eq!(not.failed, Some(INTERNAL_FAILURE));
         }
     }

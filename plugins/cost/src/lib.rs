@@ -43,6 +43,7 @@ pub mod price;
 pub mod price_table;
 pub mod replay_queue;
 pub mod request;
+pub mod reservation;
 pub mod response_reader;
 pub mod sse;
 pub mod unpriced;

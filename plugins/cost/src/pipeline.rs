@@ -3,21 +3,25 @@
 //!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
 //!    service in global mode), then the body held to be read.
 //! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
-//!    `unknown_model` says so), and for a stream on an OpenAI completions path without
-//!    `stream_options.include_usage`, the body rewritten to ask for it (`crate::request`).
+//!    `unknown_model` says so), the request's estimate reserved against a budget
+//!    ([`reservation`]: refused when spend + reserved has reached it), and for a stream on an
+//!    OpenAI completions path without `stream_options.include_usage`, the body rewritten to
+//!    ask for it (`crate::request`).
 //! 3. [`response`]: the response headers and body, read as they pass
 //!    (`crate::response_reader`), the usage event the filter caused removed.
 //! 4. [`booking`]: when the body is complete as the client sees it (or the stream ends
-//!    without that): the charge (`crate::charge`) booked in the ledger and, in global mode,
+//!    without that): the charge (`crate::charge`) booked in the ledger, the reservation
+//!    released in the same write (or alone when nothing is charged) and, in global mode,
 //!    queued for the service; the outcome published for the metrics filter and access logs.
 
 mod admission;
 mod booking;
 mod request_body;
+mod reservation;
 mod response;
 
 use crate::global::Period;
-use crate::ledger::{Budget, Spend};
+use crate::ledger::{Budget, Hold, Spend};
 use crate::response_reader::ResponseReader;
 use crate::unreadable::Unreadable;
 
@@ -57,6 +61,8 @@ pub(crate) struct Request {
     done: bool,
     /// The global check in flight, the request paused.
     check: Option<Check>,
+    /// The reservation held since the end of the request body (released by the booking).
+    hold: Option<Hold>,
 }
 
 /// A global check in flight.

@@ -374,7 +374,7 @@ fn ledger_loses_no_update_across_workers() {
                         for i in 0..500u64 {
                             let tenant = format!("t{}", (i + w + round) % 3);
                             ledger
-                                .book(&*store, &ledger.key(&tenant), now_ms, w * 1_000 + i)
+                                .book(&*store, &ledger.key(&tenant), now_ms, w * 1_000 + i, None)
                                 .unwrap();
                         }
                     })

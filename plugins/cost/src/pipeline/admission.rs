@@ -124,7 +124,7 @@ impl Request {
     }
 
     /// Refuses the request of a tenant whose budget is spent (either mode).
-    fn over_budget(&mut self, shared: &Shared, exceeded: Exceeded) -> Action {
+    pub(super) fn over_budget(&mut self, shared: &Shared, exceeded: Exceeded) -> Action {
         let reset = exceeded.reset_secs.to_string();
         let message = format!(
             "the {} budget of tenant {} is spent; it resets in {reset} s",

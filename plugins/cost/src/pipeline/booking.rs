@@ -58,6 +58,7 @@ impl Request {
                 }
                 count(shared.counters.unpriced);
                 signals::set(signals::COST_OUTCOME, "unpriced");
+                self.release(shared);
                 return;
             }
             Charge::Estimated { reason, nano } => {
@@ -72,10 +73,13 @@ impl Request {
             .ledger_key
             .take()
             .unwrap_or_else(|| config.ledger.key(&self.tenant));
-        match config
-            .ledger
-            .book(&HostSharedData, &key, now_unix_millis(), nano)
-        {
+        match config.ledger.book(
+            &HostSharedData,
+            &key,
+            now_unix_millis(),
+            nano,
+            self.hold.take(),
+        ) {
             Ok(stats) => shared.counters.add(&stats),
             Err(not) => {
                 shared.counters.add(&not.stats);

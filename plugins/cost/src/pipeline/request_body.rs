@@ -137,6 +137,9 @@ impl Request {
             );
         }
         self.request_model = model;
+        if let Some(refused) = self.reserve(shared, request.max_output_tokens()) {
+            return refused;
+        }
         if config.add_stream_usage
             && self.completions_path
             && request.stream()
