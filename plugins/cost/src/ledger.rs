@@ -20,7 +20,7 @@
 //! - `cost/<ledger>/~overflow`: a [`Spend`] shared by every tenant first seen once `max_tenants`
 //!   keys exist (their budgets are then checked against this pooled spend).
 //!
-//! So the ledger holds at most `max_tenants + 2` keys of at most 33 bytes plus the key names.
+//! So the ledger holds at most `max_tenants + 2` keys of at most 41 bytes plus the key names.
 //! Keys are never deleted (Envoy's shared data cannot delete them), until the proxy restarts.
 //!
 //! # A store that cannot take a new key
@@ -72,7 +72,7 @@ const SPEND_V1_LEN: usize = 33;
 /// (`cost/` + 128-byte ledger + `/t/` + 128-byte tenant + 41-byte value = 305 bytes of key and
 /// value: 1 + 5 blocks of 64 bytes plus the zone's per-block share of its index, ~66 bytes a
 /// block, see nginx-compat/services/src/kv/). Typical names (`cost/default/t/` + a 36-byte
-/// tenant id: 84 bytes) take 2 blocks, ~133 bytes. Size the zone as `max_tenants` times this.
+/// tenant id: 92 bytes) take 2 blocks, ~133 bytes. Size the zone as `max_tenants` times this.
 pub const KEY_BYTES: usize = 400;
 const VERSION: u8 = 2;
 const VERSION_1: u8 = 1;
