@@ -5,10 +5,10 @@
 //! # The estimate ([`estimate_nano`], [`output_tokens`])
 //!
 //! An upper bound of what the request can be charged, from what is known before the upstream:
-//! - input tokens ≤ the request body's bytes: the byte-level BPE tokenizers of GPT-2 and later
-//!   (OpenAI's `tiktoken` encodings, Llama 3's, Anthropic's) start from one token per byte and
-//!   only merge, so a text never has more tokens than UTF-8 bytes, and the JSON around the text
-//!   only adds bytes. An image or audio part breaks this: a part given by URL is a few dozen
+//! - input tokens ≤ the request body's bytes: byte-level BPE tokenizers (OpenAI's `tiktoken`
+//!   encodings `cl100k_base` and `o200k_base`, GPT-2's, Llama 3's) start from one token per byte
+//!   and only merge, so a text never has more tokens than UTF-8 bytes, and its JSON form is
+//!   never shorter. An image or audio part breaks this: a part given by URL is a few dozen
 //!   bytes and hundreds of tokens (OpenAI's vision guide: 85 tokens plus 170 per 512-pixel
 //!   tile). Such requests are not told apart; what they cost beyond the estimate is the error
 //!   term of the bound (README);
