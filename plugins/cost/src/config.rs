@@ -52,6 +52,7 @@ use crate::ledger::{Budget, Ledger};
 use crate::price::ModelPrice;
 use crate::price_table::{single_price, Entry, Loaded, PriceTable};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
+use crate::token_limits::{RawTokenLimits, TokenLimits, TokenStore};
 
 /// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
 /// the request body until it has read it; keep it at or below the listener's
@@ -129,6 +130,8 @@ struct RawConfig {
     global: Option<Box<RawValue>>,
     #[serde(default)]
     allow_eviction: bool,
+    #[serde(default)]
+    token_limits: Option<RawTokenLimits>,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -312,6 +315,10 @@ pub struct Config {
     /// Load with budgets on a shared-data zone that evicts keys (`tollgate_common::eviction`);
     /// off: refuse.
     pub allow_eviction: bool,
+    /// Weighted tokens per tenant per window (`crate::token_limits`; empty: none).
+    pub token_limits: TokenLimits,
+    /// Where the token counts live (beside the ledger's keys).
+    pub token_store: TokenStore,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -451,7 +458,14 @@ impl Config {
             }
             None => None,
         };
+        let token_limits = match raw.token_limits {
+            Some(t) => t.checked()?,
+            None => TokenLimits::default(),
+        };
+        let token_store = TokenStore::new(&raw.ledger, raw.cas_retries, token_limits.max_keys);
         Ok(Config {
+            token_limits,
+            token_store,
             prices_loaded: loaded.summary("the configuration"),
             prices: Rc::new(loaded.table),
             remote_prices,
@@ -487,6 +501,12 @@ impl Config {
     /// ledger enforces something and must not live in an evicting zone.
     pub fn has_budgets(&self) -> bool {
         self.default_budget.is_limited() || self.tenant_budgets.values().any(Budget::is_limited)
+    }
+
+    /// Whether the shared data enforces something (a budget or a token limit), so that it must
+    /// not live in an evicting zone.
+    pub fn enforces(&self) -> bool {
+        self.has_budgets() || self.token_limits.any()
     }
 
     /// The price of `model` in `table` (the table in use: `prices` or the remote one, looked up

@@ -3,7 +3,8 @@
 //!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
 //!    service in global mode), then the body held to be read.
 //! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
-//!    `unknown_model` says so), and for a stream on an OpenAI completions path without
+//!    `unknown_model` says so, or when a token limit that applies to it is spent:
+//!    [`token_limits`]), and for a stream on an OpenAI completions path without
 //!    `stream_options.include_usage`, the body rewritten to ask for it (`crate::request`).
 //! 3. [`response`]: the response headers and body, read as they pass
 //!    (`crate::response_reader`), the usage event the filter caused removed.
@@ -15,6 +16,7 @@ mod admission;
 mod booking;
 mod request_body;
 mod response;
+mod token_limits;
 
 use crate::global::Period;
 use crate::ledger::{Budget, Spend};
@@ -34,6 +36,8 @@ pub(crate) struct Request {
     ledger_key: Option<String>,
     /// Whether the tenant has a budget.
     budgeted: bool,
+    /// Whether the tenant has token limits (`crate::token_limits`).
+    token_limited: bool,
     /// Whether a request body this filter cannot read is refused (`Request::admitted`).
     must_read: bool,
     /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;
