@@ -459,7 +459,7 @@ impl Config {
             None => None,
         };
         let token_limits = match raw.token_limits {
-            Some(t) => t.checked()?,
+            Some(t) => t.checked(valid_tenant)?,
             None => TokenLimits::default(),
         };
         let token_store = TokenStore::new(&raw.ledger, raw.cas_retries, token_limits.max_keys);

@@ -19,7 +19,6 @@ use tollgate_common::config::ConfigError;
 
 use super::weights::{RawWeights, Weights};
 use super::window::Per;
-use crate::config::valid_tenant;
 use crate::price_table::PriceTable;
 
 /// Most limits in one list (`default`, or one tenant's).
@@ -176,11 +175,11 @@ fn limits(raw: Vec<RawLimit>, field: &str) -> Result<Vec<Limit>, ConfigError> {
 }
 
 impl RawTokenLimits {
-    /// The limits, checked.
+    /// The limits, checked; `valid_tenant` says which tenant names exist (`config::valid_tenant`).
     ///
     /// # Errors
     /// The first bad field, by its JSON path (`token_limits.tenants.alice[1].tokens`).
-    pub fn checked(self) -> Result<TokenLimits, ConfigError> {
+    pub fn checked(self, valid_tenant: fn(&str) -> bool) -> Result<TokenLimits, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::new(
                 "token_limits.max_keys",
@@ -213,7 +212,7 @@ mod tests {
 
     fn parse(json: &str) -> Result<TokenLimits, ConfigError> {
         let raw: RawTokenLimits = tollgate_common::config::parse_json(json.as_bytes())?;
-        raw.checked()
+        raw.checked(crate::config::valid_tenant)
     }
 
     #[test]
