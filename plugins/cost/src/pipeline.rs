@@ -38,6 +38,8 @@ pub(crate) struct Request {
     budgeted: bool,
     /// Whether the tenant has token limits (`crate::token_limits`).
     token_limited: bool,
+    /// The RateLimit-Policy and RateLimit values read at admission, for the response.
+    token_headers: Option<(String, String)>,
     /// Whether a request body this filter cannot read is refused (`Request::admitted`).
     must_read: bool,
     /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;

@@ -4,12 +4,12 @@
 //! Retry-After); when the response is complete, its usage is added to each of those windows.
 
 use proxy_wasm::types::Action;
-use tollgate_common::host_calls::{count, count_n, now_unix_millis};
+use tollgate_common::host_calls::{add_response_header, count, count_n, now_unix_millis};
 use tollgate_common::shared_data::{HostSharedData, StoreError};
 
 use crate::charge::Exchange;
 use crate::token_limits::counted::counted;
-use crate::token_limits::gate::{decide, Reading};
+use crate::token_limits::gate::{decide, fields, Reading};
 use crate::token_limits::window::Window;
 use crate::unpriced::Reason;
 use crate::usage::Usage;
@@ -94,7 +94,12 @@ impl Request {
                 ));
             }
         };
-        let refusal = decide(&readings, estimate)?;
+        let Some(refusal) = decide(&readings, estimate) else {
+            if !readings.is_empty() {
+                self.token_headers = Some(fields(&readings));
+            }
+            return None;
+        };
         Some(self.refuse(
             shared.counters.token_limited,
             "token_limited",
@@ -109,6 +114,14 @@ impl Request {
                 &refusal.message,
             ),
         ))
+    }
+
+    /// Phase 3: the RateLimit fields read at admission, on the response.
+    pub(super) fn token_limit_headers(&self) {
+        if let Some((policy, ratelimit)) = &self.token_headers {
+            add_response_header("ratelimit-policy", policy);
+            add_response_header("ratelimit", ratelimit);
+        }
     }
 
     /// Phase 4: adds what the response counts (`outcome`'s usage, or the byte estimate) to the

@@ -54,17 +54,10 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// Whether the request is refused: `None` when every window has room for `estimate` weighted
-/// tokens (0 until reservations pass an estimate: then only a spent window refuses); else the
-/// refusal, naming every limit that applies in its headers.
-pub fn decide(readings: &[Reading<'_>], estimate: u64) -> Option<Refusal> {
-    let refusing = readings.iter().filter(|r| r.refuses(estimate));
-    let first = refusing.clone().next()?;
-    let retry_after = refusing
-        .map(|r| r.window.reset_secs)
-        .max()
-        .unwrap_or(1)
-        .max(1);
+/// The `RateLimit-Policy` and `RateLimit` values of `readings` (one item each, in order), as
+/// read at admission: also sent on the admitted request's response (the draft allows them on
+/// any response), `r` then being what was left before that request's own usage.
+pub fn fields(readings: &[Reading<'_>]) -> (String, String) {
     let mut policy = String::new();
     let mut ratelimit = String::new();
     for r in readings {
@@ -85,6 +78,21 @@ pub fn decide(readings: &[Reading<'_>], estimate: u64) -> Option<Refusal> {
             r.window.reset_secs
         );
     }
+    (policy, ratelimit)
+}
+
+/// Whether the request is refused: `None` when every window has room for `estimate` weighted
+/// tokens (0 until reservations pass an estimate: then only a spent window refuses); else the
+/// refusal, naming every limit that applies in its headers.
+pub fn decide(readings: &[Reading<'_>], estimate: u64) -> Option<Refusal> {
+    let refusing = readings.iter().filter(|r| r.refuses(estimate));
+    let first = refusing.clone().next()?;
+    let retry_after = refusing
+        .map(|r| r.window.reset_secs)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let (policy, ratelimit) = fields(readings);
     let message = format!(
         "token limit {} ({} tokens per {}) is spent; retry in {retry_after} s",
         first.limit.name,
