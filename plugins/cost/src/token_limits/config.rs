@@ -239,6 +239,41 @@ mod tests {
     }
 
     #[test]
+    fn the_plugin_configuration_carries_them_and_names_bad_fields() {
+        let base = r#"{"prices": {"m": {"input_cost_per_token": 1e-06, "output_cost_per_token": 2e-06}},
+                      "tenant": {"header": "x-jwt-sub"}"#;
+        let c = crate::config::Config::parse(
+            format!(
+                r#"{base}, "token_limits": {{"tenants": {{"a": [{{"name": "t", "tokens": 9, "per": "day"}}]}}}}}}"#
+            )
+            .as_bytes(),
+        )
+        .expect("configuration");
+        assert!(
+            c.enforces() && !c.has_budgets(),
+            "the counts must not live in an evicting zone"
+        );
+        assert_eq!(c.token_limits.of("a")[0].tokens, 9);
+        assert!(c.token_limits.of("b").is_empty());
+        let plain = crate::config::Config::parse(format!("{base}}}").as_bytes()).expect("plain");
+        assert!(!plain.enforces());
+        let e = crate::config::Config::parse(
+            format!(
+                r#"{base}, "token_limits": {{"tenants": {{"a": [{{"name": "t", "tokens": 9, "per": "day", "weights": {{"input": 0.0005}}}}]}}}}}}"#
+            )
+            .as_bytes(),
+        )
+        .expect_err("weight finer than 0.001");
+        assert_eq!(e.field, "token_limits.tenants.a[0].weights.input");
+        let e = crate::config::Config::parse(
+            format!(r#"{base}, "token_limits": {{"default": [{{"name": "t", "per": "day"}}]}}}}"#)
+                .as_bytes(),
+        )
+        .expect_err("tokens missing");
+        assert!(e.field.starts_with("token_limits.default"), "{e:?}");
+    }
+
+    #[test]
     fn models_match_by_family() {
         let t =
             parse(r#"{"default": [{"name": "g", "tokens": 1, "per": "hour", "model": "gpt-4o"}]}"#)
