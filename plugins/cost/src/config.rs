@@ -30,7 +30,9 @@
 //!   "max_tenants": 100000,
 //!   "store_full": {"action": "refuse", "status": 503},
 //!   "global": {"service": "ratelimit", "domain": "tollgate", "timeout_ms": 50,
-//!              "on_error": "local", "unit_nano_usd": 100000}
+//!              "on_error": "local", "unit_nano_usd": 100000},
+//!   "token_limits": {"default": [{"name": "tpm", "tokens": 100000, "per": "minute"}],
+//!                    "max_keys": 100000}
 //! }
 //! ```
 //!
