@@ -40,6 +40,9 @@ pub(crate) struct Request {
     token_limited: bool,
     /// The RateLimit-Policy and RateLimit values read at admission, for the response.
     token_headers: Option<(String, String)>,
+    /// The keys of the token limits checked at admission, in the order of the tenant's limits
+    /// that apply (`None`: not checked, nothing is counted).
+    token_keys: Option<Vec<String>>,
     /// Whether a request body this filter cannot read is refused (`Request::admitted`).
     must_read: bool,
     /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;

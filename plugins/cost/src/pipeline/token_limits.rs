@@ -20,31 +20,34 @@ use super::Request;
 /// Status of a refusal for a spent window (RFC 6585 section 4).
 pub(crate) const TOKEN_LIMITED_STATUS: u32 = 429;
 
-/// The windows of `tenant`'s limits that apply to `model`, read at `now_ms`.
+/// The windows of `tenant`'s limits that apply to `model`, read at `now_ms`, and their keys.
 fn read_windows<'a>(
     shared: &'a Shared,
     tenant: &str,
     model: Option<&str>,
     now_ms: u64,
-) -> Result<Vec<Reading<'a>>, StoreError> {
+) -> Result<(Vec<Reading<'a>>, Vec<String>), StoreError> {
     let config = &shared.config;
     let store = &config.token_store;
-    config
+    let mut readings = Vec::new();
+    let mut keys = Vec::new();
+    for limit in config
         .token_limits
         .of(tenant)
         .iter()
         .filter(|l| l.applies_to(model))
-        .map(|limit| {
-            let window = Window::at(limit.per, now_ms);
-            let key = store.key(tenant, limit);
-            let used = store.used(&HostSharedData, &key, limit.per, &window)?;
-            Ok(Reading {
-                limit,
-                used: used.tokens,
-                window,
-            })
-        })
-        .collect()
+    {
+        let window = Window::at(limit.per, now_ms);
+        let key = store.key(tenant, limit);
+        let used = store.used(&HostSharedData, &key, limit.per, &window)?;
+        readings.push(Reading {
+            limit,
+            used: used.tokens,
+            window,
+        });
+        keys.push(key);
+    }
+    Ok((readings, keys))
 }
 
 impl Request {
@@ -68,8 +71,8 @@ impl Request {
         }
         let now_ms = now_unix_millis();
         let read = read_windows(shared, &self.tenant, self.request_model.as_deref(), now_ms);
-        let readings = match read {
-            Ok(readings) => readings,
+        let (readings, keys) = match read {
+            Ok(read) => read,
             Err(e) => {
                 let status = match e {
                     StoreError::CasMismatch => tollgate_common::shared_data::status::CAS_MISMATCH,
@@ -98,6 +101,7 @@ impl Request {
             if !readings.is_empty() {
                 self.token_headers = Some(fields(&readings));
             }
+            self.token_keys = Some(keys);
             return None;
         };
         Some(self.refuse(
@@ -125,16 +129,17 @@ impl Request {
     }
 
     /// Phase 4: adds what the response counts (`outcome`'s usage, or the byte estimate) to the
-    /// window of each limit that applied, one CAS update per limit.
+    /// window of each limit checked at admission, one CAS update per limit (a request that was
+    /// not checked, without a body, counts nothing).
     pub(super) fn book_tokens(
         &self,
         shared: &Shared,
         outcome: &Result<Usage, Reason>,
         exchange: &Exchange<'_>,
     ) {
-        if !self.token_limited {
+        let Some(keys) = &self.token_keys else {
             return;
-        }
+        };
         let config = &shared.config;
         let Some(usage) = counted(outcome, exchange, config.unpriced_charge) else {
             return;
@@ -142,18 +147,17 @@ impl Request {
         let now_ms = now_unix_millis();
         let model = self.request_model.as_deref();
         let store = &config.token_store;
-        for limit in config
+        let applying = config
             .token_limits
             .of(&self.tenant)
             .iter()
-            .filter(|l| l.applies_to(model))
-        {
+            .filter(|l| l.applies_to(model));
+        for (limit, key) in applying.zip(keys) {
             let tokens = limit.weights.weighted(&usage);
             if tokens == 0 {
                 continue;
             }
-            let key = store.key(&self.tenant, limit);
-            let stats = match store.add(&HostSharedData, &key, limit.per, now_ms, tokens) {
+            let stats = match store.add(&HostSharedData, key, limit.per, now_ms, tokens) {
                 Ok(stats) => stats,
                 Err(not) => {
                     count(shared.counters.token_booking_failures);
