@@ -195,3 +195,15 @@ def test_bad_token_limits_refuse_to_load(host, upstream, gateways):
     bad["token_limits"]["default"][0]["weights"] = {"output": 1e-4}
     with pytest.raises(Exception):
         gateways(host, GatewaySpec(filters=[FilterSpec("cost", bad)], upstreams={"upstream": upstream.port}), timeout=15)
+
+
+def test_token_limits_refuse_a_zone_that_evicts(host, upstream, gateways):
+    """Token counts enforce something, as budgets do: without any budget, cost with token limits
+    refuses an nginx zone that evicts (a flood of made-up tenants would reset a spent window)."""
+    if host.name == "envoy" or kong_differs(host, "no-eviction-policy"):
+        pytest.skip("no zones (Envoy), or the host cannot say whether one evicts (Kong)")
+    spec = GatewaySpec(filters=[FilterSpec("cost", CONFIG)], upstreams={"upstream": upstream.port},
+                       kv_zones={"cost": "1m eviction=lru"})
+    with pytest.raises(Exception) as refused:
+        gateways(host, spec, timeout=20)
+    assert "evicts keys" in str(refused.value), str(refused.value)[-2000:]
