@@ -37,6 +37,7 @@ configurations and the metrics benchmark's stats_config, as bench/gateway.py):
 | full-uncached | the same with the cache off (gateway.py's tollgate-full) |
 | cost-3 | only when named: bench/cost.py's cost filter (x-tenant as sent) with a 3-model price table |
 | cost-litellm | only when named: the same with LiteLLM's whole price file (tests/e2e/litellm.py, 3.2 MB, 3,676 models priced; nginx reads it with `tollgate_proxy_wasm_file`) |
+| cost-tokens | only when named: the cost variant with one token limit for every tenant (`token_limits`, never spent): its read at the request body, its CAS at the booking, its RateLimit fields; compare with cost |
 
 Modules: `--module [LABEL=]PATH`, repeatable (default: the built target/nginx/
 ngx_http_tollgate_wasm_module.so, label "built"). Every module is copied first (as
@@ -114,16 +115,18 @@ MODULE_FILE = "ngx_http_tollgate_wasm_module.so"
 KONG_FILE = "ngx_wasmx_module.so"
 FILTERS = ["metrics", "jwt-auth", "rate-limit", "cost", "sticky-upstream"]
 VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5", *FILTERS, "likely", "likely-uncached", "likely-dotted",
-            "full", "full-uncached", "cost-3", "cost-litellm"]
+            "full", "full-uncached", "cost-3", "cost-litellm", "cost-tokens"]
 # Variants the sanity check does not order (same chain as another, another request, or a
 # comparison of their own).
-UNORDERED = {*FILTERS, "likely-uncached", "likely-dotted", "full-uncached", "cost-3", "cost-litellm"}
+UNORDERED = {*FILTERS, "likely-uncached", "likely-dotted", "full-uncached", "cost-3", "cost-litellm", "cost-tokens"}
 # Issue 20's targets, instructions per request: (variant, what, the limit). "minus": the
 # variant minus proxy-only at most the limit; "ratio": the variant / proxy-only at most the limit.
 TARGETS = [("floor-1", "minus", 4000), ("likely", "ratio", 1.5), ("full", "ratio", 2.0)]
 # Run only when asked for (--variants): the cost filter alone with a 3-model price table and
 # with LiteLLM's whole price file (issue 22: the lookup must stay O(1)).
 PRICE_VARIANTS = ["cost-3", "cost-litellm"]
+# Run only when asked for (--variants), as the price variants.
+NAMED_ONLY = [*PRICE_VARIANTS, "cost-tokens"]
 DOTTED_PATH = "/v1/./chat//completions"
 SMOKE_VARIANTS = ["proxy-only", "floor-1"]
 LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "kong module", "nginx", "other"]
@@ -238,6 +241,10 @@ def variant_spec(name: str, keys: jwt_auth.Keys, ports: dict[str, int]) -> Gatew
         return spec(likely, blue)
     if name in ("full", "full-uncached"):
         return sticky(likely + [sticky_upstream.tollgate()])
+    if name == "cost-tokens":
+        base = cost.tollgate()
+        limits = {"default": [{"name": "tpm", "tokens": 10**18, "per": "minute"}]}
+        return spec([lab.FilterSpec("cost", {**base.config, "token_limits": limits})], blue)
     if name in PRICE_VARIANTS:
         import litellm  # tests/e2e/litellm.py: the pinned file, fetched from PyPI once
         base = cost.tollgate(False)
@@ -588,7 +595,7 @@ def options() -> argparse.Namespace:
     a.warmup = a.warmup if a.warmup is not None else (3 if a.smoke else 50)
     a.requests = a.requests if a.requests is not None else (5 if a.smoke else 200)
     a.variants = a.variants.split(",") if a.variants else (
-        SMOKE_VARIANTS if a.smoke else [v for v in VARIANTS if v not in PRICE_VARIANTS])
+        SMOKE_VARIANTS if a.smoke else [v for v in VARIANTS if v not in NAMED_ONLY])
     unknown = set(a.variants) - set(VARIANTS)
     if unknown or a.warmup < 0 or a.requests < 1 or a.repeat < 1:
         ap.error(f"unknown variants {sorted(unknown)}" if unknown else "--warmup >= 0, --requests >= 1, --repeat >= 1")

@@ -31,7 +31,9 @@
 //!   "store_full": {"action": "refuse", "status": 503},
 //!   "global": {"service": "ratelimit", "domain": "tollgate", "timeout_ms": 50,
 //!              "on_error": "local", "unit_nano_usd": 100000},
-//!   "reservation": {"default_max_output_tokens": 4096}
+//!   "reservation": {"default_max_output_tokens": 4096},
+//!   "token_limits": {"default": [{"name": "tpm", "tokens": 100000, "per": "minute"}],
+//!                    "max_keys": 100000}
 //! }
 //! ```
 //!
@@ -54,6 +56,7 @@ use crate::price::ModelPrice;
 use crate::price_table::{single_price, Entry, Loaded, PriceTable};
 use crate::reservation::ReservationConfig;
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
+use crate::token_limits::{RawTokenLimits, TokenLimits, TokenStore};
 
 /// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
 /// the request body until it has read it; keep it at or below the listener's
@@ -133,6 +136,8 @@ struct RawConfig {
     allow_eviction: bool,
     #[serde(default)]
     reservation: ReservationConfig,
+    #[serde(default)]
+    token_limits: Option<RawTokenLimits>,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -318,6 +323,10 @@ pub struct Config {
     pub allow_eviction: bool,
     /// How a request's reservation is estimated (`crate::reservation`).
     pub reservation: ReservationConfig,
+    /// Weighted tokens per tenant per window (`crate::token_limits`; empty: none).
+    pub token_limits: TokenLimits,
+    /// Where the token counts live (beside the ledger's keys).
+    pub token_store: TokenStore,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -457,7 +466,14 @@ impl Config {
             }
             None => None,
         };
+        let token_limits = match raw.token_limits {
+            Some(t) => t.checked(valid_tenant)?,
+            None => TokenLimits::default(),
+        };
+        let token_store = TokenStore::new(&raw.ledger, raw.cas_retries, token_limits.max_keys);
         Ok(Config {
+            token_limits,
+            token_store,
             prices_loaded: loaded.summary("the configuration"),
             prices: Rc::new(loaded.table),
             remote_prices,
@@ -494,6 +510,12 @@ impl Config {
     /// ledger enforces something and must not live in an evicting zone.
     pub fn has_budgets(&self) -> bool {
         self.default_budget.is_limited() || self.tenant_budgets.values().any(Budget::is_limited)
+    }
+
+    /// Whether the shared data enforces something (a budget or a token limit), so that it must
+    /// not live in an evicting zone.
+    pub fn enforces(&self) -> bool {
+        self.has_budgets() || self.token_limits.any()
     }
 
     /// The price of `model` in `table` (the table in use: `prices` or the remote one, looked up

@@ -40,6 +40,11 @@ tollgate_common::counters! {
         global_dropped: "tollgate_cost_global_bookings_total" [result = "dropped"],
         global_stale: "tollgate_cost_global_bookings_total" [result = "stale"],
         global_replays: "tollgate_cost_global_replays_total",
+        /// A spent token-limit window refused the request (429).
+        token_limited: "tollgate_cost_requests_total" [outcome = "token_limited"],
+        token_booking_failures: "tollgate_cost_token_booking_failures_total",
+        token_keys_created: "tollgate_cost_token_keys_created_total",
+        token_overflow: "tollgate_cost_token_overflow_total",
     }
     per_value {
         /// Responses that could not be priced exactly, by why.

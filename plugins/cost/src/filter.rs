@@ -99,7 +99,7 @@ impl Filter for Cost {
     type Request = Request;
 
     fn configure(config: Config, root: &mut Root, started: Option<SystemTime>) -> Option<Shared> {
-        if config.has_budgets()
+        if config.enforces()
             && !host_calls::eviction_allowed(&config.ledger.key(""), config.allow_eviction)
         {
             return None;
@@ -124,6 +124,14 @@ impl Filter for Cost {
                 "cannot create the ledger record {key} in shared data ({e:?}); \
                  tenants with a budget follow store_full until it can be"
             );
+        }
+        if config.token_limits.any() {
+            if let Err((key, e)) = config.token_store.ensure(&HostSharedData) {
+                log::error!(
+                    "cannot create the token-limit record {key} in shared data ({e:?}); \
+                     tokens that would overflow into it are not counted until it exists"
+                );
+            }
         }
         log::info!(
             "{} (configuration read in {:.1} ms)",

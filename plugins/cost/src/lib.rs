@@ -23,6 +23,7 @@
 //! - [`global`]: budgets counted by Envoy's rate limit service across gateways (opt-in).
 //! - [`replay_queue`]: global mode's bookings whose call failed, kept in shared data to be sent
 //!   again.
+//! - [`token_limits`]: weighted tokens per tenant (and model) per minute, hour or day, local mode.
 //! - wasm32 only: `filter` (cost on the filters' skeleton, a thin shell), `worker` (what the root
 //!   context shares with the requests), `pipeline` (one request, phase by phase),
 //!   `bookings_sender` (global mode's bookings, sent by the root context), `remote_prices` (the
@@ -46,6 +47,7 @@ pub mod request;
 pub mod reservation;
 pub mod response_reader;
 pub mod sse;
+pub mod token_limits;
 pub mod unpriced;
 pub mod unreadable;
 pub mod usage;

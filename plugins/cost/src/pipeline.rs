@@ -3,10 +3,11 @@
 //!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
 //!    service in global mode), then the body held to be read.
 //! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
-//!    `unknown_model` says so), the request's estimate reserved against a budget
-//!    ([`reservation`]: refused when spend + reserved has reached it), and for a stream on an
-//!    OpenAI completions path without `stream_options.include_usage`, the body rewritten to
-//!    ask for it (`crate::request`).
+//!    `unknown_model` says so, or when a token limit that applies to it is spent:
+//!    [`token_limits`]), the request's estimate reserved against a budget ([`reservation`]:
+//!    refused when spend + reserved has reached it), and for a stream on an OpenAI completions
+//!    path without `stream_options.include_usage`, the body rewritten to ask for it
+//!    (`crate::request`).
 //! 3. [`response`]: the response headers and body, read as they pass
 //!    (`crate::response_reader`), the usage event the filter caused removed.
 //! 4. [`booking`]: when the body is complete as the client sees it (or the stream ends
@@ -19,6 +20,7 @@ mod booking;
 mod request_body;
 mod reservation;
 mod response;
+mod token_limits;
 
 use crate::global::Period;
 use crate::ledger::{Budget, Hold, Spend};
@@ -38,6 +40,13 @@ pub(crate) struct Request {
     ledger_key: Option<String>,
     /// Whether the tenant has a budget.
     budgeted: bool,
+    /// Whether the tenant has token limits (`crate::token_limits`).
+    token_limited: bool,
+    /// The RateLimit-Policy and RateLimit values read at admission, for the response.
+    token_headers: Option<(String, String)>,
+    /// The keys of the token limits checked at admission, in the order of the tenant's limits
+    /// that apply (`None`: not checked, nothing is counted).
+    token_keys: Option<Vec<String>>,
     /// Whether a request body this filter cannot read is refused (`Request::admitted`).
     must_read: bool,
     /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;

@@ -47,6 +47,7 @@ impl Request {
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();
+        self.note_token_limits(shared);
         let key = config.ledger.key(&self.tenant);
         let spend = self.read_spend(shared, &key, self.budgeted, now_ms, &now);
         self.ledger_key = Some(key);
@@ -144,7 +145,7 @@ impl Request {
 
     /// An admitted request: asks for an identity response and holds its body to read it.
     ///
-    /// A tenant whose requests must be read (`must_read`: it has a budget, or `unknown_model`
+    /// A tenant whose requests must be read (`must_read`: it has a budget or token limits, or `unknown_model`
     /// refuses an unpriced model for every tenant) has every request body read, whatever the
     /// method (an upstream may serve an LLM call sent as a PUT, or a GET with a body) and
     /// whatever `max_request_body_bytes` (0: none fits, refused with 413); its
@@ -160,6 +161,7 @@ impl Request {
             return;
         }
         self.must_read = self.budgeted
+            || self.token_limited
             || (config.unknown_model.action == UnknownModelAction::Refuse
                 && config.unknown_model.default_price.is_none());
         if self.must_read {

@@ -34,6 +34,7 @@ impl Request {
             response_bytes: self.response.bytes(),
         };
         let outcome = self.response.outcome(exchange.request_model);
+        self.book_tokens(shared, &outcome, &exchange);
         let (nano, status) = match charge(config, &table, outcome, &exchange) {
             Charge::Priced { usage, nano } => {
                 if let Some(model) = &usage.model {

@@ -35,7 +35,7 @@ impl Request {
             if self.must_read {
                 let message = format!(
                     "request bodies over {} bytes cannot be read here, and this tenant's \
-                     requests must be read (it has a budget)",
+                     requests must be read (it has a budget or token limits)",
                     config.max_request_body_bytes
                 );
                 return self.refuse(
@@ -137,6 +137,9 @@ impl Request {
             );
         }
         self.request_model = model;
+        if let Some(refused) = self.check_token_limits(shared) {
+            return refused;
+        }
         if let Some(refused) = self.reserve(shared, request.max_output_tokens()) {
             return refused;
         }

@@ -18,6 +18,7 @@ impl Request {
         }
         let config = &shared.config;
         self.spend_headers(shared);
+        self.token_limit_headers();
         use MapType::HttpResponseHeaders as H;
         let status = host_calls::header_bytes(H, ":status").unwrap_or_default();
         self.success = status.len() == 3 && status.first() == Some(&b'2');

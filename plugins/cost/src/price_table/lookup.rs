@@ -35,6 +35,18 @@ impl PriceTable {
         self.models.is_empty()
     }
 
+    /// The name `get` finally looks up when neither the exact name nor the name without its
+    /// provider prefix is a key: `model` without an `openai/` or `anthropic/` prefix and without
+    /// a snapshot date (`openai/gpt-4o-2024-05-13` → `gpt-4o`). Token limits match models by
+    /// it (`crate::token_limits`), so that no spelling the table prices alike escapes a limit.
+    pub fn family(model: &str) -> &str {
+        let bare = ["openai/", "anthropic/"]
+            .iter()
+            .find_map(|prefix| model.strip_prefix(prefix))
+            .unwrap_or(model);
+        without_date(bare).unwrap_or(bare)
+    }
+
     /// The price of `model` by the rules of the module documentation.
     pub fn get(&self, model: &str) -> Option<&ModelPrice> {
         if let Some(p) = self.models.get(model) {
