@@ -267,6 +267,18 @@ pub trait CounterList {
         }
         missing
     }
+
+    /// The families without a `# HELP` text in [`crate::metric_help::HELP`], for a test that
+    /// every counter the list declares has one.
+    fn without_help() -> Vec<&'static str> {
+        let mut missing: Vec<&'static str> = Self::COUNTERS
+            .iter()
+            .map(|(family, _)| *family)
+            .filter(|family| crate::metric_help::help(family).is_none())
+            .collect();
+        missing.dedup();
+        missing
+    }
 }
 
 #[cfg(test)]
