@@ -408,6 +408,7 @@ fn a_request_records_its_series() {
         tenant: Some(Label::unnumbered("acme")),
         status: 200,
         duration_us: Some(1234),
+        first_byte_us: Some(456),
         request_bytes: 10,
         response_bytes: 0,
         auth_result: Some("ok"),
@@ -417,6 +418,9 @@ fn a_request_records_its_series() {
             tenant: Label::unnumbered("acme"),
             input_tokens: Some(7),
             output_tokens: Some(3),
+            cached_input_tokens: Some(4),
+            cache_creation_input_tokens: None,
+            reasoning_tokens: Some(2),
             cost_nano_usd: Some(1500),
             status: Some("priced"),
         }),
@@ -431,8 +435,22 @@ fn a_request_records_its_series() {
         ("tollgate_auth_total.outcome.ok", 1),
         ("tollgate_rate_limit_total.rule.per-user.outcome.allowed", 1),
         ("tollgate_llm_requests_total.outcome.priced", 1),
-        ("tollgate_llm_tokens_total.model.gpt-4o.type.input", 7),
-        ("tollgate_llm_tokens_total.model.gpt-4o.type.output", 3),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.input.tenant.acme",
+            7,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.output.tenant.acme",
+            3,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.cached_input.tenant.acme",
+            4,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.reasoning.tenant.acme",
+            2,
+        ),
         (
             "tollgate_llm_cost_nano_usd_total.model.gpt-4o.tenant.acme",
             1500,
@@ -440,6 +458,10 @@ fn a_request_records_its_series() {
         (
             "tollgate_request_duration_microseconds.route.chat (histogram)",
             1234,
+        ),
+        (
+            "tollgate_llm_time_to_first_token_microseconds.model.gpt-4o (histogram)",
+            456,
         ),
     ]
     .into_iter()
@@ -472,6 +494,102 @@ fn a_request_records_its_series() {
             "tollgate_requests_total.status_class.none"
         ]
     );
+}
+
+#[test]
+fn time_to_first_token_is_recorded_for_successful_model_responses_only() {
+    let c = Config::parse(br#"{"models": ["gpt-4o"]}"#).unwrap();
+    let ttft = |status: u64, model: Option<&'static str>, first_byte_us: Option<u64>| {
+        let obs = Observation {
+            status,
+            first_byte_us,
+            cost: Some(CostSignals {
+                model,
+                status: Some("priced"),
+                ..CostSignals::default()
+            }),
+            ..Observation::default()
+        };
+        run(&c, &mut SeriesCache::new(100), &obs)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("tollgate_llm_time_to_first_token"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ttft(200, Some("gpt-4o"), Some(9)),
+        [(
+            "tollgate_llm_time_to_first_token_microseconds.model.gpt-4o (histogram)".to_string(),
+            9
+        )]
+    );
+    assert_eq!(
+        ttft(206, Some("x"), Some(9))[0].0,
+        "tollgate_llm_time_to_first_token_microseconds.model.other (histogram)"
+    );
+    // An error, a request that named no model, a response without a body byte: nothing.
+    assert!(ttft(429, Some("gpt-4o"), Some(9)).is_empty());
+    assert!(ttft(500, Some("gpt-4o"), Some(9)).is_empty());
+    assert!(ttft(200, None, Some(9)).is_empty());
+    assert!(ttft(200, Some("gpt-4o"), None).is_empty());
+    // Without the cost filter's signals: not an LLM response.
+    let obs = Observation {
+        status: 200,
+        first_byte_us: Some(9),
+        ..Observation::default()
+    };
+    assert!(!run(&c, &mut SeriesCache::new(100), &obs)
+        .keys()
+        .any(|k| k.starts_with("tollgate_llm_time_to_first_token")));
+}
+
+/// Abuse: a client that names a new model and presents a new tenant on every request defines
+/// no more token, spend or time-to-first-token series than the configuration allows: models
+/// beyond `models` are `other`, tenants beyond `max_tenants` are `other`.
+#[test]
+fn cycling_models_and_tenants_does_not_grow_the_llm_series() {
+    let c = Config::parse(
+        br#"{"tenant": {"header": "x-tenant", "max_tenants": 2, "registry": "t"},
+             "models": ["gpt-4o"]}"#,
+    )
+    .unwrap();
+    let store = MemoryStore::new(Semantics::Envoy);
+    let mut tenants = Tenants::new(c.tenant.as_ref().unwrap());
+    tenants.ensure_registry(&store);
+    let mut cache = SeriesCache::new(100_000);
+    let mut names = std::collections::BTreeSet::new();
+    for i in 0..2_000u64 {
+        let model = format!("model-{i}");
+        let tenant = format!("tenant-{i}");
+        let tenant = tenants.label(&store, &value(tenant.as_bytes()), NOW, true);
+        let tenant_text = tenant.text.to_string();
+        let tenant = Label {
+            index: tenant.index,
+            text: &tenant_text,
+        };
+        let obs = Observation {
+            status: 200,
+            first_byte_us: Some(i),
+            cost: Some(CostSignals {
+                model: Some(&model),
+                tenant,
+                input_tokens: Some(1),
+                output_tokens: Some(1),
+                cached_input_tokens: Some(1),
+                cache_creation_input_tokens: Some(1),
+                reasoning_tokens: Some(1),
+                cost_nano_usd: Some(1),
+                status: Some("priced"),
+            }),
+            ..Observation::default()
+        };
+        names.extend(run(&c, &mut cache, &obs).into_keys());
+    }
+    let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
+    // 2 admitted tenants + `other`; models `other` only (none of the configured one sent).
+    assert_eq!(count("tollgate_llm_tokens_total."), 5 * 3);
+    assert_eq!(count("tollgate_llm_cost_nano_usd_total."), 3);
+    assert_eq!(count("tollgate_llm_time_to_first_token_microseconds."), 1);
+    assert!(names.iter().all(|n| !n.contains("model-")), "{names:?}");
 }
 
 /// A host that gives ids 1, 2, 3... in definition order.
@@ -549,6 +667,14 @@ fn series_differing_in_one_byte_are_two_series() {
         (Some(1), Some(2), Some(1))
     );
     assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn every_family_has_help_text() {
+    for f in FAMILIES {
+        assert!(tollgate_common::metric_help::help(f).is_some(), "{f}");
+        assert!(include_str!("../README.md").contains(f), "README lacks {f}");
+    }
 }
 
 #[test]
