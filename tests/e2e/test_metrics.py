@@ -50,7 +50,8 @@ RATE_LIMIT = {
                "limits": [{"algorithm": "fixed_window", "requests": 2, "per": "day"}]}],
 }
 OUR_FAMILIES = ("tollgate_requests_total", "tollgate_request_duration_", "tollgate_request_body_bytes_total",
-                "tollgate_response_body_bytes_total", "tollgate_auth_total", "tollgate_rate_limit_total", "tollgate_llm_")
+                "tollgate_response_body_bytes_total", "tollgate_auth_total", "tollgate_rate_limit_total", "tollgate_llm_",
+                "tollgate_refusals_total")
 # What promtool may report on our families on Envoy, which writes no # HELP and cannot rescale a
 # Wasm histogram to seconds (plugins/metrics/README.md, "Seconds"). nginx: nothing at all.
 ENVOY_FINDINGS = re.compile(r'^tollgate_\w+ (no help text|use base unit "seconds" instead of "microseconds")$')
@@ -103,6 +104,7 @@ EXPECTED_BY_ROUTE_CLASS = {("chat", "2xx"): 4, ("chat", "4xx"): 1, ("status", "4
 EXPECTED_BY_TENANT = {"acme": 7, "beta": 2, "gamma": 1, "other": 1, "none": 1}
 EXPECTED_AUTH = {"ok": 4, "bypass": 6, "missing_token": 1, "malformed": 1}
 EXPECTED_RATE_LIMIT = {("lim", "allowed"): 2, ("lim", "limited"): 1}
+EXPECTED_REFUSALS = {("jwt_auth", "missing_token"): 1, ("jwt_auth", "malformed"): 1, ("rate_limit", "limited"): 1}
 EXPECTED_DURATION_COUNT = {"chat": 5, "status": 3, "limited": 3, "other": 1}
 
 
@@ -131,6 +133,8 @@ def test_stats_tags_round_trip_on_encoded_names():
             ("wasmcustom.tollgate_rate_limit_total", {"rule": "per_user", "outcome": "contention_allowed"}),
         "wasmcustom.tollgate_llm_requests_total.outcome.budget_exceeded":
             ("wasmcustom.tollgate_llm_requests_total", {"outcome": "budget_exceeded"}),
+        "wasmcustom.tollgate_refusals_total.filter.cost.reason.budget_exceeded":
+            ("wasmcustom.tollgate_refusals_total", {"filter": "cost", "reason": "budget_exceeded"}),
         "cluster.x.upstream_rq_total": ("cluster.x.upstream_rq_total", {}),
     }
     for name, want in cases.items():
@@ -255,6 +259,7 @@ def test_prometheus_scrapes_exact_counts(host, upstream, gateways, prometheus_bi
         assert prom.vector("sum by (method) (tollgate_requests_total)", ("method",)) == {"get": len(MIX)}
         assert prom.vector("sum by (outcome) (tollgate_auth_total)", ("outcome",)) == EXPECTED_AUTH
         assert prom.vector("sum by (rule, outcome) (tollgate_rate_limit_total)", ("rule", "outcome")) == EXPECTED_RATE_LIMIT
+        assert prom.vector("sum by (filter, reason) (tollgate_refusals_total)", ("filter", "reason")) == EXPECTED_REFUSALS
         assert prom.vector(f"sum by (route) ({duration}_count)", ("route",)) == EXPECTED_DURATION_COUNT
         # Cumulative buckets: +Inf equals the count; every request took less than 10 s.
         assert prom.vector(f'sum by (route) ({duration}_bucket{{le="+Inf"}})', ("route",)) == EXPECTED_DURATION_COUNT

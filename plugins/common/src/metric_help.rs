@@ -48,6 +48,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("tollgate_rate_limit_requests_total", "Requests by rate-limit rule and outcome."),
     ("tollgate_rate_limit_store_full_total", "New rate-limit keys the shared-data store refused, by rule."),
     ("tollgate_rate_limit_total", "Requests by rate-limit rule and outcome, as the metrics filter saw them."),
+    (
+        "tollgate_refusals_total",
+        "Requests a Tollgate filter refused, by filter and reason.",
+    ),
     ("tollgate_request_body_bytes_total", "Request body bytes, by route."),
     ("tollgate_request_duration_microseconds", "Time from the request headers to the end of the stream, in microseconds."),
     ("tollgate_request_duration_seconds", "Time from the request headers to the end of the stream, in seconds."),

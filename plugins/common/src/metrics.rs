@@ -10,7 +10,7 @@ use std::borrow::Cow;
 /// Every label name Tollgate's metric families use. Envoy restores them from the metric names
 /// with one `stats_tags` rule each (`plugins/metrics/stats_tags.json`); the nginx host's
 /// exposition (`nginx-compat/services`) restores exactly these, so both show the same labels.
-pub const LABELS: [&str; 11] = [
+pub const LABELS: [&str; 12] = [
     "method",
     "status_class",
     "route",
@@ -22,6 +22,7 @@ pub const LABELS: [&str; 11] = [
     "type",
     "reason",
     "on_error",
+    "filter",
 ];
 
 /// `family` followed by `.label.value` for each label, values sanitised.

@@ -133,6 +133,16 @@ pub fn record(
     if let Some(result) = obs.auth_result {
         counter(Family::Auth, &[("outcome", Value::Word(result))], 1);
     }
+    for (filter, reason) in refusals(obs).into_iter().flatten() {
+        counter(
+            Family::Refusals,
+            &[
+                ("filter", Value::Set(filter)),
+                ("reason", Value::Word(reason)),
+            ],
+            1,
+        );
+    }
     if let Some((rule, decision)) = obs.rate_limit {
         counter(
             Family::RateLimit,
@@ -188,6 +198,45 @@ pub fn record(
         emit(id, Kind::Histogram, us);
     }
 }
+
+/// The refusals among the request's outcomes (`tollgate_common::signals`), as `filter` label
+/// and reason: each filter's outcome other than the ones that let the request through (jwt-auth
+/// `ok`, `bypass`; rate-limit `allowed` and `*_allowed`; cost `priced`, `estimated`,
+/// `unpriced`). A chain stops at its first refusal, so at most one is expected.
+pub fn refusals<'a>(obs: &Observation<'a>) -> [Option<(Label<'static>, &'a str)>; 3] {
+    let auth = obs
+        .auth_result
+        .filter(|r| !matches!(*r, "ok" | "bypass"))
+        .map(|r| (JWT_AUTH, r));
+    let rate_limit = obs
+        .rate_limit
+        .map(|(_, d)| d)
+        .filter(|d| *d != "allowed" && !d.ends_with("_allowed"))
+        .map(|d| (RATE_LIMIT, d));
+    let cost = obs
+        .cost
+        .as_ref()
+        .and_then(|c| c.status)
+        .filter(|s| !matches!(*s, "priced" | "estimated" | "unpriced"))
+        .map(|s| (COST, s));
+    [auth, rate_limit, cost]
+}
+
+/// `tollgate_refusals_total`'s `filter` label: jwt-auth.
+const JWT_AUTH: Label<'static> = Label {
+    index: 0,
+    text: "jwt_auth",
+};
+/// `tollgate_refusals_total`'s `filter` label: rate-limit.
+const RATE_LIMIT: Label<'static> = Label {
+    index: 1,
+    text: "rate_limit",
+};
+/// `tollgate_refusals_total`'s `filter` label: cost.
+const COST: Label<'static> = Label {
+    index: 2,
+    text: "cost",
+};
 
 /// `tollgate_llm_tokens_total`'s `type` label: input tokens.
 const INPUT: Label<'static> = Label {

@@ -51,13 +51,16 @@ pub const LLM_REQUESTS: &str = "tollgate_llm_requests_total";
 /// headers to the first response body byte of a 2xx response to a request that named a model
 /// (the cost filter's model signal), by `model`.
 pub const TIME_TO_FIRST_TOKEN: &str = "tollgate_llm_time_to_first_token_microseconds";
+/// Counter: requests a filter refused, by `filter` (`jwt_auth`, `rate_limit`, `cost`) and
+/// `reason` (the refusing filter's outcome: `expired`, `limited`, `budget_exceeded`, ...).
+pub const REFUSALS: &str = "tollgate_refusals_total";
 
 /// Every label name the families use (the `stats_tags` rules need one per name); kept in
 /// tollgate-common so that the nginx host's exposition restores exactly these labels.
 pub use tollgate_common::metrics::LABELS;
 
 /// Every family.
-pub const FAMILIES: [&str; 10] = [
+pub const FAMILIES: [&str; 11] = [
     REQUESTS,
     DURATION,
     REQUEST_BYTES,
@@ -68,6 +71,7 @@ pub const FAMILIES: [&str; 10] = [
     LLM_COST,
     LLM_REQUESTS,
     TIME_TO_FIRST_TOKEN,
+    REFUSALS,
 ];
 
 /// A metric family (one of [`FAMILIES`]).
@@ -93,11 +97,13 @@ pub enum Family {
     LlmRequests,
     /// [`TIME_TO_FIRST_TOKEN`].
     TimeToFirstToken,
+    /// [`REFUSALS`].
+    Refusals,
 }
 
 impl Family {
     /// Every family, in the order of [`FAMILIES`].
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Requests,
         Family::Duration,
         Family::RequestBytes,
@@ -108,6 +114,7 @@ impl Family {
         Family::LlmCost,
         Family::LlmRequests,
         Family::TimeToFirstToken,
+        Family::Refusals,
     ];
 
     /// The family's metric name.
@@ -123,6 +130,7 @@ impl Family {
             Family::LlmCost => LLM_COST,
             Family::LlmRequests => LLM_REQUESTS,
             Family::TimeToFirstToken => TIME_TO_FIRST_TOKEN,
+            Family::Refusals => REFUSALS,
         }
     }
 

@@ -542,6 +542,85 @@ fn time_to_first_token_is_recorded_for_successful_model_responses_only() {
         .any(|k| k.starts_with("tollgate_llm_time_to_first_token")));
 }
 
+#[test]
+fn refusals_are_counted_by_filter_and_reason() {
+    let c = Config::parse(b"{}").unwrap();
+    let refusals = |obs: Observation<'_>| {
+        run(&c, &mut SeriesCache::new(100), &obs)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("tollgate_refusals_total"))
+            .collect::<Vec<_>>()
+    };
+    let cost = |status| {
+        Some(CostSignals {
+            status: Some(status),
+            ..CostSignals::default()
+        })
+    };
+    let cases: [(Observation<'_>, &[&str]); 8] = [
+        (
+            Observation {
+                auth_result: Some("expired"),
+                ..Observation::default()
+            },
+            &["tollgate_refusals_total.filter.jwt_auth.reason.expired"],
+        ),
+        (
+            Observation {
+                rate_limit: Some(("per-user", "limited")),
+                ..Observation::default()
+            },
+            &["tollgate_refusals_total.filter.rate_limit.reason.limited"],
+        ),
+        (
+            Observation {
+                auth_result: Some("ok"),
+                rate_limit: Some(("r", "allowed")),
+                cost: cost("budget_exceeded"),
+                ..Observation::default()
+            },
+            &["tollgate_refusals_total.filter.cost.reason.budget_exceeded"],
+        ),
+        (
+            Observation {
+                rate_limit: Some(("r", "global_error_denied")),
+                ..Observation::default()
+            },
+            &["tollgate_refusals_total.filter.rate_limit.reason.global_error_denied"],
+        ),
+        // What lets a request through is no refusal.
+        (
+            Observation {
+                auth_result: Some("bypass"),
+                rate_limit: Some(("r", "store_failure_allowed")),
+                cost: cost("estimated"),
+                ..Observation::default()
+            },
+            &[],
+        ),
+        (
+            Observation {
+                rate_limit: Some(("r", "contention_allowed")),
+                cost: cost("unpriced"),
+                ..Observation::default()
+            },
+            &[],
+        ),
+        (
+            Observation {
+                cost: cost("priced"),
+                ..Observation::default()
+            },
+            &[],
+        ),
+        (Observation::default(), &[]),
+    ];
+    for (obs, want) in cases {
+        let got: Vec<String> = refusals(obs).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(got, want);
+    }
+}
+
 /// Abuse: a client that names a new model and presents a new tenant on every request defines
 /// no more token, spend or time-to-first-token series than the configuration allows: models
 /// beyond `models` are `other`, tenants beyond `max_tenants` are `other`.
