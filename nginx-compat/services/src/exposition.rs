@@ -13,8 +13,19 @@
 //! digit gets a `_` prefix. Labels keep the order they have in the name (the filters encode
 //! them in the order of the `stats_tags` rules, the order Envoy prints).
 //!
-//! Output: families sorted by name, one `# TYPE` line each (no `# HELP`: Envoy writes none), the
-//! series of a family sorted by their label text. Counters are printed as defined (the filters'
+//! Output: families sorted by name, each with a `# HELP` line (the text of
+//! `tollgate_common::metric_help::HELP`; a family not in it, another filter's, gets
+//! `proxy-wasm metric <family>.`: the ABI carries no description, and Envoy's
+//! `/stats/prometheus` writes no `# HELP` at all) and a `# TYPE` line, the series of a family
+//! sorted by their label text.
+//!
+//! Base units: a histogram family whose name ends in `_microseconds` is written in seconds, the
+//! unit Prometheus' naming conventions ask for (<https://prometheus.io/docs/practices/naming/>):
+//! named `<base>_seconds`, its bounds and sum divided by 10^6 and written as exact decimals
+//! (`le="0.0025"`). The ABI records integers (`proxy_record_metric` takes a `u64`), so the
+//! filters record durations in microseconds and name them so; Envoy cannot rescale them (it
+//! defines every Wasm histogram with `Unit::Unspecified`), which is why its exposition keeps
+//! the `_microseconds` name (plugins/metrics/README.md, "Seconds"). Counters are printed as defined (the filters'
 //! counter families already end in `_total`), gauges as signed integers, histograms as
 //! cumulative `_bucket{...,le="B"}` lines (bounds as integers, then `le="+Inf"`), `_sum` and
 //! `_count`. A series whose family already has another type, or whose family and labels equal an
@@ -182,27 +193,57 @@ fn braces(labels: &str, extra: Option<&str>) -> String {
     }
 }
 
+/// The suffix of a histogram recorded in microseconds (module docs, "Base units").
+const MICROSECONDS: &str = "_microseconds";
+
+/// `micros` microseconds as an exact decimal number of seconds: `2500` -> `0.0025`,
+/// `3_000_000` -> `3`.
+pub fn micros_as_seconds(micros: u64) -> String {
+    let whole = micros / 1_000_000;
+    let frac = micros % 1_000_000;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let text = format!("{whole}.{frac:06}");
+    text.trim_end_matches('0').to_string()
+}
+
 /// Renders `series` (in definition order) as Prometheus text format 0.0.4 (module docs).
 pub fn render(series: &[Series], policy: &LabelPolicy) -> String {
     struct Family<'a> {
         type_name: &'static str,
+        /// Recorded in microseconds, written in seconds (module docs).
+        micros: bool,
         series: BTreeMap<String, &'a Value>,
     }
     let mut families: BTreeMap<String, Family<'_>> = BTreeMap::new();
     for s in series {
         let histogram = matches!(s.value, Value::Histogram { .. });
         let (family, labels) = split_name(&s.name, policy, histogram);
+        let (family, micros) = match family.strip_suffix(MICROSECONDS) {
+            Some(base) if histogram => (format!("{base}_seconds"), true),
+            _ => (family, false),
+        };
         let entry = families.entry(family).or_insert_with(|| Family {
             type_name: s.value.type_name(),
+            micros,
             series: BTreeMap::new(),
         });
-        if entry.type_name != s.value.type_name() {
+        if entry.type_name != s.value.type_name() || entry.micros != micros {
             continue;
         }
         entry.series.entry(label_text(&labels)).or_insert(&s.value);
     }
     let mut out = String::new();
     for (name, family) in &families {
+        match tollgate_common::metric_help::help(name) {
+            Some(text) => {
+                let _ = writeln!(out, "# HELP {name} {text}");
+            }
+            None => {
+                let _ = writeln!(out, "# HELP {name} proxy-wasm metric {name}.");
+            }
+        }
         let _ = writeln!(out, "# TYPE {name} {}", family.type_name);
         for (labels, value) in &family.series {
             match value {
@@ -217,10 +258,17 @@ pub fn render(series: &[Series], policy: &LabelPolicy) -> String {
                     counts,
                     sum,
                 } => {
+                    let scaled = |v: u64| {
+                        if family.micros {
+                            micros_as_seconds(v)
+                        } else {
+                            v.to_string()
+                        }
+                    };
                     let mut cumulative = 0u64;
                     for (i, bound) in bounds.iter().enumerate() {
                         cumulative = cumulative.wrapping_add(counts.get(i).copied().unwrap_or(0));
-                        let le = format!("le=\"{bound}\"");
+                        let le = format!("le=\"{}\"", scaled(*bound));
                         let _ = writeln!(
                             out,
                             "{name}_bucket{} {cumulative}",
@@ -233,6 +281,7 @@ pub fn render(series: &[Series], policy: &LabelPolicy) -> String {
                         "{name}_bucket{} {total}",
                         braces(labels, Some("le=\"+Inf\""))
                     );
+                    let sum = scaled(*sum);
                     let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels, None));
                     let _ = writeln!(out, "{name}_count{} {total}", braces(labels, None));
                 }
@@ -304,6 +353,51 @@ mod tests {
     }
 
     #[test]
+    fn microsecond_histograms_are_written_in_seconds() {
+        for (us, text) in [
+            (0, "0"),
+            (1, "0.000001"),
+            (2_500, "0.0025"),
+            (1_000_000, "1"),
+            (10_000_000, "10"),
+            (20_031_999, "20.031999"),
+            (u64::MAX, "18446744073709.551615"),
+        ] {
+            assert_eq!(micros_as_seconds(us), text);
+        }
+        let s = [
+            Series {
+                name: "tollgate_request_duration_microseconds.route.chat".into(),
+                value: Value::Histogram {
+                    bounds: vec![2_500, 1_000_000],
+                    counts: vec![1, 1, 1],
+                    sum: 3_002_000,
+                },
+            },
+            // Only histograms: a counter keeps its name.
+            Series {
+                name: "x_microseconds".into(),
+                value: Value::Counter(5),
+            },
+        ];
+        let text = render(&s, &LabelPolicy::tollgate());
+        assert_eq!(
+            text,
+            "# HELP tollgate_request_duration_seconds Time from the request headers to the end of \
+             the stream, in seconds.\n\
+             # TYPE tollgate_request_duration_seconds histogram\n\
+             tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.0025\"} 1\n\
+             tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"1\"} 2\n\
+             tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"+Inf\"} 3\n\
+             tollgate_request_duration_seconds_sum{route=\"chat\"} 3.002\n\
+             tollgate_request_duration_seconds_count{route=\"chat\"} 3\n\
+             # HELP x_microseconds proxy-wasm metric x_microseconds.\n\
+             # TYPE x_microseconds counter\n\
+             x_microseconds 5\n"
+        );
+    }
+
+    #[test]
     fn escapes_label_values() {
         let s = [Series {
             name: "f.k.a\"b\\c\nd".into(),
@@ -311,7 +405,7 @@ mod tests {
         }];
         assert_eq!(
             render(&s, &LabelPolicy::AnyValid),
-            "# TYPE f gauge\nf{k=\"a\\\"b\\\\c\\nd\"} -3\n"
+            "# HELP f proxy-wasm metric f.\n# TYPE f gauge\nf{k=\"a\\\"b\\\\c\\nd\"} -3\n"
         );
     }
 
@@ -333,7 +427,7 @@ mod tests {
         ];
         assert_eq!(
             render(&s, &LabelPolicy::AnyValid),
-            "# TYPE f counter\nf{k=\"v\"} 1\n"
+            "# HELP f proxy-wasm metric f.\n# TYPE f counter\nf{k=\"v\"} 1\n"
         );
     }
 }

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 /// Every label name Tollgate's metric families use. Envoy restores them from the metric names
 /// with one `stats_tags` rule each (`plugins/metrics/stats_tags.json`); the nginx host's
 /// exposition (`nginx-compat/services`) restores exactly these, so both show the same labels.
-pub const LABELS: [&str; 11] = [
+pub const LABELS: [&str; 12] = [
     "method",
     "status_class",
     "route",
@@ -22,6 +22,7 @@ pub const LABELS: [&str; 11] = [
     "type",
     "reason",
     "on_error",
+    "filter",
 ];
 
 /// `family` followed by `.label.value` for each label, values sanitised.
@@ -265,6 +266,18 @@ pub trait CounterList {
                 missing.push(format!("{family}.{label}.{value}"));
             }
         }
+        missing
+    }
+
+    /// The families without a `# HELP` text in [`crate::metric_help::HELP`], for a test that
+    /// every counter the list declares has one.
+    fn without_help() -> Vec<&'static str> {
+        let mut missing: Vec<&'static str> = Self::COUNTERS
+            .iter()
+            .map(|(family, _)| *family)
+            .filter(|family| crate::metric_help::help(family).is_none())
+            .collect();
+        missing.dedup();
         missing
     }
 }

@@ -37,6 +37,16 @@ pub const COST_TENANT: &str = "wasmx.tollgate.cost.tenant";
 pub const COST_INPUT_TOKENS: &str = "wasmx.tollgate.cost.input_tokens";
 /// cost: output (completion) tokens, including reasoning ones.
 pub const COST_OUTPUT_TOKENS: &str = "wasmx.tollgate.cost.output_tokens";
+/// cost: input tokens read from the provider's prompt cache (part of the input tokens; OpenAI
+/// `prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`).
+pub const COST_CACHED_INPUT_TOKENS: &str = "wasmx.tollgate.cost.cached_input_tokens";
+/// cost: input tokens written to the provider's prompt cache (part of the input tokens;
+/// Anthropic `cache_creation_input_tokens`).
+pub const COST_CACHE_CREATION_INPUT_TOKENS: &str =
+    "wasmx.tollgate.cost.cache_creation_input_tokens";
+/// cost: reasoning tokens (part of the output tokens; OpenAI
+/// `completion_tokens_details.reasoning_tokens`).
+pub const COST_REASONING_TOKENS: &str = "wasmx.tollgate.cost.reasoning_tokens";
 /// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
 pub const COST_NANO_USD: &str = "wasmx.tollgate.cost.cost_nano_usd";
 /// cost's outcome: `priced`, `estimated` (an LLM response that could not be priced, charged the
@@ -82,6 +92,9 @@ mod tests {
             COST_TENANT,
             COST_INPUT_TOKENS,
             COST_OUTPUT_TOKENS,
+            COST_CACHED_INPUT_TOKENS,
+            COST_CACHE_CREATION_INPUT_TOKENS,
+            COST_REASONING_TOKENS,
             COST_NANO_USD,
             COST_OUTCOME,
         ] {

@@ -29,4 +29,9 @@ mod tests {
         let readme = include_str!("../README.md");
         assert_eq!(Counters::undocumented(readme), Vec::<String>::new());
     }
+
+    #[test]
+    fn every_counter_has_help_text() {
+        assert_eq!(Counters::without_help(), Vec::<&str>::new());
+    }
 }

@@ -2,7 +2,8 @@
 //! (configuration, the per-VM series cache, the tenant registry) and its two phases, a thin
 //! shell over the host-free modules.
 //!
-//! Per request: `on_http_request_headers` reads the host clock (one host call); `on_log` (called
+//! Per request: `on_http_request_headers` reads the host clock (one host call), and so does the
+//! first `on_http_response_body` with bytes (the time to first token); `on_log` (called
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' signals
 //! (`tollgate_common::signals`), and updates the series. Host calls go through
@@ -63,8 +64,7 @@ impl Filter for Metrics {
     type Config = Config;
     type Shared = RefCell<State>;
     type Root = ();
-    /// The host's clock at the request headers.
-    type Request = Option<SystemTime>;
+    type Request = Timing;
 
     fn configure(
         config: Config,
@@ -84,24 +84,48 @@ impl Filter for Metrics {
         }))
     }
 
-    fn request_headers(
-        start: &mut Option<SystemTime>,
-        _shared: &Rc<RefCell<State>>,
-        _end: bool,
-    ) -> Action {
-        *start = now();
+    fn request_headers(timing: &mut Timing, _shared: &Rc<RefCell<State>>, _end: bool) -> Action {
+        timing.start = now();
         Action::Continue
     }
 
-    fn log(start: &mut Option<SystemTime>, shared: &Rc<RefCell<State>>) {
+    fn response_body(
+        timing: &mut Timing,
+        _shared: &Rc<RefCell<State>>,
+        body_size: usize,
+        _end: bool,
+    ) -> Action {
+        if body_size > 0 && timing.first_byte.is_none() && timing.start.is_some() {
+            timing.first_byte = now();
+        }
+        Action::Continue
+    }
+
+    fn log(timing: &mut Timing, shared: &Rc<RefCell<State>>) {
         let Ok(mut state) = shared.try_borrow_mut() else {
             return;
         };
-        log_request(*start, &mut state);
+        log_request(timing, &mut state);
         if state.cache.refused() == 1 {
             log::warn!("series cache full ({MAX_SERIES}); further new series are dropped");
         }
     }
+}
+
+/// A request's times on the host's clock.
+#[derive(Default)]
+struct Timing {
+    /// At the request headers.
+    start: Option<SystemTime>,
+    /// At the first response body callback with bytes (this filter is the first of the chain,
+    /// so the last to see the response: the bytes go to the client next).
+    first_byte: Option<SystemTime>,
+}
+
+/// Microseconds from `start` to `end` (`None`: either unknown, or the clock went back).
+fn micros(start: Option<SystemTime>, end: Option<SystemTime>) -> Option<u64> {
+    let elapsed = end?.duration_since(start?).ok()?;
+    Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX))
 }
 
 fn now() -> Option<SystemTime> {
@@ -136,8 +160,8 @@ fn emit(id: Option<u32>, kind: Kind, value: u64) {
     }
 }
 
-/// Records the request that ended (`start`: the host's clock at its headers).
-fn log_request(start: Option<SystemTime>, state: &mut State) {
+/// Records the request that ended.
+fn log_request(timing: &Timing, state: &mut State) {
     let State {
         config,
         cache,
@@ -183,13 +207,7 @@ fn log_request(start: Option<SystemTime>, state: &mut State) {
         }
         _ => (None, false),
     };
-    let duration_us = match (start, end) {
-        (Some(start), Some(end)) => end
-            .duration_since(start)
-            .ok()
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
-        _ => None,
-    };
+    let duration_us = micros(timing.start, end);
     let auth = signals::get(signals::JWT_AUTH_OUTCOME);
     let decision = signals::get(signals::RATE_LIMIT_OUTCOME);
     // Without a decision the rule is not recorded: not read.
@@ -234,6 +252,9 @@ fn log_request(start: Option<SystemTime>, state: &mut State) {
         tenant: cost_tenant.unwrap_or(NONE_LABEL),
         input_tokens: int_signal(signals::COST_INPUT_TOKENS),
         output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
+        cached_input_tokens: int_signal(signals::COST_CACHED_INPUT_TOKENS),
+        cache_creation_input_tokens: int_signal(signals::COST_CACHE_CREATION_INPUT_TOKENS),
+        reasoning_tokens: int_signal(signals::COST_REASONING_TOKENS),
         cost_nano_usd: int_signal(signals::COST_NANO_USD),
         status: Some(status),
     });
@@ -243,6 +264,7 @@ fn log_request(start: Option<SystemTime>, state: &mut State) {
         tenant,
         status: int_property(RESPONSE_CODE).unwrap_or(0),
         duration_us,
+        first_byte_us: micros(timing.start, timing.first_byte),
         request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
         response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
         auth_result: auth.as_deref(),

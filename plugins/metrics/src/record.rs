@@ -39,10 +39,16 @@ pub struct CostSignals<'a> {
     pub model: Option<&'a str>,
     /// Tenant label (already capped by the tenant registry, `crate::tenants`).
     pub tenant: Label<'a>,
-    /// Input tokens (count).
+    /// Input tokens (count), cached and cache-creation ones included.
     pub input_tokens: Option<u64>,
-    /// Output tokens (count).
+    /// Output tokens (count), reasoning ones included.
     pub output_tokens: Option<u64>,
+    /// Input tokens read from the provider's prompt cache (part of `input_tokens`).
+    pub cached_input_tokens: Option<u64>,
+    /// Input tokens written to the provider's prompt cache (part of `input_tokens`).
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Reasoning tokens (part of `output_tokens`).
+    pub reasoning_tokens: Option<u64>,
     /// Price in nano-USD.
     pub cost_nano_usd: Option<u64>,
     /// `priced`, `unpriced` or `budget_exceeded`.
@@ -63,6 +69,10 @@ pub struct Observation<'a> {
     /// Microseconds from the request headers to the end of the stream; `None` when the start
     /// was not seen.
     pub duration_us: Option<u64>,
+    /// Microseconds from the request headers to the first response body byte this filter
+    /// passed on (the first filter: the last to see the response); `None` when there was none
+    /// or the start was not seen.
+    pub first_byte_us: Option<u64>,
     /// Request body bytes.
     pub request_bytes: u64,
     /// Response body bytes.
@@ -123,6 +133,16 @@ pub fn record(
     if let Some(result) = obs.auth_result {
         counter(Family::Auth, &[("outcome", Value::Word(result))], 1);
     }
+    for (filter, reason) in refusals(obs).into_iter().flatten() {
+        counter(
+            Family::Refusals,
+            &[
+                ("filter", Value::Set(filter)),
+                ("reason", Value::Word(reason)),
+            ],
+            1,
+        );
+    }
     if let Some((rule, decision)) = obs.rate_limit {
         counter(
             Family::RateLimit,
@@ -141,16 +161,24 @@ pub fn record(
         if let Some(status) = cost.status {
             counter(Family::LlmRequests, &[("outcome", Value::Word(status))], 1);
         }
-        counter(
-            Family::LlmTokens,
-            &[("model", model), ("type", Value::Set(INPUT))],
-            cost.input_tokens.unwrap_or(0),
-        );
-        counter(
-            Family::LlmTokens,
-            &[("model", model), ("type", Value::Set(OUTPUT))],
-            cost.output_tokens.unwrap_or(0),
-        );
+        let tenant = Value::Set(cost.tenant);
+        for (kind, tokens) in [
+            (INPUT, cost.input_tokens),
+            (OUTPUT, cost.output_tokens),
+            (CACHED_INPUT, cost.cached_input_tokens),
+            (CACHE_CREATION, cost.cache_creation_input_tokens),
+            (REASONING, cost.reasoning_tokens),
+        ] {
+            counter(
+                Family::LlmTokens,
+                &[
+                    ("model", model),
+                    ("type", Value::Set(kind)),
+                    ("tenant", tenant),
+                ],
+                tokens.unwrap_or(0),
+            );
+        }
         counter(
             Family::LlmCost,
             &[("model", model), ("tenant", Value::Set(cost.tenant))],
@@ -161,7 +189,54 @@ pub fn record(
         let id = cache.id(Family::Duration, &route, &mut *define);
         emit(id, Kind::Histogram, us);
     }
+    // Time to first token: a 2xx response to a request that named a model.
+    if let (Some(us), Some(CostSignals { model: Some(m), .. }), 200..=299) =
+        (obs.first_byte_us, &obs.cost, obs.status)
+    {
+        let model = [("model", Value::Set(model_label(&config.models, m)))];
+        let id = cache.id(Family::TimeToFirstToken, &model, &mut *define);
+        emit(id, Kind::Histogram, us);
+    }
 }
+
+/// The refusals among the request's outcomes (`tollgate_common::signals`), as `filter` label
+/// and reason: each filter's outcome other than the ones that let the request through (jwt-auth
+/// `ok`, `bypass`; rate-limit `allowed` and `*_allowed`; cost `priced`, `estimated`,
+/// `unpriced`). A chain stops at its first refusal, so at most one is expected.
+pub fn refusals<'a>(obs: &Observation<'a>) -> [Option<(Label<'static>, &'a str)>; 3] {
+    let auth = obs
+        .auth_result
+        .filter(|r| !matches!(*r, "ok" | "bypass"))
+        .map(|r| (JWT_AUTH, r));
+    let rate_limit = obs
+        .rate_limit
+        .map(|(_, d)| d)
+        .filter(|d| *d != "allowed" && !d.ends_with("_allowed"))
+        .map(|d| (RATE_LIMIT, d));
+    let cost = obs
+        .cost
+        .as_ref()
+        .and_then(|c| c.status)
+        .filter(|s| !matches!(*s, "priced" | "estimated" | "unpriced"))
+        .map(|s| (COST, s));
+    [auth, rate_limit, cost]
+}
+
+/// `tollgate_refusals_total`'s `filter` label: jwt-auth.
+const JWT_AUTH: Label<'static> = Label {
+    index: 0,
+    text: "jwt_auth",
+};
+/// `tollgate_refusals_total`'s `filter` label: rate-limit.
+const RATE_LIMIT: Label<'static> = Label {
+    index: 1,
+    text: "rate_limit",
+};
+/// `tollgate_refusals_total`'s `filter` label: cost.
+const COST: Label<'static> = Label {
+    index: 2,
+    text: "cost",
+};
 
 /// `tollgate_llm_tokens_total`'s `type` label: input tokens.
 const INPUT: Label<'static> = Label {
@@ -172,6 +247,21 @@ const INPUT: Label<'static> = Label {
 const OUTPUT: Label<'static> = Label {
     index: 1,
     text: "output",
+};
+/// `tollgate_llm_tokens_total`'s `type` label: input tokens read from the prompt cache.
+const CACHED_INPUT: Label<'static> = Label {
+    index: 2,
+    text: "cached_input",
+};
+/// `tollgate_llm_tokens_total`'s `type` label: input tokens written to the prompt cache.
+const CACHE_CREATION: Label<'static> = Label {
+    index: 3,
+    text: "cache_creation",
+};
+/// `tollgate_llm_tokens_total`'s `type` label: reasoning tokens.
+const REASONING: Label<'static> = Label {
+    index: 4,
+    text: "reasoning",
 };
 
 #[cfg(test)]

@@ -40,19 +40,27 @@ pub const RESPONSE_BYTES: &str = "tollgate_response_body_bytes_total";
 pub const AUTH: &str = "tollgate_auth_total";
 /// Counter: rate-limit decisions, by `rule`, `outcome`.
 pub const RATE_LIMIT: &str = "tollgate_rate_limit_total";
-/// Counter: LLM tokens, by `model`, `type` (`input`, `output`).
+/// Counter: LLM tokens, by `model`, `type` (`input`, `output`, `cached_input`,
+/// `cache_creation`, `reasoning`: the last three are parts of the first two), `tenant`.
 pub const LLM_TOKENS: &str = "tollgate_llm_tokens_total";
 /// Counter: LLM spend in nano-USD (10^-9 USD), by `model`, `tenant`.
 pub const LLM_COST: &str = "tollgate_llm_cost_nano_usd_total";
 /// Counter: requests the cost filter saw, by `outcome` (`priced`, `unpriced`, `budget_exceeded`, ...).
 pub const LLM_REQUESTS: &str = "tollgate_llm_requests_total";
+/// Histogram: time to first token in microseconds (integers, as [`DURATION`]): from the request
+/// headers to the first response body byte of a 2xx response to a request that named a model
+/// (the cost filter's model signal), by `model`.
+pub const TIME_TO_FIRST_TOKEN: &str = "tollgate_llm_time_to_first_token_microseconds";
+/// Counter: requests a filter refused, by `filter` (`jwt_auth`, `rate_limit`, `cost`) and
+/// `reason` (the refusing filter's outcome: `expired`, `limited`, `budget_exceeded`, ...).
+pub const REFUSALS: &str = "tollgate_refusals_total";
 
 /// Every label name the families use (the `stats_tags` rules need one per name); kept in
 /// tollgate-common so that the nginx host's exposition restores exactly these labels.
 pub use tollgate_common::metrics::LABELS;
 
 /// Every family.
-pub const FAMILIES: [&str; 9] = [
+pub const FAMILIES: [&str; 11] = [
     REQUESTS,
     DURATION,
     REQUEST_BYTES,
@@ -62,6 +70,8 @@ pub const FAMILIES: [&str; 9] = [
     LLM_TOKENS,
     LLM_COST,
     LLM_REQUESTS,
+    TIME_TO_FIRST_TOKEN,
+    REFUSALS,
 ];
 
 /// A metric family (one of [`FAMILIES`]).
@@ -85,11 +95,15 @@ pub enum Family {
     LlmCost,
     /// [`LLM_REQUESTS`].
     LlmRequests,
+    /// [`TIME_TO_FIRST_TOKEN`].
+    TimeToFirstToken,
+    /// [`REFUSALS`].
+    Refusals,
 }
 
 impl Family {
     /// Every family, in the order of [`FAMILIES`].
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 11] = [
         Family::Requests,
         Family::Duration,
         Family::RequestBytes,
@@ -99,6 +113,8 @@ impl Family {
         Family::LlmTokens,
         Family::LlmCost,
         Family::LlmRequests,
+        Family::TimeToFirstToken,
+        Family::Refusals,
     ];
 
     /// The family's metric name.
@@ -113,13 +129,16 @@ impl Family {
             Family::LlmTokens => LLM_TOKENS,
             Family::LlmCost => LLM_COST,
             Family::LlmRequests => LLM_REQUESTS,
+            Family::TimeToFirstToken => TIME_TO_FIRST_TOKEN,
+            Family::Refusals => REFUSALS,
         }
     }
 
-    /// The family's metric type: a histogram for [`DURATION`], else a counter.
+    /// The family's metric type: a histogram for [`DURATION`] and [`TIME_TO_FIRST_TOKEN`],
+    /// else a counter.
     pub fn kind(self) -> Kind {
         match self {
-            Family::Duration => Kind::Histogram,
+            Family::Duration | Family::TimeToFirstToken => Kind::Histogram,
             _ => Kind::Counter,
         }
     }
@@ -563,7 +582,7 @@ mod tests {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
             let r = next(&mut state);
-            let family = Family::ALL[(r % 9) as usize];
+            let family = Family::ALL[(r % Family::ALL.len() as u64) as usize];
             let pick = |shift: u32, n: usize| ((r >> shift) as usize) % n;
             let route = Label::nth(pick(8, 3), routes[pick(8, 3)]);
             let route = if route.text == "other" {

@@ -408,6 +408,7 @@ fn a_request_records_its_series() {
         tenant: Some(Label::unnumbered("acme")),
         status: 200,
         duration_us: Some(1234),
+        first_byte_us: Some(456),
         request_bytes: 10,
         response_bytes: 0,
         auth_result: Some("ok"),
@@ -417,6 +418,9 @@ fn a_request_records_its_series() {
             tenant: Label::unnumbered("acme"),
             input_tokens: Some(7),
             output_tokens: Some(3),
+            cached_input_tokens: Some(4),
+            cache_creation_input_tokens: None,
+            reasoning_tokens: Some(2),
             cost_nano_usd: Some(1500),
             status: Some("priced"),
         }),
@@ -431,8 +435,22 @@ fn a_request_records_its_series() {
         ("tollgate_auth_total.outcome.ok", 1),
         ("tollgate_rate_limit_total.rule.per-user.outcome.allowed", 1),
         ("tollgate_llm_requests_total.outcome.priced", 1),
-        ("tollgate_llm_tokens_total.model.gpt-4o.type.input", 7),
-        ("tollgate_llm_tokens_total.model.gpt-4o.type.output", 3),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.input.tenant.acme",
+            7,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.output.tenant.acme",
+            3,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.cached_input.tenant.acme",
+            4,
+        ),
+        (
+            "tollgate_llm_tokens_total.model.gpt-4o.type.reasoning.tenant.acme",
+            2,
+        ),
         (
             "tollgate_llm_cost_nano_usd_total.model.gpt-4o.tenant.acme",
             1500,
@@ -440,6 +458,10 @@ fn a_request_records_its_series() {
         (
             "tollgate_request_duration_microseconds.route.chat (histogram)",
             1234,
+        ),
+        (
+            "tollgate_llm_time_to_first_token_microseconds.model.gpt-4o (histogram)",
+            456,
         ),
     ]
     .into_iter()
@@ -549,6 +571,14 @@ fn series_differing_in_one_byte_are_two_series() {
         (Some(1), Some(2), Some(1))
     );
     assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn every_family_has_help_text() {
+    for f in FAMILIES {
+        assert!(tollgate_common::metric_help::help(f).is_some(), "{f}");
+        assert!(include_str!("../README.md").contains(f), "README lacks {f}");
+    }
 }
 
 #[test]

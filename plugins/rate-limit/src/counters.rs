@@ -75,4 +75,11 @@ mod tests {
         assert_eq!(RequestCounters::undocumented(readme), Vec::<String>::new());
         assert_eq!(GlobalCounters::undocumented(readme), Vec::<String>::new());
     }
+
+    #[test]
+    fn every_counter_has_help_text() {
+        assert_eq!(RuleCounters::without_help(), Vec::<&str>::new());
+        assert_eq!(RequestCounters::without_help(), Vec::<&str>::new());
+        assert_eq!(GlobalCounters::without_help(), Vec::<&str>::new());
+    }
 }

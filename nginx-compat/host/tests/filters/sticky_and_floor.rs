@@ -15,7 +15,8 @@ fn trimmed_modules_export_only_their_declared_callbacks() {
         ("jwt_auth", &[RequestHeaders]),
         ("rate_limit", &[RequestHeaders, ResponseHeaders]),
         ("sticky_upstream", &[RequestHeaders, ResponseHeaders]),
-        ("metrics", &[RequestHeaders, Log]),
+        // The response body: the time to first token.
+        ("metrics", &[RequestHeaders, ResponseBody, Log]),
         (
             "cost",
             &[

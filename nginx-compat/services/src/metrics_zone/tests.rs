@@ -188,33 +188,38 @@ fn forked_workers_count_exactly() {
 }
 
 const EXPECTED: &str = "\
+# HELP tollgate_auth_total Requests by jwt-auth outcome, as the metrics filter saw them.
 # TYPE tollgate_auth_total counter
 tollgate_auth_total{result=\"ok\"} 4
+# HELP tollgate_body_bytes proxy-wasm metric tollgate_body_bytes.
 # TYPE tollgate_body_bytes histogram
 tollgate_body_bytes_bucket{le=\"10\"} 1
 tollgate_body_bytes_bucket{le=\"100\"} 2
 tollgate_body_bytes_bucket{le=\"+Inf\"} 3
 tollgate_body_bytes_sum 555
 tollgate_body_bytes_count 3
+# HELP tollgate_inflight proxy-wasm metric tollgate_inflight.
 # TYPE tollgate_inflight gauge
 tollgate_inflight 3
-# TYPE tollgate_request_duration_microseconds histogram
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"1000\"} 2
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"2500\"} 2
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"5000\"} 2
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"10000\"} 2
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"25000\"} 2
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"50000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"100000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"250000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"500000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"1000000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"2500000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"5000000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"10000000\"} 3
-tollgate_request_duration_microseconds_bucket{route=\"chat\",le=\"+Inf\"} 4
-tollgate_request_duration_microseconds_sum{route=\"chat\"} 20031999
-tollgate_request_duration_microseconds_count{route=\"chat\"} 4
+# HELP tollgate_request_duration_seconds Time from the request headers to the end of the stream, in seconds.
+# TYPE tollgate_request_duration_seconds histogram
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.001\"} 2
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.0025\"} 2
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.005\"} 2
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.01\"} 2
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.025\"} 2
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.05\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.1\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.25\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"0.5\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"1\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"2.5\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"5\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"10\"} 3
+tollgate_request_duration_seconds_bucket{route=\"chat\",le=\"+Inf\"} 4
+tollgate_request_duration_seconds_sum{route=\"chat\"} 20.031999
+tollgate_request_duration_seconds_count{route=\"chat\"} 4
+# HELP tollgate_requests_total Requests by method, status class, route and tenant (as configured).
 # TYPE tollgate_requests_total counter
 tollgate_requests_total{method=\"get\",status_class=\"2xx\",route=\"chat\",tenant=\"acme\"} 3
 tollgate_requests_total{method=\"get\",status_class=\"4xx\",route=\"chat\",tenant=\"acme\"} 1

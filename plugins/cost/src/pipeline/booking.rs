@@ -49,6 +49,19 @@ impl Request {
                     signals::COST_OUTPUT_TOKENS,
                     digits.format(usage.output_tokens),
                 );
+                // The kinds inside those counts, for the metrics filter's token types.
+                for (signal, tokens) in [
+                    (signals::COST_CACHED_INPUT_TOKENS, usage.cached_input_tokens),
+                    (
+                        signals::COST_CACHE_CREATION_INPUT_TOKENS,
+                        usage.cache_creation_input_tokens,
+                    ),
+                    (signals::COST_REASONING_TOKENS, usage.reasoning_tokens),
+                ] {
+                    if tokens > 0 {
+                        signals::set(signal, digits.format(tokens));
+                    }
+                }
                 count(shared.counters.priced);
                 (nano, "priced")
             }
