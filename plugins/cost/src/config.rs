@@ -43,6 +43,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
 use tollgate_common::credential::CredentialError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHENTICATED};
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::shared_data::StoreFull;
@@ -129,6 +130,8 @@ struct RawConfig {
     global: Option<Box<RawValue>>,
     #[serde(default)]
     allow_eviction: bool,
+    #[serde(default)]
+    error_format: ErrorFormat,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -312,6 +315,9 @@ pub struct Config {
     /// Load with budgets on a shared-data zone that evicts keys (`tollgate_common::eviction`);
     /// off: refuse.
     pub allow_eviction: bool,
+    /// The envelope of this filter's refusals (`error_format`: `auto`, the request's API;
+    /// `openai`, `anthropic` or `tollgate`), `tollgate_common::error_envelope`.
+    pub error_format: ErrorFormat,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -480,6 +486,7 @@ impl Config {
             store_full,
             global,
             allow_eviction: raw.allow_eviction,
+            error_format: raw.error_format,
         })
     }
 

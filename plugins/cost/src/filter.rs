@@ -52,6 +52,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
 use tollgate_common::config::ConfigError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{self as host_calls, now_unix_millis};
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
@@ -79,6 +80,10 @@ struct Cost;
 impl FilterConfig for Config {
     fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         Config::parse(bytes)
+    }
+
+    fn error_format(&self) -> ErrorFormat {
+        self.error_format
     }
 }
 
