@@ -11,8 +11,9 @@
 //! - every HTTP callback: without a configuration (the host created a request's context though
 //!   `on_configure` failed or never ran), the request headers are refused, 500
 //!   `{"error":"internal_error","message":"<filter> is not configured"}`, and the later
-//!   callbacks do nothing: a gate fails closed. Each callback that may refuse first sets the
-//!   configuration's `error_format` for `send_json_error` (`crate::error_envelope`).
+//!   callbacks do nothing: a gate fails closed. Each callback of a configured request runs
+//!   between `host_calls::enter_request` and `leave_request`: its refusals use the
+//!   configuration's `error_format` (`crate::error_envelope`) and the target the filter kept.
 //!
 //! Host calls that dispatch a call from a phase take [`Calls`] as the SDK's `Context`: the SDK
 //! registers the call's token with the context being called back, whichever object makes it
@@ -245,7 +246,7 @@ struct Http<F: Filter> {
     /// What the root context shares and the request's state; `None` without a configuration.
     state: Option<(Rc<F::Shared>, F::Request)>,
     /// The envelope of this filter's refusals, set for `send_json_error` as each callback
-    /// that may refuse begins.
+    /// begins.
     error_format: ErrorFormat,
     /// The request target the filter kept for a later refusal (`host_calls::keep_request_target`),
     /// held between callbacks.
