@@ -2,7 +2,7 @@
 the real `openai` and `anthropic` Python packages (tests/requirements.txt) pointed at a gateway of
 jwt-auth, rate-limit and cost raise the exception class of the status, with our message and our
 stable code where each SDK exposes them. One parametrized test over (SDK, refusal) on every host;
-client-controlled names (the tenant, the model) carry quotes, backslashes and control characters."""
+client-controlled names carry quotes and a backslash (the tenant) and a control character too (the model)."""
 
 from __future__ import annotations
 
@@ -110,8 +110,9 @@ def test_each_sdk_raises_the_class_of_the_refusal_with_our_message_and_code(host
     name, status, openai_class, anthropic_class, code, part = case
     if name == "service_down" and kong_differs(host, "no-grpc-calls"):
         pytest.skip("Kong's module has no gRPC calls (KONG_DIFFERENCES)")
-    # The tenant (the token's subject) and the model are the client's: quotes, a backslash and a
-    # control character must come back intact in the message, the body still JSON.
+    # The tenant (the token's subject: visible ASCII, or cost books it to "anonymous") and the
+    # model are the client's: quotes, a backslash and (the model) a control character come back
+    # intact in the message, the body still JSON.
     sub = f'sdk"{sdk}"\\{uuid.uuid4().hex[:8]}'
     tok = token(sub)
     model, endpoint = "gpt-4o-mini", "create"
