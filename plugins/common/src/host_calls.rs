@@ -78,15 +78,18 @@ pub fn enter_request(format: ErrorFormat, kept_target: Option<Vec<u8>>) {
 }
 
 /// Ends the HTTP callback begun with [`enter_request`]: the target kept so far, for the
-/// request's context to hold until its next callback.
+/// request's context to hold until its next callback. The state is the default again (`auto`,
+/// no target), which the callbacks that skip [`enter_request`] rely on.
 pub fn leave_request() -> Option<Vec<u8>> {
+    ERROR_FORMAT.with(|f| f.set(ErrorFormat::Auto));
     KEPT_TARGET.with(|t| t.borrow_mut().take())
 }
 
 /// Keeps the request target (`:path`, as read in the request headers callback) for a refusal
 /// in a later callback of the same request: Envoy gives a body callback neither the request
 /// headers nor the attributes made of them (`request.path`), so a filter that reads the target
-/// anyway and may refuse from the body hands it over here (a move, nothing computed).
+/// anyway and may refuse from the body hands it over here (a move, nothing computed). Only a
+/// filter with `KEEPS_REQUEST_TARGET` (the skeleton's `Filter`) may call it.
 pub fn keep_request_target(target: Vec<u8>) {
     KEPT_TARGET.with(|t| *t.borrow_mut() = Some(target));
 }

@@ -98,6 +98,7 @@ struct Root {
 
 impl Filter for Cost {
     const NAME: &'static str = "cost";
+    const KEEPS_REQUEST_TARGET: bool = true;
     type Config = Config;
     type Shared = Shared;
     type Root = Root;

@@ -11,9 +11,9 @@
 //! - every HTTP callback: without a configuration (the host created a request's context though
 //!   `on_configure` failed or never ran), the request headers are refused, 500
 //!   `{"error":"internal_error","message":"<filter> is not configured"}`, and the later
-//!   callbacks do nothing: a gate fails closed. Each callback of a configured request runs
-//!   between `host_calls::enter_request` and `leave_request`: its refusals use the
-//!   configuration's `error_format` (`crate::error_envelope`) and the target the filter kept.
+//!   callbacks do nothing: a gate fails closed. A callback of a configured request whose filter
+//!   sets an `error_format` or keeps its target runs between `host_calls::enter_request` and
+//!   `leave_request`: its refusals use that format (`crate::error_envelope`) and that target.
 //!
 //! Host calls that dispatch a call from a phase take [`Calls`] as the SDK's `Context`: the SDK
 //! registers the call's token with the context being called back, whichever object makes it
@@ -47,6 +47,11 @@ pub trait FilterConfig: Sized {
 pub trait Filter: Sized + 'static {
     /// The filter's name in replies and log lines (`jwt-auth`).
     const NAME: &'static str;
+    /// Whether the filter keeps its request's target for a refusal in a later callback
+    /// (`host_calls::keep_request_target`): then each of its callbacks carries the kept target in
+    /// and out. A filter that does not, with `error_format` `auto`, runs its callbacks with no
+    /// such work (the refusal state is the default outside the callbacks that set it).
+    const KEEPS_REQUEST_TARGET: bool = false;
     /// The plugin configuration.
     type Config: FilterConfig;
     /// What the root context shares with its HTTP contexts (configuration, counters, caches).
@@ -260,6 +265,9 @@ impl<F: Filter> Http<F> {
         let Some((shared, request)) = &mut self.state else {
             return Action::Continue;
         };
+        if !F::KEEPS_REQUEST_TARGET && self.error_format == ErrorFormat::Auto {
+            return phase(request, shared);
+        }
         enter_request(self.error_format, self.kept_target.take());
         let action = phase(request, shared);
         self.kept_target = leave_request();
@@ -269,11 +277,15 @@ impl<F: Filter> Http<F> {
 
 impl<F: Filter> Context for Http<F> {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
-        if let Some((shared, request)) = &mut self.state {
-            enter_request(self.error_format, self.kept_target.take());
-            F::request_grpc_reply(request, shared, token_id, status_code, response_size);
-            self.kept_target = leave_request();
+        let Some((shared, request)) = &mut self.state else {
+            return;
+        };
+        if !F::KEEPS_REQUEST_TARGET && self.error_format == ErrorFormat::Auto {
+            return F::request_grpc_reply(request, shared, token_id, status_code, response_size);
         }
+        enter_request(self.error_format, self.kept_target.take());
+        F::request_grpc_reply(request, shared, token_id, status_code, response_size);
+        self.kept_target = leave_request();
     }
 }
 
@@ -281,7 +293,6 @@ impl<F: Filter> HttpContext for Http<F> {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         if self.state.is_none() {
             log::error!("no configuration; refusing the request");
-            enter_request(ErrorFormat::Auto, None);
             send_json_error(
                 500,
                 &[],
