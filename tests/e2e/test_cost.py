@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from lab import FilterSpec, GatewaySpec, kong_differs, wait_until
+from refusals import refusal_code
 
 WORKERS = 4
 TENANT = "x-tenant"
@@ -239,7 +240,7 @@ def test_budgets_refuse_before_the_upstream(gateway):
     r = call(gateway.url, "chat", "gpt-4o-mini", tenant="capped", p=1, c=1)
     assert r.status_code == 402
     assert "x-upstream-name" not in r.headers  # never reached the upstream
-    assert r.json()["error"] == "budget_exceeded"
+    assert refusal_code(r.json()) == "budget_exceeded"
     assert 0 < int(r.headers["x-tollgate-budget-reset"]) <= 86_400
     # Another tenant is unaffected.
     assert call(gateway.url, "chat", "gpt-4o-mini", tenant=uuid.uuid4().hex, p=1, c=1).status_code == 200

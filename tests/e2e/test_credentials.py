@@ -15,6 +15,7 @@ import pytest
 
 from lab import FilterSpec, GatewaySpec
 from raw_http import exchange, json_body, request
+from refusals import refusal_code
 
 PRICES = {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}}
 # 100 prompt and 10 completion tokens cost 21,000 nano-USD: one such request spends the budget.
@@ -61,7 +62,7 @@ def test_a_budget_holds_for_every_spelling_of_the_key(cost_gateway):
     for spelling in (b"Bearer ", b"bearer ", b"BEARER ", b"Bearer    ", b"bEaReR \t"):
         status, body = post_chat(cost_gateway, [(b"Authorization", spelling + key)])
         assert status == 402, (spelling, status, body)
-        assert body["error"] == "budget_exceeded"
+        assert refusal_code(body) == "budget_exceeded"
     # The key itself is case-sensitive: another key, another tenant.
     assert post_chat(cost_gateway, [(b"Authorization", b"Bearer " + key.upper())])[0] == 200
 
@@ -71,7 +72,7 @@ def test_a_budget_holds_for_every_spelling_of_the_key(cost_gateway):
 def test_a_value_that_is_not_one_credential_is_refused(cost_gateway, value):
     status, body = post_chat(cost_gateway, [(b"Authorization", value)])
     assert status == 401, (value, status, body)
-    assert body["error"] == "invalid_api_key"
+    assert refusal_code(body) == "invalid_api_key"
 
 
 def test_a_repeated_key_header_is_refused(cost_gateway, limit_gateway):

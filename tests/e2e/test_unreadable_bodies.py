@@ -39,6 +39,7 @@ import pytest
 import requests
 
 from lab import FilterSpec, GatewaySpec, Process, free_port, kong_differs, wait_for_port
+from refusals import refusal_code
 
 TENANT = "x-tenant"
 ROUTE = "x-upstream"
@@ -279,7 +280,7 @@ def test_a_body_a_lenient_upstream_reads_is_refused_unless_the_filter_reads_it_a
     seen = served(upstreams, tenant)
     what = f"{name}: {r.status_code} {r.text[:120]!r}; the upstream served {seen}; booked {spend(gateway, tenant)} nano-USD"
     assert r.status_code == status, what
-    assert r.json()["error"] == ("unreadable_body" if reason else "model_not_priced"), what
+    assert refusal_code(r.json()) == ("unreadable_body" if reason else "model_not_priced"), what
     assert seen == [], what
     if reason:
         after = reasons(host, gateway)
@@ -303,7 +304,7 @@ def test_readable_bodies_are_served_priced_or_refused_as_before(gateway, upstrea
     assert r.status_code == 200 and b'"usage"' not in r.content and r.content.endswith(b"data: [DONE]\n\n"), r.content
     assert spend(gateway, tenant) == PRICED_NANO
     r = requests.post(gateway.url + CHAT, data=UNPRICED, headers={**JSON, TENANT: tenant, ROUTE: upstream}, timeout=30)
-    assert r.status_code == 400 and r.json()["error"] == "model_not_priced", r.text
+    assert r.status_code == 400 and refusal_code(r.json()) == "model_not_priced", r.text
     # No body, or an empty one: nothing to read, nothing for the upstream to read either.
     r = requests.post(gateway.url + "/v1/batches/b/cancel", data=b"", headers={TENANT: tenant, ROUTE: "py"}, timeout=30)
     assert "unreadable_body" not in r.text and r.status_code < 500, r.text
@@ -380,7 +381,7 @@ def test_a_body_ending_with_trailers_is_read(host, gateway, upstreams):
         status, body = chunked_request(port, f"POST {CHAT} HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
                                              f"{TENANT}: {tenant}\r\n{ROUTE}: py\r\n", UNPRICED.encode(), "x-trailer: 1")
     what = f"{status} {body[:120]!r}; the upstream served {served(upstreams, tenant)}; booked {spend(gateway, tenant)}"
-    assert status == 400 and json.loads(body)["error"] == "model_not_priced", what
+    assert status == 400 and refusal_code(json.loads(body)) == "model_not_priced", what
     assert served(upstreams, tenant) == [], what
 
 
@@ -391,7 +392,7 @@ def test_max_request_body_bytes_0_refuses_the_bodies_of_budgeted_tenants(host, g
     tenant = uuid.uuid4().hex
     r = requests.post(g.url + CHAT, data=UNPRICED, headers={**JSON, TENANT: tenant, ROUTE: "py"}, timeout=30)
     what = f"{r.status_code} {r.text[:120]!r}; the upstream served {served(upstreams, tenant)}"
-    assert r.status_code == 413 and r.json()["error"] == "request_too_large", what
+    assert r.status_code == 413 and refusal_code(r.json()) == "request_too_large", what
     assert served(upstreams, tenant) == []
     r = requests.post(g.url + CHAT, data=UNPRICED, headers={**JSON, TENANT: "free", ROUTE: "py"}, timeout=30)
     assert r.status_code == 200, r.text

@@ -25,6 +25,7 @@ import pytest
 import requests
 
 from lab import ROOT, FilterSpec, GatewaySpec, kong_differs
+from refusals import refusal_code
 
 # About 490 blocks of 64 bytes: ~240 rate-limit or ledger keys of two blocks each.
 SMALL_ZONE = "32k eviction=none"
@@ -269,7 +270,7 @@ def test_cost_zone_full_resets_no_budget(host, upstream, gateways, budgeted, act
             if not kong_differs(host, "no-stats"):
                 assert counter(g, "tollgate_cost_requests_total.outcome.store_failure") >= 50
             r = chat(g.url, "newcomer")
-            assert r.status_code == 503 and r.json()["error"] == "budget_unavailable"
+            assert r.status_code == 503 and refusal_code(r.json()) == "budget_unavailable"
         else:
             # Admitted; their spend is booked into the overflow record (created in on_configure).
             assert late == [200] * 50, late

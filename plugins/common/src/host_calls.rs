@@ -5,8 +5,11 @@
 //! or `Unimplemented` where Envoy answers `Ok`), so filters call these, made on the raw ABI
 //! (`crate::raw`), instead. A host error is logged or read as "absent", as each says.
 
+use std::cell::{Cell, RefCell};
+
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
+use crate::error_envelope::{self, ErrorFormat};
 use crate::{abi_codec, raw};
 
 /// The host's wall clock in Unix seconds (0 if the host does not answer).
@@ -58,16 +61,70 @@ impl log::Log for HostLogger {
     fn flush(&self) {}
 }
 
-/// Sends a local response with a JSON error body (`{"error":…,"message":…}`) and
-/// `extra_headers`; the request stops here.
+std::thread_local! {
+    /// The `error_format` of the filter whose HTTP callback runs now ([`enter_request`]).
+    static ERROR_FORMAT: Cell<ErrorFormat> = const { Cell::new(ErrorFormat::Auto) };
+    /// The request target its filter kept during this request ([`keep_request_target`]).
+    static KEPT_TARGET: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Begins one HTTP callback of a request (the skeleton calls it): the refusals sent until
+/// [`leave_request`] use `format` and the target the request's filter kept earlier, if any.
+/// A VM serves several requests, and may hold several plugin configurations, in turn: what a
+/// request keeps lives in its HTTP context between callbacks.
+pub fn enter_request(format: ErrorFormat, kept_target: Option<Vec<u8>>) {
+    ERROR_FORMAT.with(|f| f.set(format));
+    KEPT_TARGET.with(|t| *t.borrow_mut() = kept_target);
+}
+
+/// Ends the HTTP callback begun with [`enter_request`]: the target kept so far, for the
+/// request's context to hold until its next callback. The state is the default again (`auto`,
+/// no target), which the callbacks that skip [`enter_request`] rely on.
+pub fn leave_request() -> Option<Vec<u8>> {
+    ERROR_FORMAT.with(|f| f.set(ErrorFormat::Auto));
+    KEPT_TARGET.with(|t| t.borrow_mut().take())
+}
+
+/// Keeps the request target (`:path`, as read in the request headers callback) for a refusal
+/// in a later callback of the same request: Envoy gives a body callback neither the request
+/// headers nor the attributes made of them (`request.path`), so a filter that reads the target
+/// anyway and may refuse from the body hands it over here (a move, nothing computed). Only a
+/// filter with `KEEPS_REQUEST_TARGET` (the skeleton's `Filter`) may call it.
+pub fn keep_request_target(target: Vec<u8>) {
+    KEPT_TARGET.with(|t| *t.borrow_mut() = Some(target));
+}
+
+/// Sends a local response with a JSON error body and `extra_headers` (a `content-type:
+/// application/json` first); the request stops here. The body is in the envelope of the
+/// request's API (`crate::error_envelope`: OpenAI's on its paths, Anthropic's on the Messages
+/// API, else `{"error":"<error>","message":"<message>"}`), or the one configured with
+/// `error_format`. The target is read only here, on a refusal, and only for `auto`.
 pub fn send_json_error(status: u32, extra_headers: &[(&str, &str)], error: &str, message: &str) {
-    let body = crate::http::json_error_body(error, message);
+    let envelope = ERROR_FORMAT.with(Cell::get).envelope(request_path);
+    let body = error_envelope::body(envelope, status, error, message);
     let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(extra_headers.len().saturating_add(1));
     headers.push(("content-type", b"application/json"));
     headers.extend(extra_headers.iter().map(|(n, v)| (*n, v.as_bytes())));
     if let Err(e) = raw::send_local_response(status, &headers, &body) {
         log::error!("could not send the local response {status}: host status {e}");
     }
+}
+
+/// The request's path as the filters' rules read it (`crate::path::normalize` under the default
+/// policy, query dropped; a target without a normal form, as in the `invalid_path` refusal,
+/// gives its path as received): from the target kept for this request
+/// ([`keep_request_target`]), else `:path` (Envoy answers an empty value outside the request
+/// headers callback), else the `request.path` attribute. `None` without any.
+fn request_path() -> Option<String> {
+    let target = KEPT_TARGET
+        .with(|t| t.borrow().clone())
+        .or_else(|| request_header_bytes(":path").filter(|t| !t.is_empty()))
+        .or_else(|| property(&["request", "path"]).filter(|t| !t.is_empty()))?;
+    if let Ok(normal) = crate::path::normalize(&target, &crate::path::PathPolicy::default()) {
+        return Some(normal.path.into_owned());
+    }
+    let raw = target.split(|&b| b == b'?').next().unwrap_or_default();
+    Some(String::from_utf8_lossy(raw).into_owned())
 }
 
 /// Defines a metric (idempotent in the hosts: the same name gives the same id). `None` if the

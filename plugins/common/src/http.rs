@@ -1,5 +1,5 @@
-//! HTTP helpers shared by the filters: header value checks (RFC 9110 section 5.5), JSON error
-//! bodies, and request-target parsing (RFC 9112 section 3.2).
+//! HTTP helpers shared by the filters: header value checks (RFC 9110 section 5.5) and
+//! request-target parsing (RFC 9112 section 3.2). Refusal bodies: `crate::error_envelope`.
 
 /// Whether `value` may be sent as a field value: no control characters other than HTAB
 /// (RFC 9110 section 5.5 forbids CR, LF and NUL; we refuse every CTL and DEL to be safe).
@@ -56,12 +56,6 @@ pub const PLAIN_HEADER_NAMES_PROPERTY: [&str; 3] = ["tollgate", "http", "plain_h
 /// only an explicit `1`; no answer, or any other, means the names must be listed.
 pub fn names_are_plain(answer: Option<&[u8]>) -> bool {
     answer == Some(b"1")
-}
-
-/// A small JSON error body, `{"error":"<error>","message":"<message>"}`, as bytes.
-pub fn json_error_body(error: &str, message: &str) -> Vec<u8> {
-    let body = serde_json::json!({ "error": error, "message": message });
-    body.to_string().into_bytes()
 }
 
 /// Splits a request target (`:path`) into its path and its query (without `?`), if any.
@@ -181,13 +175,5 @@ mod tests {
         assert!(reads_as(b"X-JWT-SUB", &sub) && !reads_as(b"x-jwt-subx", &sub));
         // A configured name with an underscore folds the same way.
         assert!(is_cgi_alias(b"x-user.id", &cgi_fold(b"x_user_id")));
-    }
-
-    #[test]
-    fn error_body_is_json() {
-        let body = json_error_body("invalid_token", "the \"token\" expired");
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["error"], "invalid_token");
-        assert_eq!(v["message"], "the \"token\" expired");
     }
 }

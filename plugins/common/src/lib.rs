@@ -10,6 +10,7 @@ pub mod authority;
 pub mod bytes;
 pub mod config;
 pub mod credential;
+pub mod error_envelope;
 pub mod eviction;
 pub mod http;
 pub mod identity;

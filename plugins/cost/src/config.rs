@@ -46,6 +46,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tollgate_common::config::{header_name, parse_json, ConfigError};
 use tollgate_common::credential::CredentialError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::identity::{Identity, IdentitySource, IdentityView, UNAUTHENTICATED};
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
 use tollgate_common::shared_data::StoreFull;
@@ -138,6 +139,8 @@ struct RawConfig {
     reservation: ReservationConfig,
     #[serde(default)]
     token_limits: Option<RawTokenLimits>,
+    #[serde(default)]
+    error_format: ErrorFormat,
 }
 
 /// What happens to a request of a tenant **with a budget** whose ledger record cannot be created
@@ -327,6 +330,9 @@ pub struct Config {
     pub token_limits: TokenLimits,
     /// Where the token counts live (beside the ledger's keys).
     pub token_store: TokenStore,
+    /// The envelope of this filter's refusals (`error_format`: `auto`, the request's API;
+    /// `openai`, `anthropic` or `tollgate`), `tollgate_common::error_envelope`.
+    pub error_format: ErrorFormat,
 }
 
 /// Whether `name` may be a tenant (or ledger) name: 1 to 128 visible ASCII characters other
@@ -503,6 +509,7 @@ impl Config {
             global,
             allow_eviction: raw.allow_eviction,
             reservation: raw.reservation.checked()?,
+            error_format: raw.error_format,
         })
     }
 

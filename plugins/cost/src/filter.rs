@@ -52,6 +52,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
 use tollgate_common::config::ConfigError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{self as host_calls, now_unix_millis};
 use tollgate_common::remote::TICK_MILLIS;
 use tollgate_common::remote_fetch::RemoteDocument;
@@ -80,6 +81,10 @@ impl FilterConfig for Config {
     fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         Config::parse(bytes)
     }
+
+    fn error_format(&self) -> ErrorFormat {
+        self.error_format
+    }
 }
 
 /// The root context's own work.
@@ -93,6 +98,7 @@ struct Root {
 
 impl Filter for Cost {
     const NAME: &'static str = "cost";
+    const KEEPS_REQUEST_TARGET: bool = true;
     type Config = Config;
     type Shared = Shared;
     type Root = Root;

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use tollgate_common::credential::CredentialError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::shared_data::{MemoryStore, Read, Semantics, SharedStore, StoreError};
 use tollgate_cost::config::Config;
 use tollgate_cost::ledger::Ledger;
@@ -222,11 +223,19 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
         &format!(r#"{{"prices":{{}},{t},"store_full":{{"status":200}}}}"#),
         "store_full.status",
     );
+    refuse(
+        &format!(r#"{{"prices":{{}},{t},"error_format":"azure"}}"#),
+        "error_format",
+    );
     let c = Config::parse(format!(r#"{{"prices":{{}},{t}}}"#).as_bytes()).unwrap();
     assert_eq!(
         (c.store_full.action, c.store_full.status),
         (tollgate_cost::config::StoreFullAction::Refuse, 503)
     );
+    assert_eq!(c.error_format, ErrorFormat::Auto);
+    let c = Config::parse(format!(r#"{{"prices":{{}},{t},"error_format":"openai"}}"#).as_bytes())
+        .unwrap();
+    assert_eq!(c.error_format, ErrorFormat::OpenAi);
 }
 
 /// A request's headers and properties, for the tenant sources.

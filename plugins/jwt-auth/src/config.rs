@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashSet};
 use base64::Engine as _;
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::http::cgi_fold;
 use tollgate_common::path::{normalize, PathError, PathPolicy, RequestPath};
 use tollgate_common::remote::{RawRemote, RemoteDefaults, RemoteSource};
@@ -56,6 +57,8 @@ struct RawConfig {
     max_token_bytes: usize,
     #[serde(default)]
     paths: PathPolicy,
+    #[serde(default)]
+    error_format: ErrorFormat,
 }
 
 fn default_max_token_bytes() -> usize {
@@ -271,6 +274,9 @@ pub struct Config {
     pub needs: RequestNeeds,
     /// How request paths are normalised before the rules see them.
     pub paths: PathPolicy,
+    /// The envelope of this filter's refusals (`error_format`: `auto`, the request's API;
+    /// `openai`, `anthropic` or `tollgate`), `tollgate_common::error_envelope`.
+    pub error_format: ErrorFormat,
 }
 
 /// The request attributes the configuration looks at.
@@ -431,6 +437,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         output_headers,
         cgi_folds,
         paths: raw.paths,
+        error_format: raw.error_format,
     })
 }
 

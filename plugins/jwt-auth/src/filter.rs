@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use proxy_wasm::types::Action as HostAction;
 use tollgate_common::bytes::same_bytes;
 use tollgate_common::config::ConfigError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{
     count, forward_normal_path, now_unix_secs, property, send_json_error, set_request_header,
 };
@@ -38,6 +39,10 @@ struct JwtAuth;
 impl FilterConfig for Config {
     fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         Config::parse(bytes)
+    }
+
+    fn error_format(&self) -> ErrorFormat {
+        self.error_format
     }
 }
 

@@ -10,6 +10,7 @@
 )] // test code
 
 use serde_json::json;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_jwt_auth::config::Config;
 
 fn err(doc: serde_json::Value) -> String {
@@ -37,6 +38,10 @@ fn refusals_name_the_field() {
         (
             json!({"providers": {"p": {"hmac_secrets": [{"alg": "none", "secret": SECRET}]}}}),
             "providers.p.hmac_secrets[0].alg",
+        ),
+        (
+            json!({"providers": {"p": {"hmac_secrets": [{"alg": "HS256", "secret": SECRET}]}}, "error_format": "json"}),
+            "error_format",
         ),
         (
             json!({"providers": {"p": {"pem_keys": [{"alg": "RS256", "pem": "-----BEGIN PUBLIC KEY-----\nxx\n-----END PUBLIC KEY-----"}]}}}),
@@ -98,6 +103,7 @@ fn a_minimal_configuration_loads_with_defaults() {
     assert_eq!(p.clock_skew_seconds, 60);
     assert!(!p.forward);
     assert_eq!(c.cache_entries, 1024);
+    assert_eq!(c.error_format, ErrorFormat::Auto);
     assert_eq!(
         p.locations,
         vec![tollgate_jwt_auth::token::TokenLocation::Header {

@@ -38,6 +38,7 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 use tollgate_common::config::{header_name, ConfigError};
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::identity::IdentitySource;
 use tollgate_common::path::PathPolicy;
 use tollgate_common::rls::{GlobalConfig, GlobalSpec};
@@ -96,6 +97,8 @@ struct RawConfig {
     global: Option<GlobalSpec>,
     #[serde(default)]
     allow_eviction: bool,
+    #[serde(default)]
+    error_format: ErrorFormat,
 }
 
 /// What a request gets when the state of one of its limits cannot be read or stored (a store
@@ -361,6 +364,9 @@ pub struct Config {
     pub needs_host: bool,
     /// Load on a shared-data zone that evicts keys (`tollgate_common::eviction`); off: refuse.
     pub allow_eviction: bool,
+    /// The envelope of this filter's refusals (`error_format`: `auto`, the request's API;
+    /// `openai`, `anthropic` or `tollgate`), `tollgate_common::error_envelope`.
+    pub error_format: ErrorFormat,
 }
 
 impl Config {
@@ -422,6 +428,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         needs_path,
         needs_host,
         allow_eviction: raw.allow_eviction,
+        error_format: raw.error_format,
         namespace: raw.namespace,
         rules,
         status: raw.status,

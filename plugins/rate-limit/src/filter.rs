@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
 use tollgate_common::config::ConfigError;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{add_response_header, eviction_allowed};
 use tollgate_common::log_every::LogEvery;
 use tollgate_common::rls;
@@ -38,6 +39,10 @@ struct RateLimit;
 impl FilterConfig for Config {
     fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         Config::parse(bytes)
+    }
+
+    fn error_format(&self) -> ErrorFormat {
+        self.error_format
     }
 }
 

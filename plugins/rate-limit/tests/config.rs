@@ -12,6 +12,7 @@
 )]
 
 use serde_json::json;
+use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_rate_limit::algorithm::{Algorithm, Period};
 use tollgate_rate_limit::config::{Config, MissingKey};
 use tollgate_rate_limit::key::KeyPart;
@@ -54,6 +55,10 @@ fn refusals_name_the_field() {
         (
             json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "max_keys": 0}),
             "max_keys",
+        ),
+        (
+            json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "error_format": "OpenAI"}),
+            "error_format",
         ),
         (
             json!({"rules": [{"name": "r", "limits": [{"requests": 1, "per": "second"}]}], "on_contention": "maybe"}),
@@ -290,6 +295,11 @@ fn defaults() {
         (429, true, 8, 100_000)
     );
     assert_eq!(c.on_contention, OnContention::Allow);
+    assert_eq!(c.error_format, ErrorFormat::Auto);
+    let mut anthropic = rule(json!({}));
+    anthropic["error_format"] = json!("anthropic");
+    let a = Config::parse(anthropic.to_string().as_bytes()).unwrap();
+    assert_eq!(a.error_format, ErrorFormat::Anthropic);
     let r = &c.rules[0];
     assert_eq!(r.missing_key, MissingKey::Deny);
     assert!(r.key.is_empty(), "no key: one bucket for the rule");

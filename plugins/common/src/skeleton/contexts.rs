@@ -11,7 +11,9 @@
 //! - every HTTP callback: without a configuration (the host created a request's context though
 //!   `on_configure` failed or never ran), the request headers are refused, 500
 //!   `{"error":"internal_error","message":"<filter> is not configured"}`, and the later
-//!   callbacks do nothing: a gate fails closed.
+//!   callbacks do nothing: a gate fails closed. A callback of a configured request whose filter
+//!   sets an `error_format` or keeps its target runs between `host_calls::enter_request` and
+//!   `leave_request`: its refusals use that format (`crate::error_envelope`) and that target.
 //!
 //! Host calls that dispatch a call from a phase take [`Calls`] as the SDK's `Context`: the SDK
 //! registers the call's token with the context being called back, whichever object makes it
@@ -24,13 +26,20 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 
 use crate::config::ConfigError;
-use crate::host_calls::{now, plugin_configuration, send_json_error};
+use crate::error_envelope::ErrorFormat;
+use crate::host_calls::{enter_request, leave_request, now, plugin_configuration, send_json_error};
 
 /// A filter's plugin configuration: parsed from the bytes the host gives (JSON), or refused
 /// with the field at fault.
 pub trait FilterConfig: Sized {
     /// Parses the plugin configuration. Errors name the JSON path of the offending field.
     fn parse(bytes: &[u8]) -> Result<Self, ConfigError>;
+
+    /// The envelope of the filter's refusals (its `error_format` field,
+    /// `crate::error_envelope`); `auto` for a filter without one.
+    fn error_format(&self) -> ErrorFormat {
+        ErrorFormat::Auto
+    }
 }
 
 /// One filter, as the skeleton's contexts drive it. Every phase has a default that does
@@ -38,6 +47,11 @@ pub trait FilterConfig: Sized {
 pub trait Filter: Sized + 'static {
     /// The filter's name in replies and log lines (`jwt-auth`).
     const NAME: &'static str;
+    /// Whether the filter keeps its request's target for a refusal in a later callback
+    /// (`host_calls::keep_request_target`): then each of its callbacks carries the kept target in
+    /// and out. A filter that does not, with `error_format` `auto`, runs its callbacks with no
+    /// such work (the refusal state is the default outside the callbacks that set it).
+    const KEEPS_REQUEST_TARGET: bool = false;
     /// The plugin configuration.
     type Config: FilterConfig;
     /// What the root context shares with its HTTP contexts (configuration, counters, caches).
@@ -150,6 +164,8 @@ pub fn main<F: Filter>() {
 pub struct Root<F: Filter> {
     shared: Option<Rc<F::Shared>>,
     state: F::Root,
+    /// The configuration's `error_format`, handed to each HTTP context.
+    error_format: ErrorFormat,
 }
 
 impl<F: Filter> Default for Root<F> {
@@ -157,6 +173,7 @@ impl<F: Filter> Default for Root<F> {
         Root {
             shared: None,
             state: F::Root::default(),
+            error_format: ErrorFormat::Auto,
         }
     }
 }
@@ -197,6 +214,7 @@ impl<F: Filter> RootContext for Root<F> {
                 return false;
             }
         };
+        self.error_format = config.error_format();
         match F::configure(config, &mut self.state, started) {
             Some(shared) => {
                 self.shared = Some(Rc::new(shared));
@@ -218,6 +236,8 @@ impl<F: Filter> RootContext for Root<F> {
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http::<F> {
+            error_format: self.error_format,
+            kept_target: None,
             state: self
                 .shared
                 .clone()
@@ -230,30 +250,48 @@ impl<F: Filter> RootContext for Root<F> {
 struct Http<F: Filter> {
     /// What the root context shares and the request's state; `None` without a configuration.
     state: Option<(Rc<F::Shared>, F::Request)>,
+    /// The envelope of this filter's refusals, set for `send_json_error` as each callback
+    /// begins.
+    error_format: ErrorFormat,
+    /// The request target the filter kept for a later refusal (`host_calls::keep_request_target`),
+    /// held between callbacks.
+    kept_target: Option<Vec<u8>>,
 }
 
 impl<F: Filter> Http<F> {
     /// Runs `phase` on a configured request; without a configuration the callback continues
     /// (the request headers, the first callback, have refused it already).
     fn phase(&mut self, phase: impl FnOnce(&mut F::Request, &Rc<F::Shared>) -> Action) -> Action {
-        match &mut self.state {
-            Some((shared, request)) => phase(request, shared),
-            None => Action::Continue,
+        let Some((shared, request)) = &mut self.state else {
+            return Action::Continue;
+        };
+        if !F::KEEPS_REQUEST_TARGET && self.error_format == ErrorFormat::Auto {
+            return phase(request, shared);
         }
+        enter_request(self.error_format, self.kept_target.take());
+        let action = phase(request, shared);
+        self.kept_target = leave_request();
+        action
     }
 }
 
 impl<F: Filter> Context for Http<F> {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
-        if let Some((shared, request)) = &mut self.state {
-            F::request_grpc_reply(request, shared, token_id, status_code, response_size);
+        let Some((shared, request)) = &mut self.state else {
+            return;
+        };
+        if !F::KEEPS_REQUEST_TARGET && self.error_format == ErrorFormat::Auto {
+            return F::request_grpc_reply(request, shared, token_id, status_code, response_size);
         }
+        enter_request(self.error_format, self.kept_target.take());
+        F::request_grpc_reply(request, shared, token_id, status_code, response_size);
+        self.kept_target = leave_request();
     }
 }
 
 impl<F: Filter> HttpContext for Http<F> {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some((shared, request)) = &mut self.state else {
+        if self.state.is_none() {
             log::error!("no configuration; refusing the request");
             send_json_error(
                 500,
@@ -262,8 +300,8 @@ impl<F: Filter> HttpContext for Http<F> {
                 &format!("{} is not configured", F::NAME),
             );
             return Action::Pause;
-        };
-        F::request_headers(request, shared, end_of_stream)
+        }
+        self.phase(|request, shared| F::request_headers(request, shared, end_of_stream))
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {

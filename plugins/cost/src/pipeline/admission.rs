@@ -4,7 +4,7 @@
 
 use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{
-    count, now_unix_millis, request_header_bytes, set_request_header,
+    count, keep_request_target, now_unix_millis, request_header_bytes, set_request_header,
 };
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::rls::{self, CallFailure, OnError};
@@ -175,9 +175,12 @@ impl Request {
             return;
         }
         self.hold_request = true;
-        self.completions_path = request_header_bytes(":path")
-            .as_deref()
-            .is_some_and(stream_usage_on_request);
+        let target = request_header_bytes(":path");
+        self.completions_path = target.as_deref().is_some_and(stream_usage_on_request);
+        // For a refusal from the body, which has no request headers in Envoy (the envelope).
+        if let Some(target) = target {
+            keep_request_target(target);
+        }
         if config.add_stream_usage && self.completions_path {
             // The body may be rewritten: the host frames it anew (chunked in Envoy, from
             // the new length in nginx).
