@@ -208,6 +208,19 @@ impl ResponseReader {
         }
     }
 
+    /// The usage a stream reported in part before it ended without its final usage (see
+    /// [`crate::sse::StreamUsage::partial`]); `None` for anything else, and when the body could
+    /// not be decoded.
+    pub fn partial(&self, request_model: Option<&str>) -> Option<Usage> {
+        if self.undecodable || self.decoder.as_ref().and_then(Decoder::error).is_some() {
+            return None;
+        }
+        match &self.mode {
+            Mode::Stream(state) => state.usage.partial(request_model),
+            Mode::Off | Mode::Json(_) => None,
+        }
+    }
+
     /// Streams with the usage event this filter caused: the chunk as it goes on (events
     /// complete, the usage-only one removed, an incomplete last event held for the next chunk).
     fn strip_chunk(&mut self, chunk: &[u8], end: bool, max_held: usize) -> Vec<u8> {
