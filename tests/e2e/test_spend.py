@@ -312,6 +312,28 @@ def test_a_stream_the_client_abandons_is_charged_what_it_received(host, bypass):
     over_budget(bypass, "b-abort")
 
 
+def test_an_anthropic_stream_the_client_abandons_is_charged_its_reported_input_exactly(host, bypass):
+    """message_start reported 5,000 input tokens; the client left before message_delta (the log
+    phase books): the input is charged exactly and only the output estimated, one token per byte
+    sent (partial_usage), where the request's 37 bytes used to stand for the input."""
+    no_stats = kong_differs(host, "no-stats")
+    before = 0 if no_stats else reason(bypass, "partial_usage")
+    tenant = uuid.uuid4().hex
+    h = {"content-type": "application/json", TENANT: tenant, "x-mock-prompt-tokens": "5000", "x-mock-chunks": "100000"}
+    r = requests.post(bypass.url + "/v1/messages", data=json.dumps({"model": "claude-x", "stream": True}), headers=h,
+                      timeout=30, stream=True)
+    assert r.status_code == 200
+    assert next(r.raw.stream(4096, decode_content=False))
+    r.close()
+    wait_until(lambda: spend(bypass, tenant)["total"] > 0, 10)
+    input_exact = expected_nano("anthropic", "claude-x", 5000, 0)  # 15,000,000 nano-USD
+    per_output_token = expected_nano("anthropic", "claude-x", 0, 1)  # 15,000 nano-USD
+    total = spend(bypass, tenant)["total"]
+    assert total > input_exact and (total - input_exact) % per_output_token == 0, total
+    if not no_stats:
+        wait_until(lambda: reason(bypass, "partial_usage") == before + 1, 10)
+
+
 def test_request_bodies_too_large_to_read_are_refused_for_tenants_with_a_budget(bypass):
     big = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 20_000}]}
     r = requests.post(bypass.url + "/v1/chat/completions", json=big, headers={TENANT: "b-large"}, timeout=10)
