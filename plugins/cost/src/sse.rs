@@ -633,6 +633,17 @@ mod tests {
         let whole = fed(ANTHROPIC);
         assert_eq!(whole.usage.partial(None), None);
         assert_eq!(whole.finish(None).map(|u| u.output_tokens), Some(15));
+        // `message_stop` without a `message_delta` usage: ended, still only the part.
+        let text = std::str::from_utf8(ANTHROPIC).expect("utf-8");
+        let delta = text.find("event: message_delta").expect("delta");
+        let stop = text.find("event: message_stop").expect("stop");
+        let skipped = [text.get(..delta), text.get(stop..)]
+            .map(|part| part.expect("split"))
+            .concat();
+        let st = fed(skipped.as_bytes());
+        assert!(st.ended());
+        assert_eq!(st.finish(None), None);
+        assert_eq!(st.usage.partial(None).map(|u| u.input_tokens), Some(33));
         // Nothing reported (cut before message_start's usage): nothing in part either.
         assert_eq!(fed(b"event: ping\ndata: {}\n\n").usage.partial(None), None);
         // A usage that cannot be read poisons the partial usage too.
