@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
+import threading
 import time
 import uuid
 from fractions import Fraction
@@ -311,6 +313,96 @@ def test_a_stream_the_client_abandons_is_charged_what_it_received(host, bypass):
         if tenant != "b-abort":
             assert spend(bypass, tenant)["total"] > 0
     over_budget(bypass, "b-abort")
+
+
+def test_an_anthropic_stream_the_client_abandons_is_charged_its_reported_input_exactly(host, bypass):
+    """message_start reported 5,000 input tokens; the client left before message_delta (the log
+    phase books): the input is charged exactly and only the output estimated, one token per byte
+    sent (partial_usage), where the request's 37 bytes used to stand for the input."""
+    no_stats = kong_differs(host, "no-stats")
+    before = 0 if no_stats else reason(bypass, "partial_usage")
+    tenant = uuid.uuid4().hex
+    h = {"content-type": "application/json", TENANT: tenant, "x-mock-prompt-tokens": "5000", "x-mock-chunks": "100000"}
+    r = requests.post(bypass.url + "/v1/messages", data=json.dumps({"model": "claude-x", "stream": True}), headers=h,
+                      timeout=30, stream=True)
+    assert r.status_code == 200
+    assert next(r.raw.stream(4096, decode_content=False))
+    r.close()
+    wait_until(lambda: spend(bypass, tenant)["total"] > 0, 10)
+    input_exact = expected_nano("anthropic", "claude-x", 5000, 0)  # 15,000,000 nano-USD
+    per_output_token = expected_nano("anthropic", "claude-x", 0, 1)  # 15,000 nano-USD
+    total = spend(bypass, tenant)["total"]
+    assert total > input_exact and (total - input_exact) % per_output_token == 0, total
+    if not no_stats:
+        wait_until(lambda: reason(bypass, "partial_usage") == before + 1, 10)
+
+
+# An Anthropic stream as its streaming reference shows it, cut after its first text delta.
+CUT_STREAM = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+              b'"role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,'
+              b'"usage":{"input_tokens":4000,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n'
+              b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+              b'"delta":{"type":"text_delta","text":"Hello"}}\n\n')
+
+
+def resetting_upstream(stop: threading.Event) -> socket.socket:
+    """A loopback upstream that answers each `POST /v1/messages` with CUT_STREAM, chunked, then
+    resets the connection (SO_LINGER 0: an RST, no last chunk), anything else with an empty 200
+    (at most 100 connections)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+
+    def serve():
+        served = 0
+        while not stop.is_set() and served < 100:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            served += 1
+            with conn:
+                conn.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                    data += chunk
+                if not data.startswith(b"POST /v1/messages "):
+                    # The spend look-ups (`/healthz`): an empty answer.
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    continue
+                head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n")
+                conn.sendall(head + b"%x\r\n" % len(CUT_STREAM) + CUT_STREAM + b"\r\n")
+                time.sleep(0.3)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_a_stream_the_upstream_resets_after_message_start_is_charged_its_reported_input(host):
+    """The upstream resets the stream before message_delta: the 4,000 input tokens message_start
+    reported are charged exactly, the output one token per byte the filter saw (partial_usage)."""
+    stop = threading.Event()
+    srv = resetting_upstream(stop)
+    config = dict(BYPASS_CONFIG, ledger="reset")
+    g = host.start(GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": srv.getsockname()[1]}))
+    try:
+        tenant = uuid.uuid4().hex
+        try:
+            r = requests.post(g.url + "/v1/messages", data=json.dumps({"model": "claude-x", "stream": True}),
+                              headers={"content-type": "application/json", TENANT: tenant}, timeout=10)
+            r.content
+        except requests.RequestException:
+            pass  # the reset reaches the client as a cut response
+        wait_until(lambda: spend(g, tenant)["total"] > 0, 10)
+        input_exact = expected_nano("anthropic", "claude-x", 4000, 0)
+        per_output_token = expected_nano("anthropic", "claude-x", 0, 1)
+        extra = spend(g, tenant)["total"] - input_exact
+        assert extra % per_output_token == 0 and 0 < extra // per_output_token <= len(CUT_STREAM), extra
+    finally:
+        stop.set()
+        g.stop()
 
 
 def test_request_bodies_too_large_to_read_are_refused_for_tenants_with_a_budget(bypass):

@@ -7,6 +7,7 @@
 //! configuration (`unknown_model.default_price`).
 
 use crate::config::{Config, UnpricedCharge};
+use crate::partial::completed;
 use crate::price::cost_nano;
 use crate::price_table::PriceTable;
 use crate::unpriced::{estimate, Reason};
@@ -36,6 +37,9 @@ pub struct Exchange<'a> {
     pub request_bytes: u64,
     /// The response body's size, decoded (bytes).
     pub response_bytes: u64,
+    /// The usage a stream reported in part before it ended without its final usage
+    /// (`ResponseReader::partial`), or `None`.
+    pub partial: Option<&'a Usage>,
 }
 
 /// The charge of a response whose reading gave `outcome` (its usage, or why there is none),
@@ -62,6 +66,21 @@ pub fn charge(
         Err(_) if !exchange.llm_call => return Charge::Unpriced { reason: None },
         Err(reason) => reason,
     };
+    // Usage reported in part: its counts exactly, only the output estimated (`crate::partial`).
+    if let Some(known) = exchange.partial {
+        let usage = completed(known, exchange.response_bytes, config.unpriced_charge);
+        let price = usage
+            .model
+            .as_deref()
+            .and_then(|m| table.get(m))
+            .or_else(|| config.price(table, exchange.request_model));
+        if let Some(nano) = price.and_then(|p| cost_nano(&usage, p).ok()) {
+            return Charge::Estimated {
+                reason: Reason::PartialUsage,
+                nano,
+            };
+        }
+    }
     let estimated = match config.unpriced_charge {
         UnpricedCharge::Bytes => config
             .price(table, exchange.request_model)
@@ -104,6 +123,7 @@ mod tests {
             llm_call: true,
             request_bytes: 1_000,
             response_bytes: 500,
+            partial: None,
         }
     }
 
@@ -183,6 +203,57 @@ mod tests {
         };
         assert_eq!(
             charge(&c, &table, Err(Reason::ContentType), &not_llm),
+            Charge::Unpriced { reason: None }
+        );
+    }
+
+    #[test]
+    fn usage_reported_in_part_is_charged_exactly_and_only_the_output_estimated() {
+        let c = config("");
+        let table = c.prices.clone();
+        // message_start's 1,000 input tokens (and 1 output), then the stream cut after 500
+        // bytes: 1,000 at 1 µUSD + 500 estimated output at 2 µUSD, not 1,000 request bytes.
+        let known = usage(Some("m"), 1_000, 1);
+        let cut = Exchange {
+            request_bytes: 40,
+            partial: Some(&known),
+            ..exchange(Some("m"))
+        };
+        assert_eq!(
+            charge(&c, &table, Err(Reason::Incomplete), &cut),
+            Charge::Estimated {
+                reason: Reason::PartialUsage,
+                nano: 2_000_000
+            }
+        );
+        // Without a partial usage: the bytes estimate (40 + 500 tokens).
+        let bytes_only = Exchange {
+            partial: None,
+            ..cut
+        };
+        assert_eq!(
+            charge(&c, &table, Err(Reason::Incomplete), &bytes_only),
+            Charge::Estimated {
+                reason: Reason::Incomplete,
+                nano: 1_040_000
+            }
+        );
+        // `unpriced_charge: none`: the reported counts alone (1,000 in, 1 out).
+        let none = config(r#", "unpriced_charge": "none""#);
+        assert_eq!(
+            charge(&none, &table, Err(Reason::Incomplete), &cut),
+            Charge::Estimated {
+                reason: Reason::PartialUsage,
+                nano: 1_002_000
+            }
+        );
+        // Not an LLM call (no 2xx): nothing, whatever was reported.
+        let failed = Exchange {
+            llm_call: false,
+            ..cut
+        };
+        assert_eq!(
+            charge(&c, &table, Err(Reason::Incomplete), &failed),
             Charge::Unpriced { reason: None }
         );
     }

@@ -208,6 +208,19 @@ impl ResponseReader {
         }
     }
 
+    /// The usage a stream reported in part before it ended without its final usage (see
+    /// [`crate::sse::StreamUsage::partial`]); `None` for anything else, and when the body could
+    /// not be decoded.
+    pub fn partial(&self, request_model: Option<&str>) -> Option<Usage> {
+        if self.undecodable || self.decoder.as_ref().and_then(Decoder::error).is_some() {
+            return None;
+        }
+        match &self.mode {
+            Mode::Stream(state) => state.usage.partial(request_model),
+            Mode::Off | Mode::Json(_) => None,
+        }
+    }
+
     /// Streams with the usage event this filter caused: the chunk as it goes on (events
     /// complete, the usage-only one removed, an incomplete last event held for the next chunk).
     fn strip_chunk(&mut self, chunk: &[u8], end: bool, max_held: usize) -> Vec<u8> {
@@ -426,5 +439,36 @@ data: [DONE]\n\n";
         reader.start(&head(None, None, b"text/event-stream"), false, LIMITS);
         run(&mut reader, STREAM.get(..60).expect("prefix"), 64, true);
         assert_eq!(reader.outcome(None).err(), Some(Reason::Incomplete));
+    }
+
+    #[test]
+    fn a_stream_cut_after_message_start_gives_its_usage_in_part_only_when_readable() {
+        let stream: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"type\":\"message\",\"model\":\"claude-x\",\"usage\":{\"input_tokens\":40,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi\"}}\n\n";
+        let mut reader = ResponseReader::default();
+        reader.start(&head(None, None, b"text/event-stream"), false, LIMITS);
+        let (_, complete_at) = run(&mut reader, stream, 7, true);
+        assert_eq!(
+            complete_at,
+            Some(stream.len().div_ceil(7) - 1),
+            "host's end"
+        );
+        assert_eq!(reader.outcome(None), Err(Reason::Incomplete));
+        let got = reader.partial(None).expect("partial");
+        assert_eq!((got.input_tokens, got.output_tokens), (40, 1));
+        // The same bytes as a corrupt gzip body: not read, nothing in part.
+        let mut corrupt = ResponseReader::default();
+        corrupt.start(
+            &head(None, Some(b"gzip"), b"text/event-stream"),
+            false,
+            LIMITS,
+        );
+        run(&mut corrupt, stream, 7, true);
+        assert_eq!(corrupt.outcome(None), Err(Reason::Encoding));
+        assert_eq!(corrupt.partial(None), None);
+        // A JSON body never gives a usage in part.
+        let mut json = ResponseReader::default();
+        json.start(&head(None, None, b"application/json"), false, LIMITS);
+        run(&mut json, &COMPLETION[..COMPLETION.len() / 2], 7, true);
+        assert_eq!(json.partial(None), None);
     }
 }

@@ -308,17 +308,24 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// - OpenAI Chat Completions: the chunk whose `usage` is an object (the final one, sent when
 ///   the request set `stream_options.include_usage`; the others carry `"usage":null`);
 ///   `data: [DONE]` ends the stream and is not JSON.
-/// - OpenAI Responses: `response.completed` (its `response.usage`).
+/// - OpenAI Responses: the final event, `response.completed`, `response.incomplete` (stopped
+///   at `max_output_tokens` or by the content filter) or `response.failed`, each carrying the
+///   response object with its `usage` (OpenAI API reference, "Streaming events"; the earlier
+///   `response.created` / `response.in_progress` carry `"usage":null`).
 /// - Anthropic Messages: `message_start` (`message.usage`: input and cache counts, an initial
 ///   output count) then `message_delta` (`usage`, cumulative: its members replace the earlier
 ///   ones). A stream is complete only once a `message_delta` with usage was seen.
+///
+/// A stream that ends without its final usage may still have reported part of it: Anthropic's
+/// `message_start` gives the input and cache counts before any output. [`StreamUsage::partial`]
+/// returns that part, for the charge of an incomplete stream (`crate::partial`).
 ///
 /// Only payloads containing `"usage"` are read; one that contains it and is not valid JSON (or
 /// whose usage does not fit the bound) poisons the stream (unpriced).
 ///
 /// The stream's last event is recognised ([`StreamUsage::ended`]): `data: [DONE]` (OpenAI Chat
-/// Completions), `event: message_stop` (Anthropic), `event: response.completed` (OpenAI
-/// Responses). A client may act on it before the connection-level end of the response, so the
+/// Completions), `event: message_stop` (Anthropic), `event: response.completed`,
+/// `response.incomplete` or `response.failed` (OpenAI Responses). A client may act on it before the connection-level end of the response, so the
 /// filter books when it sees it. Neither can be forged by a model's output: text inside a JSON
 /// string cannot start an SSE line nor equal a whole data payload.
 #[derive(Debug, Default)]
@@ -345,7 +352,7 @@ impl StreamUsage {
     /// Takes one event; returns whether it is an OpenAI usage-only chunk (`"choices":[]` and a
     /// `usage` object: the one `stream_options.include_usage` adds).
     pub fn on_event(&mut self, event: &Event<'_>) -> bool {
-        if event.done || event.kind == b"message_stop" || event.kind == b"response.completed" {
+        if event.done || event.kind == b"message_stop" || RESPONSES_FINAL.contains(&event.kind) {
             self.ended = true;
         }
         if !event.mentions_usage {
@@ -378,7 +385,7 @@ impl StreamUsage {
                     self.complete = true;
                 }
             }
-            "response.completed" => {
+            "response.completed" | "response.incomplete" | "response.failed" => {
                 if let Some(response) = body.response {
                     if let Some(usage) = response.usage {
                         self.raw = Some(usage);
@@ -400,6 +407,20 @@ impl StreamUsage {
         false
     }
 
+    /// The part of the usage the stream reported before it ended without its final usage (its
+    /// input count known: Anthropic's `message_start`); `None` when it reported none, when
+    /// its usage is complete (see [`StreamUsage::finish`]) or when a usage could not be read.
+    pub fn partial(&self, request_model: Option<&str>) -> Option<Usage> {
+        if self.poisoned || self.complete {
+            return None;
+        }
+        let model = self
+            .model
+            .clone()
+            .or_else(|| request_model.map(str::to_string));
+        self.raw.as_ref()?.normalise(self.anthropic, model)
+    }
+
     /// The stream's usage, if it reported a complete one (see the type docs).
     pub fn finish(&self, request_model: Option<&str>) -> Option<Usage> {
         if self.poisoned || !self.complete {
@@ -412,6 +433,13 @@ impl StreamUsage {
         self.raw.as_ref()?.normalise(self.anthropic, model)
     }
 }
+
+/// The final events of an OpenAI Responses stream (each carries the response and its usage).
+const RESPONSES_FINAL: [&[u8]; 3] = [
+    b"response.completed",
+    b"response.incomplete",
+    b"response.failed",
+];
 
 /// A parser and an accumulator together: what the filter keeps per streaming response.
 #[derive(Debug)]
@@ -574,5 +602,86 @@ mod tests {
             &mut |_, usage_only| seen.push(usage_only),
         );
         assert_eq!(seen, vec![false, true, true, false, false]);
+    }
+
+    const ANTHROPIC: &[u8] = include_bytes!("../testdata/anthropic_messages_stream.sse");
+    const RESPONSES: &[u8] = include_bytes!("../testdata/openai_responses_stream.sse");
+
+    fn fed(stream: &[u8]) -> StreamState {
+        let mut st = StreamState::new(1024);
+        st.feed(stream);
+        st
+    }
+
+    #[test]
+    fn an_anthropic_stream_cut_after_message_start_reports_its_input_in_part() {
+        let cut = ANTHROPIC
+            .windows(21)
+            .position(|w| w == b"event: message_delta\n")
+            .expect("message_delta");
+        let st = fed(ANTHROPIC.get(..cut).expect("cut"));
+        assert!(!st.ended());
+        assert_eq!(st.finish(Some("req")), None, "no final usage");
+        let got = st.usage.partial(Some("req")).expect("partial");
+        // 25 + 3 cache creations + 5 cache reads; the 1 output token message_start announces.
+        assert_eq!(
+            (got.input_tokens, got.output_tokens, got.cached_input_tokens),
+            (33, 1, 5)
+        );
+        assert_eq!(got.model.as_deref(), Some("claude-sonnet-4"));
+        // The whole stream is complete: no partial usage, the final one.
+        let whole = fed(ANTHROPIC);
+        assert_eq!(whole.usage.partial(None), None);
+        assert_eq!(whole.finish(None).map(|u| u.output_tokens), Some(15));
+        // `message_stop` without a `message_delta` usage: ended, still only the part.
+        let text = std::str::from_utf8(ANTHROPIC).expect("utf-8");
+        let delta = text.find("event: message_delta").expect("delta");
+        let stop = text.find("event: message_stop").expect("stop");
+        let skipped = [text.get(..delta), text.get(stop..)]
+            .map(|part| part.expect("split"))
+            .concat();
+        let st = fed(skipped.as_bytes());
+        assert!(st.ended());
+        assert_eq!(st.finish(None), None);
+        assert_eq!(st.usage.partial(None).map(|u| u.input_tokens), Some(33));
+        // Nothing reported (cut before message_start's usage): nothing in part either.
+        assert_eq!(fed(b"event: ping\ndata: {}\n\n").usage.partial(None), None);
+        // A usage that cannot be read poisons the partial usage too.
+        let bad = fed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":-1}}}\n\n");
+        assert_eq!(bad.usage.partial(None), None);
+    }
+
+    #[test]
+    fn responses_streams_end_with_any_final_event_and_carry_its_usage() {
+        let st = fed(RESPONSES);
+        assert!(st.ended());
+        let got = st.finish(None).expect("usage");
+        assert_eq!((got.input_tokens, got.output_tokens), (37, 11));
+        assert_eq!(got.model.as_deref(), Some("gpt-4.1-2025-04-14"));
+        let text = std::str::from_utf8(RESPONSES).expect("utf-8");
+        for last in ["response.incomplete", "response.failed"] {
+            let st = fed(text.replace("response.completed", last).as_bytes());
+            assert!(st.ended(), "{last} ends the stream");
+            let got = st.finish(None).expect(last);
+            assert_eq!((got.input_tokens, got.output_tokens), (37, 11), "{last}");
+        }
+        // Cut before the final event: the earlier events' `"usage":null` report nothing.
+        let cut = text.find("event: response.completed").expect("final event");
+        let st = fed(text.get(..cut).expect("cut").as_bytes());
+        assert!(!st.ended());
+        assert_eq!(st.finish(None), None);
+        assert_eq!(st.usage.partial(None), None);
+        // `response.failed` without usage (`"usage":null`): ended, no usage.
+        let st = fed(b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"usage\":null}}\n\n");
+        assert!(st.ended());
+        assert_eq!(st.finish(None), None);
+    }
+
+    #[test]
+    fn chat_usage_before_a_cut_is_the_final_usage() {
+        // The usage chunk arrived; the connection closed before `[DONE]`: priced from it.
+        let st = fed(b"data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n");
+        assert!(!st.ended());
+        assert_eq!(st.finish(None).map(|u| u.output_tokens), Some(3));
     }
 }

@@ -23,6 +23,9 @@ pub enum Reason {
     Malformed,
     /// The body or stream ended early: truncated, reset, or a stream without its final usage.
     Incomplete,
+    /// A stream that ended without its final usage after reporting part of it (its input
+    /// count): charged the reported counts and an estimate of the output (`crate::partial`).
+    PartialUsage,
     /// A `Content-Encoding` the filter cannot decode, or corrupt compressed data.
     Encoding,
     /// The decoded body exceeded `max_decoded_bytes`.
@@ -45,6 +48,7 @@ impl Reason {
             Reason::NoUsage => "no_usage",
             Reason::Malformed => "malformed",
             Reason::Incomplete => "incomplete",
+            Reason::PartialUsage => "partial_usage",
             Reason::Encoding => "encoding",
             Reason::DecodeLimit => "decode_limit",
             Reason::TooLarge => "too_large",
@@ -55,10 +59,11 @@ impl Reason {
     }
 
     /// Every reason (for defining the counters).
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::NoUsage,
         Reason::Malformed,
         Reason::Incomplete,
+        Reason::PartialUsage,
         Reason::Encoding,
         Reason::DecodeLimit,
         Reason::TooLarge,

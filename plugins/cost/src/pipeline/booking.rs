@@ -26,14 +26,21 @@ impl Request {
         let config = &shared.config;
         signals::set(signals::COST_TENANT, &self.tenant);
         let table = shared.table();
+        let request_model = self.request_model.as_deref();
+        let outcome = self.response.outcome(request_model);
+        // Only a stream without its final usage is looked at again (the common case is not).
+        let partial = match outcome {
+            Err(_) => self.response.partial(request_model),
+            Ok(_) => None,
+        };
         let exchange = Exchange {
-            request_model: self.request_model.as_deref(),
+            request_model,
             // What providers bill: a 2xx answer to a request that named a model.
             llm_call: self.success && self.request_model.is_some(),
             request_bytes: self.request_bytes,
             response_bytes: self.response.bytes(),
+            partial: partial.as_ref(),
         };
-        let outcome = self.response.outcome(exchange.request_model);
         self.book_tokens(shared, &outcome, &exchange);
         let (nano, status) = match charge(config, &table, outcome, &exchange) {
             Charge::Priced { usage, nano } => {

@@ -2,10 +2,13 @@
 //! (JSON body, or a stream's final usage event: `crate::response_reader`), whether or not its
 //! model has a price; for an LLM call whose usage cannot be read, the estimate cost charges
 //! with `unpriced_charge: bytes` (one input token per request byte, one output token per
-//! response byte, `crate::unpriced`); otherwise nothing.
+//! response byte, `crate::unpriced`); for a stream that reported its usage in part, the figures
+//! cost charges (`crate::partial`: the reported counts, the output estimated); otherwise
+//! nothing.
 
 use crate::charge::Exchange;
 use crate::config::UnpricedCharge;
+use crate::partial::completed;
 use crate::unpriced::Reason;
 use crate::usage::Usage;
 
@@ -19,6 +22,9 @@ pub fn counted(
     match outcome {
         Ok(usage) => Some(usage.clone()),
         Err(_) if !exchange.llm_call => None,
+        Err(_) if exchange.partial.is_some() => exchange
+            .partial
+            .map(|known| completed(known, exchange.response_bytes, unpriced_charge)),
         Err(_) => match unpriced_charge {
             UnpricedCharge::Bytes => Some(Usage {
                 input_tokens: exchange.request_bytes,
@@ -40,6 +46,7 @@ mod tests {
             llm_call,
             request_bytes: 300,
             response_bytes: 1_200,
+            partial: None,
         }
     }
 
@@ -78,5 +85,22 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn usage_reported_in_part_counts_what_cost_charges() {
+        let known = Usage {
+            input_tokens: 900,
+            output_tokens: 1,
+            ..Usage::default()
+        };
+        let cut = Exchange {
+            partial: Some(&known),
+            ..exchange(true)
+        };
+        let got = counted(&Err(Reason::Incomplete), &cut, UnpricedCharge::Bytes).expect("counted");
+        assert_eq!((got.input_tokens, got.output_tokens), (900, 1_200));
+        let got = counted(&Err(Reason::Incomplete), &cut, UnpricedCharge::None).expect("counted");
+        assert_eq!((got.input_tokens, got.output_tokens), (900, 1));
     }
 }
