@@ -27,6 +27,7 @@ const PRICE: ModelPrice = ModelPrice {
     cache_creation: Some(187_500_000_001),
     reasoning: None,
     tier: None,
+    max_output_tokens: None,
 };
 
 /// The cost in nano-USD computed apart: parts in u128, rounded half up once.
@@ -97,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
     let now = Periods::at(now_ms / 1000);
     let mut want = 0u64;
     for _ in 0..3 {
-        ledger.book(&store, &key, now_ms, nano).unwrap();
+        ledger.book(&store, &key, now_ms, nano, None).unwrap();
         want = want.saturating_add(nano);
         let s = ledger.spend(&store, &key, &now).unwrap().spend;
         assert_eq!((s.day, s.month, s.total), (want, want, want));
