@@ -21,6 +21,7 @@ mod request_body;
 mod reservation;
 mod response;
 mod token_limits;
+mod unpriced_calls;
 
 use crate::global::Period;
 use crate::ledger::{Budget, Hold, Spend};
@@ -56,6 +57,9 @@ pub(crate) struct Request {
     hold_request: bool,
     /// The path is an OpenAI completions API (`request::stream_usage_on_request`).
     completions_path: bool,
+    /// The path is `…/responses`, and the tenant's requests must be read: a body with
+    /// `background: true` is an unpriced call (`crate::unpriced_calls`).
+    responses_path: bool,
     /// The request body's `model`.
     request_model: Option<String>,
     /// The request body's size (bytes).
