@@ -1,7 +1,9 @@
 //! One request through cost (wasm32), phase by phase (README, "How a request is priced"):
 //! 1. [`admission`]: the request headers: the tenant, its spend (one shared-data read; a tenant
 //!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
-//!    service in global mode), then the body held to be read.
+//!    service in global mode), then the body held to be read; a call that starts billable work
+//!    the filter cannot price refused ([`unpriced_calls`]: by path here, a background Responses
+//!    call with the body).
 //! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
 //!    `unknown_model` says so, or when a token limit that applies to it is spent:
 //!    [`token_limits`]), the request's estimate reserved against a budget ([`reservation`]:
