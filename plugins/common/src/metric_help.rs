@@ -30,6 +30,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("tollgate_cost_token_booking_failures_total", "Token-limit usage additions the cost filter could not store in shared data."),
     ("tollgate_cost_token_keys_created_total", "Token-limit count records created (one per tenant and limit)."),
     ("tollgate_cost_token_overflow_total", "Token-limit counts that went to the shared overflow record (max_keys reached or store full)."),
+    ("tollgate_cost_unpriced_calls_allowed_total", "Calls starting billable work the cost filter cannot price, passed on by unpriced_calls: allow."),
     ("tollgate_cost_unpriced_total", "LLM responses that could not be priced exactly, by reason."),
     ("tollgate_cost_unreadable_bodies_total", "Request bodies the cost filter could not read, by reason."),
     ("tollgate_jwt_auth_requests_total", "Requests by jwt-auth outcome (ok, bypass or the refusal reason)."),

@@ -22,6 +22,7 @@
 //!   "add_stream_usage": true,
 //!   "identity_encoding": true,
 //!   "unpriced_charge": "bytes",
+//!   "unpriced_calls": "refuse",
 //!   "max_request_body_bytes": 1048576,
 //!   "max_event_bytes": 65536,
 //!   "max_decoded_bytes": 67108864,
@@ -58,6 +59,7 @@ use crate::price_table::{single_price, Entry, Loaded, PriceTable};
 use crate::reservation::ReservationConfig;
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::token_limits::{RawTokenLimits, TokenLimits, TokenStore};
+use crate::unpriced_calls::UnpricedCalls;
 
 /// Default `max_request_body_bytes`: Envoy's default connection buffer limit (the filter holds
 /// the request body until it has read it; keep it at or below the listener's
@@ -117,6 +119,8 @@ struct RawConfig {
     identity_encoding: bool,
     #[serde(default)]
     unpriced_charge: UnpricedCharge,
+    #[serde(default)]
+    unpriced_calls: UnpricedCalls,
     #[serde(default = "default_max_request_body")]
     max_request_body_bytes: usize,
     #[serde(default = "default_max_event")]
@@ -307,6 +311,9 @@ pub struct Config {
     pub identity_encoding: bool,
     /// What LLM responses that cannot be priced exactly are charged.
     pub unpriced_charge: UnpricedCharge,
+    /// What a tenant whose requests must be read gets for a call that starts billable work the
+    /// filter cannot price (`crate::unpriced_calls`).
+    pub unpriced_calls: UnpricedCalls,
     /// Largest request body the filter holds to read it (bytes).
     pub max_request_body_bytes: usize,
     /// Largest captured `usage`/`model` value, and SSE event held back (bytes).
@@ -496,6 +503,7 @@ impl Config {
             add_stream_usage: raw.add_stream_usage,
             identity_encoding: raw.identity_encoding,
             unpriced_charge: raw.unpriced_charge,
+            unpriced_calls: raw.unpriced_calls,
             max_decoded_bytes: raw.max_decoded_bytes,
             max_request_body_bytes: bounded(
                 raw.max_request_body_bytes,

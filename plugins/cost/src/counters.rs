@@ -18,6 +18,10 @@ tollgate_common::counters! {
         invalid_credential: "tollgate_cost_requests_total" [outcome = "invalid_credential"],
         /// A request body the filter cannot read, refused (`unreadable`).
         unreadable_body: "tollgate_cost_requests_total" [outcome = "unreadable_body"],
+        /// A call starting billable work the filter cannot price, refused (`unpriced_calls`).
+        unpriced_endpoint: "tollgate_cost_requests_total" [outcome = "unpriced_endpoint"],
+        /// Such a call passed on by `unpriced_calls: allow`.
+        unpriced_calls_allowed: "tollgate_cost_unpriced_calls_allowed_total",
         cas_retries: "tollgate_cost_cas_retries_total",
         booking_failures: "tollgate_cost_booking_failures_total",
         tenants_created: "tollgate_cost_tenants_created_total",

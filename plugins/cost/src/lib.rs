@@ -50,6 +50,7 @@ pub mod response_reader;
 pub mod sse;
 pub mod token_limits;
 pub mod unpriced;
+pub mod unpriced_calls;
 pub mod unreadable;
 pub mod usage;
 

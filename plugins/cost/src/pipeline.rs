@@ -1,7 +1,9 @@
 //! One request through cost (wasm32), phase by phase (README, "How a request is priced"):
 //! 1. [`admission`]: the request headers: the tenant, its spend (one shared-data read; a tenant
 //!    with a budget and no record yet gets one), the budget check (locally, or on the rate limit
-//!    service in global mode), then the body held to be read.
+//!    service in global mode), then the body held to be read; a call that starts billable work
+//!    the filter cannot price refused ([`unpriced_calls`]: by path here, a background Responses
+//!    call with the body).
 //! 2. [`request_body`]: the whole request body: its `model` (refused when it has no price and
 //!    `unknown_model` says so, or when a token limit that applies to it is spent:
 //!    [`token_limits`]), the request's estimate reserved against a budget ([`reservation`]:
@@ -21,6 +23,7 @@ mod request_body;
 mod reservation;
 mod response;
 mod token_limits;
+mod unpriced_calls;
 
 use crate::global::Period;
 use crate::ledger::{Budget, Hold, Spend};
@@ -56,6 +59,9 @@ pub(crate) struct Request {
     hold_request: bool,
     /// The path is an OpenAI completions API (`request::stream_usage_on_request`).
     completions_path: bool,
+    /// The path is `…/responses`, and the tenant's requests must be read: a body with
+    /// `background: true` is an unpriced call (`crate::unpriced_calls`).
+    responses_path: bool,
     /// The request body's `model`.
     request_model: Option<String>,
     /// The request body's size (bytes).

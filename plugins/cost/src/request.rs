@@ -115,6 +115,8 @@ pub struct RequestBody<'a> {
     /// The largest output bound the body declares (`max_tokens`, `max_completion_tokens`,
     /// `max_output_tokens`); `None`: none given (or `null`).
     max_output_tokens: Option<u64>,
+    /// `background` is `true` (the Responses API's background mode).
+    background: bool,
 }
 
 /// The members of one object that the filter reads, as given (`slots`), and whether one of them
@@ -127,14 +129,16 @@ struct Slots<'a, const N: usize> {
 /// The names read at the top of a body, then inside `stream_options`. The output bounds are
 /// Chat Completions' `max_tokens` (deprecated there, Anthropic Messages' required bound) and
 /// `max_completion_tokens`, and the Responses API's `max_output_tokens` (OpenAI and Anthropic API
-/// references: integers).
-const TOP: [&str; 6] = [
+/// references: integers). `background` is the Responses API's (a boolean or null: OpenAI API
+/// reference, "Create a model response"), read on every path as the others.
+const TOP: [&str; 7] = [
     "model",
     "stream",
     "stream_options",
     "max_tokens",
     "max_completion_tokens",
     "max_output_tokens",
+    "background",
 ];
 const OPTIONS: [&str; 1] = ["include_usage"];
 
@@ -235,9 +239,10 @@ fn boolean(raw: Option<&RawValue>) -> Result<Option<bool>, Unreadable> {
 impl<'a> RequestBody<'a> {
     /// Reads a request body (not empty) under the rules of [`crate::unreadable`]: one JSON object
     /// in UTF-8 (`Json` otherwise), `model`, `stream`, `stream_options` and its
-    /// `include_usage`, `max_tokens`, `max_completion_tokens`, `max_output_tokens` each at most
-    /// once and under no other spelling (`AmbiguousName`), a string, a boolean or null, an
-    /// object or null, a boolean or null, integers ≥ 0 or null (`MemberType`; a `model` string
+    /// `include_usage`, `max_tokens`, `max_completion_tokens`, `max_output_tokens`, `background`
+    /// each at most once and under no other spelling (`AmbiguousName`), a string, a boolean or
+    /// null, an object or null, a boolean or null, integers ≥ 0 or null, a boolean or null
+    /// (`MemberType`; a `model` string
     /// that cannot be decoded, a lone surrogate escape in it, is `Json`).
     pub fn parse(body: &'a [u8]) -> Result<RequestBody<'a>, Unreadable> {
         let text = std::str::from_utf8(body).map_err(|_| Unreadable::Json)?;
@@ -248,7 +253,7 @@ impl<'a> RequestBody<'a> {
         if top.ambiguous {
             return Err(Unreadable::AmbiguousName);
         }
-        let [model, stream, stream_options, max_tokens, max_completion_tokens, max_output_tokens] =
+        let [model, stream, stream_options, max_tokens, max_completion_tokens, max_output_tokens, background] =
             top.slots;
         let mut declared: Option<u64> = None;
         for raw in [max_tokens, max_completion_tokens, max_output_tokens] {
@@ -262,6 +267,7 @@ impl<'a> RequestBody<'a> {
             Some(_) => return Err(Unreadable::MemberType),
         };
         let stream = boolean(stream)? == Some(true);
+        let background = boolean(background)? == Some(true);
         let (stream_options, include_usage) = match stream_options {
             None => (None, None),
             Some(raw) if raw.get() == "null" => (Some(raw), None),
@@ -284,6 +290,7 @@ impl<'a> RequestBody<'a> {
             stream_options,
             include_usage,
             max_output_tokens: declared,
+            background,
         })
     }
 
@@ -301,6 +308,12 @@ impl<'a> RequestBody<'a> {
     /// Whether `stream` is `true`.
     pub fn stream(&self) -> bool {
         self.stream
+    }
+
+    /// Whether `background` is `true`: a Responses request run after its response, whose work
+    /// the filter cannot price (`crate::unpriced_calls`).
+    pub fn background(&self) -> bool {
+        self.background
     }
 
     /// `stream_options.include_usage` (`None`: not given, or `null`).
@@ -530,6 +543,33 @@ mod tests {
             }
         }
         assert!(objects > 3_000 && others > 5_000, "{objects} {others}");
+    }
+
+    #[test]
+    fn background_is_read_as_the_other_members() {
+        let background = |body: &str| RequestBody::parse(body.as_bytes()).map(|b| b.background());
+        assert_eq!(background(r#"{"model":"m","background":true}"#), Ok(true));
+        assert_eq!(background(r#"{"model":"m","background":false}"#), Ok(false));
+        assert_eq!(background(r#"{"model":"m","background":null}"#), Ok(false));
+        assert_eq!(background(r#"{"model":"m"}"#), Ok(false));
+        // Lenient readers take "true", 1 or the last of two as true: never read as false here.
+        for body in [
+            r#"{"background":"true"}"#,
+            r#"{"background":1}"#,
+            r#"{"background":"false"}"#,
+            r#"{"background":[true]}"#,
+        ] {
+            assert_eq!(background(body), Err(Unreadable::MemberType), "{body}");
+        }
+        for body in [
+            r#"{"background":false,"background":true}"#,
+            r#"{"background":true,"background":false}"#,
+            r#"{"backgr\u006fund":true,"background":false}"#,
+            r#"{"Background":true}"#,
+            r#"{"BACKGROUND":true,"background":false}"#,
+        ] {
+            assert_eq!(background(body), Err(Unreadable::AmbiguousName), "{body}");
+        }
     }
 
     #[test]

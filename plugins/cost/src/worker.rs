@@ -68,6 +68,8 @@ pub(crate) struct Logs {
     pub(crate) unreadable: LogEvery,
     /// The tick that sends a booking could not be shortened.
     pub(crate) tick: LogEvery,
+    /// A call starting billable work the filter cannot price, refused or allowed.
+    pub(crate) unpriced_call: LogEvery,
 }
 
 impl Logs {
@@ -78,6 +80,7 @@ impl Logs {
             dropped: LogEvery::new(LOG_INTERVAL_MS),
             unreadable: LogEvery::new(LOG_INTERVAL_MS),
             tick: LogEvery::new(LOG_INTERVAL_MS),
+            unpriced_call: LogEvery::new(LOG_INTERVAL_MS),
         }
     }
 }

@@ -236,6 +236,19 @@ fn litellm_entries_load_verbatim_and_bad_prices_are_refused_by_name() {
     let c = Config::parse(format!(r#"{{"prices":{{}},{t},"error_format":"openai"}}"#).as_bytes())
         .unwrap();
     assert_eq!(c.error_format, ErrorFormat::OpenAi);
+    // unpriced_calls: refuse unless allow is said (the fail-open choice).
+    use tollgate_cost::unpriced_calls::UnpricedCalls;
+    let c = Config::parse(format!(r#"{{"prices":{{}},{t}}}"#).as_bytes()).unwrap();
+    assert_eq!(c.unpriced_calls, UnpricedCalls::Refuse);
+    let c = Config::parse(format!(r#"{{"prices":{{}},{t},"unpriced_calls":"allow"}}"#).as_bytes())
+        .unwrap();
+    assert_eq!(c.unpriced_calls, UnpricedCalls::Allow);
+    for bad in [r#""Allow""#, r#""pass""#, "true", "null"] {
+        refuse(
+            &format!(r#"{{"prices":{{}},{t},"unpriced_calls":{bad}}}"#),
+            "unpriced_calls",
+        );
+    }
 }
 
 /// A request's headers and properties, for the tenant sources.

@@ -15,6 +15,7 @@ use crate::global::{check_request, decide, Decision, Limits};
 use crate::ledger::{BookStats, Budget, Exceeded, Lookup, OpenError, Spend, Standing};
 use crate::period::Periods;
 use crate::request::stream_usage_on_request;
+use crate::unpriced_calls::{classify, starts_work, Target};
 use crate::unreadable;
 use crate::worker::{GlobalState, Shared};
 
@@ -80,8 +81,7 @@ impl Request {
         if let Some(exceeded) = budget.check(&spend, &now) {
             return self.over_budget(shared, exceeded);
         }
-        self.admitted(shared, end_of_stream);
-        Action::Continue
+        self.admitted(shared, end_of_stream)
     }
 
     /// The tenant's spend for the budget check. A tenant with a budget (`limited`) and no record
@@ -149,16 +149,20 @@ impl Request {
     /// refuses an unpriced model for every tenant) has every request body read, whatever the
     /// method (an upstream may serve an LLM call sent as a PUT, or a GET with a body) and
     /// whatever `max_request_body_bytes` (0: none fits, refused with 413); its
-    /// `content-encoding` and `content-type` are checked here (`unreadable::headers`). Other
-    /// tenants have a POST's body read, when `max_request_body_bytes` is not 0, as before.
-    pub(super) fn admitted(&mut self, shared: &Shared, end_of_stream: bool) {
+    /// `content-encoding` and `content-type` are checked here (`unreadable::headers`), and its
+    /// path (`crate::unpriced_calls`): a call that starts billable work the filter cannot price
+    /// is refused here (the `:method` read only on such a path; a request without a body starts
+    /// none: each of those endpoints requires body members), and a Responses call has its
+    /// `background` looked at with the body. Other tenants have a POST's body read, when
+    /// `max_request_body_bytes` is not 0, as before. `Continue`, or the refusal.
+    pub(super) fn admitted(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
         let config = &shared.config;
         if config.identity_encoding {
             // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
             set_request_header("accept-encoding", Some("identity"));
         }
         if end_of_stream {
-            return;
+            return Action::Continue;
         }
         self.must_read = self.budgeted
             || self.token_limited
@@ -172,11 +176,26 @@ impl Request {
         } else if config.max_request_body_bytes == 0
             || request_header_bytes(":method").as_deref() != Some(b"POST")
         {
-            return;
+            return Action::Continue;
         }
         self.hold_request = true;
         let target = request_header_bytes(":path");
         self.completions_path = target.as_deref().is_some_and(stream_usage_on_request);
+        if self.must_read {
+            match target.as_deref().map(classify) {
+                Some(Target::Unpriced(endpoint))
+                    if request_header_bytes(":method")
+                        .as_deref()
+                        .is_none_or(starts_work) =>
+                {
+                    if let Some(refused) = self.unpriced_call(shared, endpoint) {
+                        return refused;
+                    }
+                }
+                Some(Target::Responses) => self.responses_path = true,
+                _ => {}
+            }
+        }
         // For a refusal from the body, which has no request headers in Envoy (the envelope).
         if let Some(target) = target {
             keep_request_target(target);
@@ -186,6 +205,7 @@ impl Request {
             // the new length in nginx).
             set_request_header("content-length", None);
         }
+        Action::Continue
     }
 
     /// Global mode: asks the rate limit service whether the tenant's budgets are spent, the
@@ -207,8 +227,7 @@ impl Request {
             &limits,
             now,
         ) else {
-            self.admitted(shared, end_of_stream);
-            return Action::Continue;
+            return self.admitted(shared, end_of_stream);
         };
         if !g.call.admits() {
             let failure = CallFailure::BreakerOpen;
@@ -262,8 +281,7 @@ impl Request {
                 );
             }
         }
-        self.admitted(shared, end_of_stream);
-        Action::Continue
+        self.admitted(shared, end_of_stream)
     }
 
     /// The reply (or failure) of the global check: refuse, or resume the request.
@@ -291,8 +309,7 @@ impl Request {
                 match decide(&check.periods, &verdict, &now, 0, &pending) {
                     Decision::Admit => {
                         count(shared.counters.global_admitted);
-                        self.admitted(shared, check.end_of_stream);
-                        Action::Continue
+                        self.admitted(shared, check.end_of_stream)
                     }
                     Decision::Refuse(exceeded) => {
                         count(shared.counters.global_refused);

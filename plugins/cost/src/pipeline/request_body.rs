@@ -8,6 +8,7 @@ use tollgate_common::host_calls::{self as host_calls, count, now_unix_millis};
 use tollgate_common::signals;
 
 use crate::request::RequestBody;
+use crate::unpriced_calls::Endpoint;
 use crate::unreadable::Unreadable;
 use crate::worker::Shared;
 
@@ -137,6 +138,11 @@ impl Request {
             );
         }
         self.request_model = model;
+        if self.responses_path && request.background() {
+            if let Some(refused) = self.unpriced_call(shared, Endpoint::BackgroundResponse) {
+                return refused;
+            }
+        }
         if let Some(refused) = self.check_token_limits(shared) {
             return refused;
         }

@@ -1,0 +1,286 @@
+//! Requests that start billable LLM work the filter cannot price, recognised by their path (and,
+//! for a background response, by the body's `background`: `crate::request`), so that a tenant
+//! whose requests must be read is refused them (README, "Calls the filter cannot price").
+//!
+//! Their work is billed later, outside the response of the request that starts it:
+//! - OpenAI Batches: `POST /v1/batches` (API reference, "Create batch");
+//! - Anthropic Message Batches: `POST /v1/messages/batches` (API reference, "Create a Message
+//!   Batch");
+//! - OpenAI Assistants runs: `POST /v1/threads/runs` ("Create thread and run"),
+//!   `POST /v1/threads/{thread_id}/runs` ("Create run") and
+//!   `POST /v1/threads/{thread_id}/runs/{run_id}/submit_tool_outputs` ("Submit tool outputs to
+//!   run": the run goes on, billed);
+//! - OpenAI Responses with `"background": true` (`POST /v1/responses`, "background": answered
+//!   `queued`, the model runs after the response).
+//!
+//! Listing, retrieving and cancelling (`GET`, `DELETE`, `POST …/cancel`) start nothing and pass.
+//!
+//! A path is compared in a normal form, so that a spelling an upstream may route to the same
+//! endpoint is not missed (failing closed: a spelling no upstream routes there is at worst
+//! refused for such a tenant): the query and fragment cut off, percent-encoded octets decoded
+//! once (`%2F` too), ASCII letters lowered, `\` read as `/`, empty and `.` segments dropped, `..`
+//! removing the segment before it, and a segment's `;` parameters cut off (RFC 3986 sections
+//! 2.1, 3.3 and 5.2.4). The endpoints are matched on the path's last segments, so that a prefix
+//! (`/openai/v1/batches`) is covered.
+
+use serde::Deserialize;
+
+/// An endpoint whose call starts billable work the filter cannot price.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// OpenAI `…/batches`.
+    Batches,
+    /// Anthropic `…/messages/batches`.
+    MessageBatches,
+    /// OpenAI `…/threads/runs` (a thread and its run).
+    ThreadRuns,
+    /// OpenAI `…/threads/{thread_id}/runs`.
+    Runs,
+    /// OpenAI `…/threads/{thread_id}/runs/{run_id}/submit_tool_outputs`.
+    SubmitToolOutputs,
+    /// OpenAI `…/responses` with `"background": true` (found in the body).
+    BackgroundResponse,
+}
+
+impl Endpoint {
+    /// The endpoint in words, for the refusal's message and the log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Endpoint::Batches => "batches (/v1/batches)",
+            Endpoint::MessageBatches => "message batches (/v1/messages/batches)",
+            Endpoint::ThreadRuns => "assistants thread runs (/v1/threads/runs)",
+            Endpoint::Runs => "assistants runs (/v1/threads/{thread_id}/runs)",
+            Endpoint::SubmitToolOutputs => {
+                "assistants tool outputs (/v1/threads/{thread_id}/runs/{run_id}/submit_tool_outputs)"
+            }
+            Endpoint::BackgroundResponse => "background responses (/v1/responses, background: true)",
+        }
+    }
+}
+
+/// What a request path is, for this check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Billable work the filter cannot price, unless the method only reads or cancels
+    /// ([`starts_work`]).
+    Unpriced(Endpoint),
+    /// `…/responses`: unpriced when its body sets `background` (checked with the body).
+    Responses,
+    /// Anything else.
+    Other,
+}
+
+/// `unpriced_calls`: what a tenant whose requests must be read gets for such a call.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnpricedCalls {
+    /// Refused before the upstream, 403 `unpriced_endpoint` (default).
+    #[default]
+    Refuse,
+    /// Passed on, counted (fail-open: the budget never sees that work).
+    Allow,
+}
+
+/// Whether a request with method `method` to an [`Target::Unpriced`] path may start its work:
+/// every method but `GET`, `HEAD`, `DELETE` and `OPTIONS` (RFC 9110 section 9.3: the methods
+/// that read, remove or describe). Methods are case-sensitive (RFC 9110 section 9.1): `post` is
+/// not one of them, so it is taken as starting work.
+pub fn starts_work(method: &[u8]) -> bool {
+    !matches!(method, b"GET" | b"HEAD" | b"DELETE" | b"OPTIONS")
+}
+
+/// Classifies a request target (`:path`, with its query): see the module documentation. An
+/// encoded `/` (`%2F`, or `%5C` for `\`) is read both ways, as a separator and as a character of
+/// its segment (servers differ), and the target is unpriced when either reading is.
+pub fn classify(target: &[u8]) -> Target {
+    match classify_normal(&normal_form(target, true)) {
+        Target::Other => classify_normal(&normal_form(target, false)),
+        found => found,
+    }
+}
+
+fn classify_normal(normal: &[u8]) -> Target {
+    let segments = segments(normal);
+    let last = |n: usize| -> Option<&[u8]> {
+        segments
+            .len()
+            .checked_sub(n)
+            .and_then(|at| segments.get(at))
+            .copied()
+    };
+    match (last(1), last(2)) {
+        (Some(b"batches"), Some(b"messages")) => return Target::Unpriced(Endpoint::MessageBatches),
+        (Some(b"batches"), _) => return Target::Unpriced(Endpoint::Batches),
+        (Some(b"runs"), Some(b"threads")) => return Target::Unpriced(Endpoint::ThreadRuns),
+        (Some(b"responses"), _) => return Target::Responses,
+        _ => {}
+    }
+    if last(1) == Some(b"runs") && last(3) == Some(b"threads") {
+        return Target::Unpriced(Endpoint::Runs);
+    }
+    if last(1) == Some(b"submit_tool_outputs")
+        && last(3) == Some(b"runs")
+        && last(5) == Some(b"threads")
+    {
+        return Target::Unpriced(Endpoint::SubmitToolOutputs);
+    }
+    Target::Other
+}
+
+/// The path of `target` without its query and fragment, percent-decoded once (an encoded `/` or
+/// `\` only when `decode_slash`), ASCII letters lowered, `\` turned to `/`.
+fn normal_form(target: &[u8], decode_slash: bool) -> Vec<u8> {
+    let path = target
+        .split(|&b| b == b'?' || b == b'#')
+        .next()
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(path.len());
+    let mut rest = path;
+    while let [first, tail @ ..] = rest {
+        let encoded = match rest {
+            [b'%', hi, lo, after @ ..] => hex(*hi)
+                .zip(hex(*lo))
+                .map(|(hi, lo)| (hi << 4 | lo, after))
+                .filter(|&(d, _)| decode_slash || (d != b'/' && d != b'\\')),
+            _ => None,
+        };
+        let (byte, after) = encoded.unwrap_or((*first, tail));
+        rest = after;
+        out.push(match byte {
+            b'\\' => b'/',
+            other => other.to_ascii_lowercase(),
+        });
+    }
+    out
+}
+
+/// The value of a hexadecimal digit.
+fn hex(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// The segments of a normal-form path: empty and `.` ones dropped, `..` removing the one before,
+/// `;` parameters cut off.
+fn segments(path: &[u8]) -> Vec<&[u8]> {
+    let mut out: Vec<&[u8]> = Vec::new();
+    for segment in path.split(|&b| b == b'/') {
+        let segment = segment.split(|&b| b == b';').next().unwrap_or_default();
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unpriced(path: &str) -> Option<Endpoint> {
+        match classify(path.as_bytes()) {
+            Target::Unpriced(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_providers_paths() {
+        use Endpoint::*;
+        assert_eq!(unpriced("/v1/batches"), Some(Batches));
+        assert_eq!(unpriced("/v1/messages/batches"), Some(MessageBatches));
+        assert_eq!(unpriced("/v1/threads/runs"), Some(ThreadRuns));
+        assert_eq!(unpriced("/v1/threads/thread_abc123/runs"), Some(Runs));
+        assert_eq!(
+            unpriced("/v1/threads/thread_abc/runs/run_abc/submit_tool_outputs"),
+            Some(SubmitToolOutputs)
+        );
+        // Behind a prefix (Azure OpenAI: /openai/batches), with a query.
+        assert_eq!(
+            unpriced("/openai/batches?api-version=2024-10-21"),
+            Some(Batches)
+        );
+        assert_eq!(classify(b"/v1/responses"), Target::Responses);
+        assert_eq!(classify(b"/v1/responses?x=1"), Target::Responses);
+    }
+
+    #[test]
+    fn reading_cancelling_and_other_calls_are_not_unpriced() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/embeddings",
+            "/v1/batches/batch_abc",
+            "/v1/batches/batch_abc/cancel",
+            "/v1/messages/batches/msgbatch_abc/cancel",
+            "/v1/messages/batches/msgbatch_abc/results",
+            "/v1/threads",
+            "/v1/threads/thread_abc",
+            "/v1/threads/thread_abc/messages",
+            "/v1/threads/thread_abc/runs/run_abc",
+            "/v1/threads/thread_abc/runs/run_abc/cancel",
+            "/v1/responses/resp_abc",
+            "/v1/responses/resp_abc/cancel",
+            "/v1/files",
+            "/",
+            "",
+            "?/v1/batches",
+        ] {
+            assert_eq!(classify(path.as_bytes()), Target::Other, "{path}");
+        }
+        assert!(starts_work(b"POST"));
+        assert!(starts_work(b"PUT"));
+        assert!(starts_work(b"post"));
+        for method in ["GET", "HEAD", "DELETE", "OPTIONS"] {
+            assert!(!starts_work(method.as_bytes()), "{method}");
+        }
+    }
+
+    /// Spellings an upstream may route to the same endpoint (servers that merge slashes, drop a
+    /// trailing one, decode before routing, match without case, read `\` as `/`, resolve dot
+    /// segments or strip `;` parameters).
+    #[test]
+    fn hostile_spellings_are_recognised() {
+        for path in [
+            "/v1//batches",
+            "//v1/batches",
+            "/v1/batches/",
+            "/v1/batches//",
+            "/v1/%62atches",
+            "/v1/%62ATCHES",
+            "/v1%2Fbatches",
+            "/v1%2fbatches",
+            "/V1/Batches",
+            "/v1/BATCHES?limit=1",
+            "/v1/batches#x",
+            "/v1\\batches",
+            "/v1/./batches",
+            "/v1/x/../batches",
+            "/v1/batches;v=1",
+            "/v1/batches/.",
+        ] {
+            assert_eq!(unpriced(path), Some(Endpoint::Batches), "{path}");
+        }
+        assert_eq!(
+            unpriced("/v1/Messages//Batches/"),
+            Some(Endpoint::MessageBatches)
+        );
+        // Read both ways: a thread id with an encoded slash, or two segments.
+        assert_eq!(unpriced("/v1/threads/t%2Fx/runs"), Some(Endpoint::Runs));
+        assert_eq!(unpriced("/v1/threads%2Fruns"), Some(Endpoint::ThreadRuns));
+        assert_eq!(unpriced("/v1/THREADS/t1/RUNS/"), Some(Endpoint::Runs));
+        assert_eq!(classify(b"/v1/Responses/"), Target::Responses);
+        assert_eq!(classify(b"/v1/respons%65s"), Target::Responses);
+        // Not a batch: the last segment is something else, or an encoding that is not one.
+        assert_eq!(unpriced("/v1/batches/x"), None);
+        assert_eq!(unpriced("/v1/batches%"), None);
+        assert_eq!(unpriced("/v1/batches%zz"), None);
+        assert_eq!(unpriced("/v1/batches/.."), None);
+        assert_eq!(unpriced("/v1/batche"), None);
+    }
+}
