@@ -62,16 +62,7 @@ impl Request {
                     ),
                     status,
                 );
-                return self.refuse(
-                    shared.counters.store_failure,
-                    "store_failure",
-                    (
-                        config.store_full.status,
-                        &[("retry-after", "1")],
-                        "budget_unavailable",
-                        "the spend of this tenant cannot be read or stored; retry later",
-                    ),
-                );
+                return self.ledger_unavailable(shared);
             }
         };
         self.spend = Some(spend);

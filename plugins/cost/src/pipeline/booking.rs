@@ -154,6 +154,22 @@ impl Request {
         }
     }
 
+    /// Refuses the request of a tenant whose ledger record cannot be read or written (at the
+    /// request headers or at its reservation; the caller has logged why): `store_full.status`,
+    /// `retry-after: 1`, code `budget_unavailable`, counted and published as `store_failure`.
+    pub(super) fn ledger_unavailable(&mut self, shared: &Shared) -> Action {
+        self.refuse(
+            shared.counters.store_failure,
+            "store_failure",
+            (
+                shared.config.store_full.status,
+                &[("retry-after", "1")],
+                "budget_unavailable",
+                "the spend of this tenant cannot be read or stored; retry later",
+            ),
+        )
+    }
+
     /// Refuses the request before the upstream (the stream ends here).
     pub(super) fn refuse(
         &mut self,

@@ -59,16 +59,7 @@ impl Request {
                     Some(status) => shared.store_failed(&what, status),
                     None => log::warn!("{what} (CAS retries exhausted)"),
                 }
-                Some(self.refuse(
-                    shared.counters.store_failure,
-                    "store_failure",
-                    (
-                        config.store_full.status,
-                        &[("retry-after", "1")],
-                        "budget_unavailable",
-                        "the spend of this tenant cannot be read or stored; retry later",
-                    ),
-                ))
+                Some(self.ledger_unavailable(shared))
             }
         }
     }
