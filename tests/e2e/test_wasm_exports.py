@@ -13,6 +13,7 @@ filters still behave is what every other e2e suite shows, on every host.
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import tomllib
 
 import pytest
@@ -138,3 +139,17 @@ def test_the_sdks_callbacks_are_not_stubs():
     exports, bodies = parse(untrimmed)
     assert not [c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in exports
                 and bodies.get(exports[f"proxy_on_{c}"]) == STUB_BODY.get(c, CONTINUE_BODY)]
+
+
+def test_a_build_with_nothing_to_compile_leaves_the_modules_alone():
+    """scripts/build.sh runs while gateways load the modules (the demo runs it during the suites):
+    a build that changes nothing must not replace a module, even for a moment. cargo re-links its
+    artifacts into its output directory on every build, so the modules' directory is not it."""
+    if WASM_DIR != ROOT / "target" / "wasm32-wasip1" / "release":
+        pytest.skip("TOLLGATE_WASM_DIR points at other builds")
+    modules = sorted(WASM_DIR.glob("*.wasm"))
+    assert {f"{declared(c)[0]}.wasm" for c in CRATES} <= {m.name for m in modules}
+    before = {m.name: (m.stat().st_ino, m.stat().st_mtime_ns) for m in modules}
+    r = subprocess.run([str(ROOT / "scripts" / "build.sh")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {m.name: (m.stat().st_ino, m.stat().st_mtime_ns) for m in sorted(WASM_DIR.glob("*.wasm"))} == before
