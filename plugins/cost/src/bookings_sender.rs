@@ -2,13 +2,17 @@
 //! limit service, one call in flight per worker, the next batch at once on its reply, else on
 //! ticks; a failed batch goes to the shared replay queue, replayed from ticks. Sent by the root
 //! context because the Rust SDK delivers a call's reply only to the context that made it, and a
-//! request's context is gone soon after its booking (see `Shared::wake_root`).
+//! request's context is gone soon after its booking (see `Shared::wake_root`). The same slot
+//! sends the claims of month carries (`crate::month_windows`) before the bookings: a claim won
+//! queues the carry as a booking.
 
 use tollgate_common::host_calls::{count, count_n, now_unix_millis};
 use tollgate_common::rls::CallFailure;
 use tollgate_common::shared_data::HostSharedData;
 
-use crate::global::{batch_request, Booking, Limits, BATCH_MAX};
+use crate::global::{
+    batch_request, claim_outcome, claim_request, Booking, BookingKey, Claim, Limits, BATCH_MAX,
+};
 use crate::period::Periods;
 use crate::worker::Shared;
 
@@ -21,10 +25,12 @@ pub(crate) struct BookingSender {
     booking: Option<InFlight>,
 }
 
-/// A batch of bookings sent to the rate limit service.
+/// A batch of bookings, or a claim, sent to the rate limit service.
 struct InFlight {
     token: u32,
     sent: Vec<Booking>,
+    /// A claim instead of bookings, and the tenant's month budget in units.
+    claim: Option<(Claim, u32)>,
     descriptors: usize,
     /// When it was sent (Unix ms): a call not reported by its timeout plus BOOKING_GRACE_MS is
     /// taken as failed.
@@ -59,10 +65,36 @@ impl BookingSender {
             if let Some(f) = self.booking.take() {
                 g.call
                     .failed(&CallFailure::Grpc(4), "a booking call was never reported");
-                shared.requeue(g, &f.sent);
+                Self::failed(shared, &f);
             }
         }
         if !g.call.admits() {
+            return;
+        }
+        let config = &shared.config;
+        let ledger = config.ledger.name();
+        let claim = g.claims.borrow_mut().take_next();
+        if let Some(claim) = claim {
+            let limits = Limits::of(&g.config, &config.budget(&claim.tenant));
+            let Some(limit) = limits.month else {
+                return;
+            };
+            let request = claim_request(&g.call.config().domain, ledger, &claim, limit);
+            let f = InFlight {
+                token: 0,
+                sent: Vec::new(),
+                claim: Some((claim, limit)),
+                descriptors: request.descriptors.len(),
+                since: now_ms,
+            };
+            match g.call.dispatch(&request) {
+                Ok(token) => self.booking = Some(InFlight { token, ..f }),
+                Err(failure) => {
+                    g.call
+                        .failed(&failure, "the carry is claimed on a later check");
+                    Self::failed(shared, &f);
+                }
+            }
             return;
         }
         let mut batch = g.outbox.borrow_mut().take(BATCH_MAX);
@@ -76,8 +108,6 @@ impl BookingSender {
             }
             count(shared.counters.global_replays);
         }
-        let config = &shared.config;
-        let ledger = config.ledger.name();
         let now = Periods::at(now_ms / 1_000);
         let built = batch_request(&g.call.config().domain, ledger, batch, &now, |t| {
             Limits::of(&g.config, &config.budget(t))
@@ -92,6 +122,7 @@ impl BookingSender {
                 self.booking = Some(InFlight {
                     token,
                     sent: built.sent,
+                    claim: None,
                     descriptors,
                     since: now_ms,
                 });
@@ -119,6 +150,12 @@ impl BookingSender {
         };
         g.ticks.set_in_flight(false);
         match g.call.reply(status_code, response_size, f.descriptors) {
+            Ok(verdict) if f.claim.is_some() => {
+                if let Some((claim, limit)) = f.claim {
+                    Self::claimed(shared, &claim, claim_outcome(&verdict, limit));
+                }
+                self.flush(shared);
+            }
             Ok(_) => {
                 count_n(
                     shared.counters.global_booked,
@@ -129,8 +166,49 @@ impl BookingSender {
             }
             Err(failure) => {
                 g.call.failed(&failure, "bookings queued for replay");
-                shared.requeue(g, &f.sent);
+                Self::failed(shared, &f);
             }
+        }
+    }
+
+    /// A call that got no answer: its bookings go to the replay queue, its claim is forgotten
+    /// (a later check of the tenant asks it again).
+    fn failed(shared: &Shared, f: &InFlight) {
+        let Some(g) = shared.global.as_ref() else {
+            return;
+        };
+        shared.requeue(g, &f.sent);
+        if let Some((claim, _)) = &f.claim {
+            g.claims.borrow_mut().failed(claim);
+        }
+    }
+
+    /// A claim's answer: when this worker won it, the carry is queued as a booking into the
+    /// carry's counter (`units`: the month spend that counter misses).
+    fn claimed(shared: &Shared, claim: &Claim, units: Option<u32>) {
+        let (Some(g), Some(units)) = (shared.global.as_ref(), units) else {
+            return;
+        };
+        log::info!(
+            "global budgets: {units} units of tenant {}'s month {} carried from the {} counter \
+             into the {} counter",
+            claim.tenant,
+            claim.month,
+            claim.carry.from.name(),
+            claim.carry.to.name()
+        );
+        if units == 0 {
+            return;
+        }
+        let key = BookingKey {
+            tenant: claim.tenant.clone(),
+            day: 0,
+            month: claim.month,
+            into: Some(claim.carry.to),
+        };
+        if !g.outbox.borrow_mut().push(Booking { key, units }) {
+            count(shared.counters.global_dropped);
+            shared.dropped("a month carry dropped: the outbox is full");
         }
     }
 }

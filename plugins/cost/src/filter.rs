@@ -64,7 +64,7 @@ use tollgate_common::skeleton::{Filter, FilterConfig};
 use crate::bookings_sender::BookingSender;
 use crate::config::{Config, PRICES_NAMESPACE};
 use crate::counters::Counters;
-use crate::global::{Outbox, SendTicks, OUTBOX_MAX, REPLAY_MAX};
+use crate::global::{Claims, Outbox, SendTicks, OUTBOX_MAX, REPLAY_MAX};
 use crate::pipeline::Request;
 use crate::remote_prices::{millis_since, PriceRefresh};
 use crate::replay_queue::{encode_queue, ReplayQueue};
@@ -153,6 +153,7 @@ impl Filter for Cost {
         let global = config.global.clone().map(|g| GlobalState {
             call: GlobalCall::new(g.rls.clone(), counters.calls(), String::new()),
             outbox: RefCell::new(Outbox::new(OUTBOX_MAX)),
+            claims: RefCell::new(Claims::new(OUTBOX_MAX)),
             ticks: SendTicks::new(GLOBAL_TICK_MILLIS, BOOKING_TICK_MILLIS),
             queue: ReplayQueue::new(config.ledger.name(), REPLAY_MAX),
             config: g,

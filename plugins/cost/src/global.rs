@@ -19,6 +19,9 @@
 //! then the day's:
 //! - entries `("cost", "<len>:<ledger>/month/<yyyymm>")` and `("tenant", <tenant>)`, the limit
 //!   override `{month units, YEAR}`;
+//! - in a month that holds a YEAR boundary, the bridge: `("cost",
+//!   "<len>:<ledger>/month-bridge/<yyyymm>")`, `("tenant", <tenant>)`, `{month units, MONTH}`
+//!   (`crate::month_windows`);
 //! - entries `("cost", "<len>:<ledger>/day/<yyyymmdd>")` and `("tenant", <tenant>)`, the limit
 //!   override `{day units, DAY}`.
 //!
@@ -34,9 +37,9 @@
 //! The day's descriptor names the day it counts, the month's the calendar month (`period.rs`), so
 //! a counter never spans two periods. The month's counter lives in a YEAR window, which holds
 //! the whole month except in the one calendar month per year that contains a YEAR boundary
-//! (epoch + k·365 days: 2025-12-18, 2026-12-18, 2027-12-18, 2028-12-17 at 00:00 UTC...): there
-//! the count restarts at that boundary, and the month's budget can be spent once before it and
-//! once after. [`year_boundary_in_month`] says which month that is.
+//! (epoch + k·365 days: 2026-12-18, 2027-12-18, 2028-12-17 at 00:00 UTC...): there the month is
+//! also counted by a bridge in MONTH windows, and the spend before a window's start is carried
+//! into it once (`crate::month_windows`).
 //!
 //! # The check and the booking
 //!
@@ -57,7 +60,7 @@
 //! counter no longer matters).
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tollgate_common::config::ConfigError;
 use tollgate_common::rls::{
@@ -65,6 +68,7 @@ use tollgate_common::rls::{
 };
 
 use crate::ledger::{Budget, Exceeded};
+use crate::month_windows::{self, Carry, Counter};
 use crate::period::Periods;
 
 /// Default `global.unit_nano_usd`: 10^-4 USD.
@@ -175,15 +179,22 @@ pub fn cost_entry(ledger: &str, period: Period, id: u32) -> String {
         Period::Month => "month",
         Period::Day => "day",
     };
+    entry_value(ledger, name, id)
+}
+
+/// `<len>:<ledger>/<name>/<id>`: the `cost` entry's value of counter `name` of period `id`.
+fn entry_value(ledger: &str, name: &str, id: u32) -> String {
     let body = format!("{ledger}/{name}/{id}");
     format!("{}:{body}", body.len())
 }
 
+/// The descriptor of `tenant`'s counter `name` (`month`, `day`, ...) of period `id`, in `unit`
+/// windows.
 fn descriptor(
     ledger: &str,
     tenant: &str,
-    period: Period,
-    id: u32,
+    (name, id): (&str, u32),
+    unit: Unit,
     limit: u32,
     hits: u32,
 ) -> RateLimitDescriptor {
@@ -191,7 +202,7 @@ fn descriptor(
         entries: vec![
             Entry {
                 key: COST_ENTRY.to_string(),
-                value: cost_entry(ledger, period, id),
+                value: entry_value(ledger, name, id),
             },
             Entry {
                 key: TENANT_ENTRY.to_string(),
@@ -200,12 +211,43 @@ fn descriptor(
         ],
         limit: Some(LimitOverride {
             requests_per_unit: limit,
-            unit: match period {
-                Period::Month => Unit::Year as i32,
-                Period::Day => Unit::Day as i32,
-            },
+            unit: unit as i32,
         }),
         hits_addend: Some(u64::from(hits)),
+    }
+}
+
+/// The descriptors of a booking of `hits` (0: a check) on `tenant`'s budgeted periods at `now`:
+/// the month's counters (`month_windows::counters`), then the day's.
+fn period_descriptors(
+    ledger: &str,
+    tenant: &str,
+    limits: &Limits,
+    now: &Periods,
+    hits: (u32, u32),
+    out: &mut Vec<RateLimitDescriptor>,
+) {
+    if let Some(m) = limits.month {
+        for c in month_windows::counters(now.month) {
+            out.push(descriptor(
+                ledger,
+                tenant,
+                (c.name(), now.month),
+                c.unit(),
+                m,
+                hits.0,
+            ));
+        }
+    }
+    if let Some(d) = limits.day {
+        out.push(descriptor(
+            ledger,
+            tenant,
+            ("day", now.day),
+            Unit::Day,
+            d,
+            hits.1,
+        ));
     }
 }
 
@@ -229,11 +271,14 @@ impl Limits {
         }
     }
 
-    /// The periods limited, in descriptor order (month first).
-    pub fn periods(&self) -> Vec<Period> {
-        let mut out = Vec::with_capacity(2);
+    /// The periods limited, one per descriptor of [`check_request`] in month `month`
+    /// (`yyyymm`): the month once per counter (`month_windows::counters`), then the day.
+    pub fn periods(&self, month: u32) -> Vec<Period> {
+        let mut out = Vec::with_capacity(3);
         if self.month.is_some() {
-            out.push(Period::Month);
+            for _ in month_windows::counters(month) {
+                out.push(Period::Month);
+            }
         }
         if self.day.is_some() {
             out.push(Period::Day);
@@ -251,13 +296,8 @@ pub fn check_request(
     limits: &Limits,
     now: &Periods,
 ) -> Option<RateLimitRequest> {
-    let mut descriptors = Vec::with_capacity(2);
-    if let Some(m) = limits.month {
-        descriptors.push(descriptor(ledger, tenant, Period::Month, now.month, m, 0));
-    }
-    if let Some(d) = limits.day {
-        descriptors.push(descriptor(ledger, tenant, Period::Day, now.day, d, 0));
-    }
+    let mut descriptors = Vec::with_capacity(3);
+    period_descriptors(ledger, tenant, limits, now, (0, 0), &mut descriptors);
     (!descriptors.is_empty()).then(|| RateLimitRequest {
         domain: domain.to_string(),
         descriptors,
@@ -338,6 +378,9 @@ pub struct BookingKey {
     pub day: u32,
     /// `yyyymm`, or 0.
     pub month: u32,
+    /// A carry into this month counter ([`claim_outcome`]): booked there only, in the carry's
+    /// interval; `None` for spend.
+    pub into: Option<Counter>,
 }
 
 /// Spend to add to the service's counters.
@@ -364,6 +407,7 @@ impl Booking {
             tenant: tenant.to_string(),
             day: if limits.day.is_some() { now.day } else { 0 },
             month: if limits.month.is_some() { now.month } else { 0 },
+            into: None,
         };
         (units > 0 && (key.day != 0 || key.month != 0)).then_some(Booking { key, units })
     }
@@ -429,11 +473,15 @@ impl Outbox {
             tenant: tenant.to_string(),
             day: 0,
             month: 0,
+            into: None,
         };
         let mut out = Pending::default();
         for (key, units) in self.queued.range(from..) {
             if key.tenant != tenant {
                 break;
+            }
+            if key.into.is_some() {
+                continue; // a carry: the spend it carries is counted already
             }
             if key.month != 0 && key.month == now.month {
                 out.month = out.month.saturating_add(*units);
@@ -453,6 +501,57 @@ impl Outbox {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.queued.is_empty()
+    }
+}
+
+/// The carries a worker has asked the service to claim (`month_windows`): each (tenant, month,
+/// counter, window) at most once while remembered, at most `max` remembered (when full, all are
+/// forgotten: a carry asked again is claimed again, and the service answers that claim over, so
+/// nothing is carried twice).
+#[derive(Debug, Default)]
+pub struct Claims {
+    asked: BTreeSet<(String, u32, Counter, u64)>,
+    queued: VecDeque<Claim>,
+    max: usize,
+}
+
+impl Claims {
+    /// No claim asked, at most `max` remembered.
+    pub fn new(max: usize) -> Claims {
+        Claims {
+            asked: BTreeSet::new(),
+            queued: VecDeque::new(),
+            max,
+        }
+    }
+
+    /// Queues `claim` unless it was asked already; whether it was queued.
+    pub fn ask(&mut self, claim: Claim) -> bool {
+        let id = Self::id(&claim);
+        if self.asked.contains(&id) {
+            return false;
+        }
+        if self.asked.len() >= self.max {
+            self.asked.clear();
+            self.queued.clear();
+        }
+        self.asked.insert(id);
+        self.queued.push_back(claim);
+        true
+    }
+
+    /// The next claim to send.
+    pub fn take_next(&mut self) -> Option<Claim> {
+        self.queued.pop_front()
+    }
+
+    /// `claim` got no answer: forgotten, so that a later check asks it again.
+    pub fn failed(&mut self, claim: &Claim) {
+        self.asked.remove(&Self::id(claim));
+    }
+
+    fn id(c: &Claim) -> (String, u32, Counter, u64) {
+        (c.tenant.clone(), c.month, c.carry.to, c.carry.start)
     }
 }
 
@@ -522,7 +621,9 @@ pub struct BatchRequest {
 
 /// The request booking `batch` at `now`: per booking, a descriptor per period still current
 /// with `limits_of(tenant)`'s limit (a period no longer budgeted is skipped) and the booking's
-/// units as `hits_addend`. A period that has ended is dropped (its counter no longer matters).
+/// units as `hits_addend`: the month's counters (`month_windows::counters`), then the day's. A
+/// carry goes to its counter only, and only during its interval (`month_windows::carry_due`). A
+/// period that has ended is dropped (its counter no longer matters).
 pub fn batch_request(
     domain: &str,
     ledger: &str,
@@ -536,25 +637,23 @@ pub fn batch_request(
     for b in batch {
         let limits = limits_of(&b.key.tenant);
         let before = descriptors.len();
-        if let Some(m) = limits.month.filter(|_| b.key.month == now.month) {
-            descriptors.push(descriptor(
-                ledger,
-                &b.key.tenant,
-                Period::Month,
-                now.month,
-                m,
-                b.units,
-            ));
-        }
-        if let Some(d) = limits.day.filter(|_| b.key.day == now.day) {
-            descriptors.push(descriptor(
-                ledger,
-                &b.key.tenant,
-                Period::Day,
-                now.day,
-                d,
-                b.units,
-            ));
+        match b.key.into {
+            None => {
+                let current = Limits {
+                    month: limits.month.filter(|_| b.key.month == now.month),
+                    day: limits.day.filter(|_| b.key.day == now.day),
+                };
+                let hits = (b.units, b.units);
+                period_descriptors(ledger, &b.key.tenant, &current, now, hits, &mut descriptors);
+            }
+            Some(to) => {
+                let due = month_windows::carry_due(now.month, now.secs).filter(|c| c.to == to);
+                if let (Some(m), Some(c), true) = (limits.month, due, b.key.month == now.month) {
+                    let name = (c.to.name(), now.month);
+                    let unit = c.to.unit();
+                    descriptors.push(descriptor(ledger, &b.key.tenant, name, unit, m, b.units));
+                }
+            }
         }
         if descriptors.len() == before {
             stale = stale.saturating_add(1);
@@ -573,29 +672,56 @@ pub fn batch_request(
     }
 }
 
-/// The first YEAR-window boundary of the reference server (a multiple of 365 days after the
-/// epoch) strictly inside calendar month `month` (`yyyymm`), as Unix seconds: the month whose
-/// global count restarts there (see the module documentation). `None` for most months.
-pub fn year_boundary_in_month(month: u32) -> Option<u64> {
-    const YEAR: u64 = 365 * 86_400;
-    let (y, m) = (u64::from(month / 100), u64::from(month % 100));
-    let start = month_start(y, m)?;
-    let (ny, nm) = if m == 12 {
-        (y.checked_add(1)?, 1)
-    } else {
-        (y, m.checked_add(1)?)
-    };
-    let end = month_start(ny, nm)?;
-    let next = start.div_ceil(YEAR).checked_mul(YEAR)?;
-    (next > start && next < end).then_some(next)
+/// A carry this worker asks the service to claim for `tenant` in month `month` (`yyyymm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The tenant (1 to 128 visible ASCII bytes).
+    pub tenant: String,
+    /// `yyyymm`.
+    pub month: u32,
+    /// What to carry.
+    pub carry: Carry,
 }
 
-/// Unix seconds of 00:00 UTC on the first of month `m` (1-12) of year `y` (1970-9999).
-fn month_start(y: u64, m: u64) -> Option<u64> {
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) {
+/// The claim call of `claim`, whose month budget is `limit` units: `[claim, from, to]`: the
+/// claim descriptor (`<ledger>/month-carry/<yyyymm>` or `month-bridge-carry`, limit 1 in `to`'s
+/// windows, `hits_addend` 1: the service counts 1 for the first claim of the window, over for
+/// every later one), then both counters read (`hits_addend` 0) in the same call.
+pub fn claim_request(domain: &str, ledger: &str, claim: &Claim, limit: u32) -> RateLimitRequest {
+    let (to, from) = (claim.carry.to, claim.carry.from);
+    let id = claim.month;
+    let t = claim.tenant.as_str();
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors: vec![
+            descriptor(ledger, t, (to.claim_name(), id), to.unit(), 1, 1),
+            descriptor(ledger, t, (from.name(), id), from.unit(), limit, 0),
+            descriptor(ledger, t, (to.name(), id), to.unit(), limit, 0),
+        ],
+        hits_addend: 0,
+    }
+}
+
+/// What the reply to [`claim_request`] says: `Some(units)` to book into the carry's `to`
+/// counter when this call won the claim (the `from` count minus the `to` count, 0 when
+/// nothing is missing), `None` when another call had claimed it or the reply has not three
+/// statuses. A count is the limit minus `limit_remaining`, or the limit plus one when the status
+/// is over it (the reference server is over only above the limit).
+pub fn claim_outcome(verdict: &Verdict, limit: u32) -> Option<u32> {
+    let [claim, from, to] = verdict.statuses.as_slice() else {
+        return None;
+    };
+    if claim.over_limit {
         return None;
     }
-    crate::period::days_from_civil(y, m, 1).checked_mul(86_400)
+    let count = |s: &tollgate_common::rls::Status| {
+        if s.over_limit {
+            limit.saturating_add(1)
+        } else {
+            limit.saturating_sub(s.limit_remaining)
+        }
+    };
+    Some(count(from).saturating_sub(count(to)))
 }
 
 /// The overspend bound of global mode, per tenant and period (nano-USD): what can be spent

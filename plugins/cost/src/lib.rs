@@ -39,6 +39,7 @@ pub mod global;
 mod json_gen;
 pub mod json_scan;
 pub mod ledger;
+pub mod month_windows;
 pub mod partial;
 pub mod period;
 pub mod price;

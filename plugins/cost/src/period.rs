@@ -18,6 +18,8 @@ pub struct Periods {
     pub day_reset_secs: u64,
     /// Seconds until 00:00 UTC on the first of next month.
     pub month_reset_secs: u64,
+    /// The time itself (Unix seconds, clamped to 9999-12-31T23:59:59).
+    pub secs: u64,
 }
 
 /// Days since 1970-01-01 to (year, month 1-12, day 1-31). Era-based conversion: 400-year eras
@@ -64,6 +66,7 @@ impl Periods {
             month: u32::try_from(y * 100 + m).unwrap_or(u32::MAX),
             day_reset_secs: DAY - secs % DAY,
             month_reset_secs: next_month - secs,
+            secs,
         }
     }
 }

@@ -7,17 +7,23 @@ use tollgate_common::shared_data::{SharedStore, StoreError};
 use std::collections::BTreeMap;
 
 use crate::global::{merge, Booking, BookingKey, REPLAY_CAS_ATTEMPTS};
+use crate::month_windows::Counter;
 
-/// Version byte of the replay queue's encoding.
-const QUEUE_VERSION: u8 = 1;
+/// Version byte of the replay queue's encoding (2; version 1, without the counter byte, is
+/// still read: a queue written before an upgrade is replayed).
+const QUEUE_VERSION: u8 = 2;
 
-/// The replay queue's value: version `1`, then per booking: tenant length (u8), tenant, day id,
-/// month id, units (u32 LE each). `None` for anything else (a corrupt value is replaced).
+/// The replay queue's value: version `2`, then per booking: tenant length (u8), tenant, day id,
+/// month id, units (u32 LE each), then the carry's counter (`month_windows::Counter::code`, 0
+/// for spend). Version `1` is the same without the counter byte. `None` for anything else (a
+/// corrupt value is replaced).
 pub fn decode_queue(bytes: &[u8]) -> Option<Vec<Booking>> {
     let (&version, mut rest) = bytes.split_first()?;
-    if version != QUEUE_VERSION {
-        return None;
-    }
+    let record = match version {
+        1 => 12,
+        2 => 13,
+        _ => return None,
+    };
     let mut out = Vec::new();
     let u32_at = |b: &[u8], at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(
@@ -29,11 +35,23 @@ pub fn decode_queue(bytes: &[u8]) -> Option<Vec<Booking>> {
         let tenant = std::str::from_utf8(tail.get(..len)?).ok()?.to_string();
         let fields = tail.get(len..)?;
         let (day, month, units) = (u32_at(fields, 0)?, u32_at(fields, 4)?, u32_at(fields, 8)?);
+        let into = match version {
+            1 => None,
+            _ => match *fields.get(12)? {
+                0 => None,
+                c => Some(Counter::from_code(c)?),
+            },
+        };
         out.push(Booking {
-            key: BookingKey { tenant, day, month },
+            key: BookingKey {
+                tenant,
+                day,
+                month,
+                into,
+            },
             units,
         });
-        rest = fields.get(12..)?;
+        rest = fields.get(record..)?;
     }
     Some(out)
 }
@@ -51,6 +69,7 @@ pub fn encode_queue(bookings: &[Booking]) -> Vec<u8> {
         out.extend_from_slice(&b.key.day.to_le_bytes());
         out.extend_from_slice(&b.key.month.to_le_bytes());
         out.extend_from_slice(&b.units.to_le_bytes());
+        out.push(b.key.into.map_or(0, Counter::code));
     }
     out
 }

@@ -13,7 +13,7 @@ use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
 
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::global::{Booking, CostGlobal, Outbox, SendTicks, REPLAY_MAX};
+use crate::global::{Booking, Claims, CostGlobal, Outbox, SendTicks, REPLAY_MAX};
 use crate::ledger::BookStats;
 use crate::price_table::PriceTable;
 use crate::replay_queue::{QueueError, ReplayQueue};
@@ -93,6 +93,9 @@ pub(crate) struct GlobalState {
     pub(crate) call: GlobalCall,
     /// Bookings of this worker not yet sent (the root context sends them on ticks).
     pub(crate) outbox: RefCell<Outbox>,
+    /// Carries of month spend this worker asked for (`crate::month_windows`), sent by the root
+    /// context before its bookings.
+    pub(crate) claims: RefCell<Claims>,
     /// When the root context sends the outbox (the booking call in flight, the tick period).
     pub(crate) ticks: SendTicks,
     /// Bookings whose call failed, shared by every worker.

@@ -11,8 +11,9 @@ use tollgate_common::rls::{self, CallFailure, OnError};
 use tollgate_common::shared_data::{HostSharedData, StoreError};
 
 use crate::config::{StoreFullAction, UnknownModelAction};
-use crate::global::{check_request, decide, Decision, Limits};
+use crate::global::{check_request, decide, Claim, Decision, Limits};
 use crate::ledger::{BookStats, Budget, Exceeded, Lookup, OpenError, Spend, Standing};
+use crate::month_windows;
 use crate::period::Periods;
 use crate::request::stream_usage_on_request;
 use crate::unpriced_calls::{classify, starts_work, Target};
@@ -224,11 +225,25 @@ impl Request {
             let failure = CallFailure::BreakerOpen;
             return self.global_fallback(shared, g, budget, end_of_stream, &failure);
         }
+        if limits.month.is_some() {
+            // A month counter to make exact before the other's window ends: asked once per
+            // worker, claimed and carried by the root context (`crate::month_windows`).
+            if let Some(carry) = month_windows::carry_due(now.month, now.secs) {
+                let claim = Claim {
+                    tenant: self.tenant.clone(),
+                    month: now.month,
+                    carry,
+                };
+                if g.claims.borrow_mut().ask(claim) {
+                    shared.wake_root(g);
+                }
+            }
+        }
         match g.call.dispatch(&request) {
             Ok(token) => {
                 self.check = Some(Check {
                     token,
-                    periods: limits.periods(),
+                    periods: limits.periods(now.month),
                     budget,
                     end_of_stream,
                 });

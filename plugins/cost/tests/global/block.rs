@@ -139,7 +139,7 @@ fn rounding_budgets_down_and_costs_up() {
             month: None
         }
     );
-    assert_eq!(limits.periods(), vec![Period::Day]);
+    assert_eq!(limits.periods(202601), vec![Period::Day]);
     let now = Periods::at(JAN31_NOON);
     assert_eq!(
         Booking::new(&g, "t", &limits, &now, 0),

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use prost::Message;
 use tollgate_common::rls::{self, RateLimitDescriptor, RateLimitRequest, Unit};
-use tollgate_cost::global::{check_request, cost_entry, year_boundary_in_month, Limits, Period};
+use tollgate_cost::global::{check_request, cost_entry, Limits, Period};
 use tollgate_cost::ledger::Budget;
+use tollgate_cost::month_windows::year_boundary_in_month;
 use tollgate_cost::period::Periods;
 
 use crate::reference::engine_key;

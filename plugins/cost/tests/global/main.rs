@@ -7,7 +7,8 @@
 //! One concern a file: `block` (the `global` block, units, rounding), `check` (the check's
 //! descriptors and counters), `decision` (a verdict from the service's reply, and hostile
 //! replies), `outbox` (bookings waiting to be sent), `replay_queue` (the shared queue and its
-//! encoding), `overspend` (the bound across instances, simulated); `reference` models the
+//! encoding), `overspend` (the bound across instances, simulated), `month_boundary` (a month
+//! budget across the service's YEAR boundary, 3 gateways on an injected clock); `reference` models the
 //! reference server, `support` holds the shared configuration helpers.
 #![allow(
     clippy::unwrap_used,
@@ -20,6 +21,7 @@
 mod block;
 mod check;
 mod decision;
+mod month_boundary;
 mod outbox;
 mod overspend;
 mod reference;

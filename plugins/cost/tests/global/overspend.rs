@@ -54,7 +54,7 @@ fn overspend_across_instances_is_within_the_stated_bound() {
         let cost = 1 + rand(2_000_000);
         // The instance's own unsent bookings are taken off what the service says is left.
         let pending = instances[i].outbox.pending("alice", &now);
-        if decide(&limits.periods(), &verdict, &now, 0, &pending) == Decision::Admit {
+        if decide(&limits.periods(now.month), &verdict, &now, 0, &pending) == Decision::Admit {
             admitted += 1;
             instances[i].in_flight.push((cost, 1 + rand(6) as u32));
             spent += cost;

@@ -60,17 +60,46 @@ pub(crate) fn verdict_of(bytes: &[u8], n: usize) -> Result<rls::Verdict, CallFai
 
 /// The reference server's counting, as `test_global_engine.py` asserts it of the real one
 /// (LOCAL_CACHE_SIZE_IN_BYTES=0, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false): one counter per
-/// descriptor key, every hit added, over when counter > limit.
+/// descriptor key and window, every hit added, over when counter > limit. A window is `[now -
+/// now % length, + length)` of the limit's unit (src/utils/utilities.go, UnitToDivider; MONTH
+/// 30 days, YEAR 365), its start the key's last part; `now` is the model's clock (Unix s).
 #[derive(Default)]
 pub(crate) struct Engine {
     pub(crate) counters: HashMap<String, u64>,
+    pub(crate) now: u64,
+}
+
+/// The window length (s) of a limit's unit in the reference server.
+fn divider(unit: i32) -> u64 {
+    match unit {
+        1 => 1,
+        2 => 60,
+        3 => 3_600,
+        4 => 86_400,
+        5 => 30 * 86_400,
+        6 => 365 * 86_400,
+        u => panic!("unit {u}"),
+    }
 }
 
 impl Engine {
+    /// The counter of `d` in the window holding `now`, as the server keys it.
+    pub(crate) fn counter(&self, domain: &str, d: &RateLimitDescriptor) -> u64 {
+        self.counters
+            .get(&self.key(domain, d))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn key(&self, domain: &str, d: &RateLimitDescriptor) -> String {
+        let len = divider(d.limit.clone().unwrap().unit);
+        format!("{}{}", engine_key(domain, d), self.now - self.now % len)
+    }
+
     pub(crate) fn call(&mut self, req: &RateLimitRequest) -> Vec<u8> {
         let mut statuses = Vec::new();
         for d in &req.descriptors {
-            let k = engine_key(&req.domain, d);
+            let k = self.key(&req.domain, d);
             let c = self.counters.entry(k).or_default();
             *c += d.hits_addend.unwrap();
             statuses.push((d.limit.clone().unwrap().requests_per_unit, *c));

@@ -2,7 +2,8 @@
 //! truncations.
 
 use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
-use tollgate_cost::global::Booking;
+use tollgate_cost::global::{Booking, BookingKey};
+use tollgate_cost::month_windows::Counter;
 use tollgate_cost::replay_queue::{decode_queue, encode_queue, ReplayQueue};
 
 use crate::support::key;
@@ -54,20 +55,42 @@ fn the_queue_encoding_refuses_truncations() {
             key: key(&"t".repeat(128), 0, 202501),
             units: u32::MAX,
         },
+        Booking {
+            key: BookingKey {
+                into: Some(Counter::Bridge),
+                ..key("bob", 0, 202612)
+            },
+            units: 7,
+        },
     ];
     let bytes = encode_queue(&bookings);
     assert_eq!(decode_queue(&bytes), Some(bookings.clone()));
-    let first_end = 1 + 1 + 5 + 12;
+    let first_end = 1 + 1 + 5 + 13;
+    let second_end = first_end + 1 + 128 + 13;
     for n in 0..bytes.len() {
         let d = decode_queue(&bytes[..n]);
         match n {
             1 => assert_eq!(d, Some(vec![])),
             n if n == first_end => assert_eq!(d, Some(bookings[..1].to_vec())),
+            n if n == second_end => assert_eq!(d, Some(bookings[..2].to_vec())),
             _ => assert_eq!(d, None, "prefix {n}"),
         }
     }
     assert_eq!(decode_queue(&[]), None);
-    assert_eq!(decode_queue(&[2]), None, "another version");
+    assert_eq!(decode_queue(&[3]), None, "another version");
+    // A carry's counter byte other than 0, 1 or 2.
+    let mut bad = encode_queue(&bookings[..1]);
+    if let Some(last) = bad.last_mut() {
+        *last = 3;
+    }
+    assert_eq!(decode_queue(&bad), None);
+    // Version 1 (no counter byte), written before an upgrade, is still read.
+    let mut v1 = vec![1u8, 5];
+    v1.extend_from_slice(b"alice");
+    for n in [20250131u32, 202501, 9] {
+        v1.extend_from_slice(&n.to_le_bytes());
+    }
+    assert_eq!(decode_queue(&v1), Some(bookings[..1].to_vec()));
     assert_eq!(
         decode_queue(&[1, 2, 0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
         None,

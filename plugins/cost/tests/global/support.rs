@@ -25,5 +25,6 @@ pub(crate) fn key(tenant: &str, day: u32, month: u32) -> BookingKey {
         tenant: tenant.into(),
         day,
         month,
+        into: None,
     }
 }
