@@ -16,7 +16,9 @@ import concurrent.futures
 import datetime
 import itertools
 import os
+import pathlib
 import re
+import subprocess
 import json
 import threading
 import time
@@ -25,7 +27,7 @@ import uuid
 import pytest
 import requests
 
-from lab import HOSTS, FilterSpec, GatewaySpec, wait_until
+from lab import HOSTS, ROOT, FilterSpec, GatewaySpec, wait_until
 from ratelimit_engine import DOMAIN, RatelimitEngine
 
 # Timeouts of 50 ms and recovery times under load: run alone, in the serial pass of scripts/test.sh (conftest.py).
@@ -556,6 +558,70 @@ def test_budget_bookings_survive_a_service_outage(workdir, upstream, engine):
         print(f"\n{admitted} requests, half of them while the service was down: service counters {counters} "
               f"(expected {admitted * REQUEST_UNITS} units each), all counted {replayed_in:.2f} s after the service's restart began")
         assert counters == spend_counters(admitted * REQUEST_UNITS), counters
+        for g in gateways:
+            assert g.alive()
+    finally:
+        for g in gateways:
+            g.stop()
+
+
+FAKETIME_LIB = pathlib.Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def test_a_december_month_budget_is_carried_across_the_year_boundary(workdir, upstream, engine, monkeypatch):
+    """plugins/cost/src/month_windows.rs through real gateways and the real service: the gateways'
+    clocks are set to 2026-12-10 (libfaketime; the service keeps the real clock), where the month
+    budget's YEAR counter restarts on Dec 18 and the bridge counter must be carried the spend of
+    Dec 1-2. The tenant's YEAR counter is preset to its whole budget (spent on Dec 1-2); a request
+    on each gateway is refused and asks the carry, which one gateway wins: the bridge then holds the
+    budget once. Then the YEAR counter is deleted, as its window's restart on Dec 18 does: every
+    gateway still refuses, on the bridge. Before the bridge, they admitted a second budget.
+    Two Debian nginx gateways: Envoy's binary hangs at start under libfaketime (its allocator), and
+    nginx-musl's libc cannot load it; the filter's code is the same on every host."""
+    apt = subprocess.run([str(ROOT / "scripts" / "apt.sh"), "libfaketime"], capture_output=True, text=True, timeout=600)
+    assert apt.returncode == 0 and FAKETIME_LIB.exists(), apt.stderr[-2000:]
+    tenant = "dec-" + uuid.uuid4().hex[:8]
+    ledger = "month-e2e"
+    config = {
+        "ledger": ledger, "prices": PRICES, "tenant": {"unverified_header": TENANT},
+        "budgets": {"tenants": {tenant: {"month_nano_usd": BUDGET_UNITS * UNIT_NANO}}},
+        "global": {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": 3000, "on_error": "deny",
+                   "unit_nano_usd": UNIT_NANO},
+    }
+    spec = GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port},
+                       workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port},
+                       kv_zones={ledger: "1m eviction=none"})
+    # The YEAR counter as the service keys it now (its own clock): spent on "Dec 1-2".
+    body = f"{ledger}/month/202612"
+    year = 365 * 86_400
+    year_key = f"{DOMAIN}_cost_{len(body)}:{body}_tenant_{tenant}_{int(time.time()) // year * year}"
+    engine.redis_command("SET", year_key, str(BUDGET_UNITS))
+    gateways = []
+    try:
+        with monkeypatch.context() as m:
+            # Only the gateways' processes: the service and the upstream are started already.
+            m.setenv("LD_PRELOAD", str(FAKETIME_LIB))
+            m.setenv("FAKETIME", "@2026-12-10 12:00:00")
+            m.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            m.setenv("TZ", "UTC")
+            for name in ("nginx", "nginx"):
+                gateways.append(HOSTS[name](workdir).start(spec))
+        urls = [g.url for g in gateways]
+        statuses = [llm_call(url, tenant, False) for url in urls for _ in range(2)]
+        assert statuses == [402] * len(statuses), statuses
+        wait_until(lambda: redis_counters(engine, tenant).get("month-bridge", 0) >= BUDGET_UNITS, timeout=10)
+        time.sleep(1)  # every worker's claim has been answered
+        claims = {k.decode(): int(engine.redis_command("GET", k.decode()))
+                  for k in engine.redis_command("KEYS", f"*month-bridge-carry/202612_tenant_{tenant}_*")}
+        counters = redis_counters(engine, tenant)
+        print(f"\nclaims {claims}, counters {counters}")
+        assert counters == {"month": BUDGET_UNITS, "month-bridge": BUDGET_UNITS}, counters
+        assert len(claims) == 1 and list(claims.values())[0] >= 1, claims
+        engine.redis_command("DEL", year_key)
+        statuses = [llm_call(url, tenant, False) for url in urls for _ in range(2)]
+        assert statuses == [402] * len(statuses), statuses
+        counters = redis_counters(engine, tenant)
+        assert counters.get("month", 0) == 0 and counters["month-bridge"] == BUDGET_UNITS, counters
         for g in gateways:
             assert g.alive()
     finally:
