@@ -401,7 +401,7 @@ def redis_counters(engine: RatelimitEngine, tenant: str) -> dict[str, int]:
     out = {}
     for key in engine.redis_command("KEYS", f"*_tenant_{tenant}_*"):
         name = key.decode()
-        counter = re.search(r"/([a-z-]+)/\d+_tenant_", name)
+        counter = re.search(r"/([a-z-]+)/\d+_tenant_", name) or re.search(r"/tokens/([a-z]+)/[^/]+_tenant_", name)
         period = counter.group(1) if counter else name
         if not period.endswith("-carry"):
             out[period] = int(engine.redis_command("GET", name))
@@ -565,23 +565,108 @@ def test_budget_bookings_survive_a_service_outage(workdir, upstream, engine):
             g.stop()
 
 
+# -- global token limits -------------------------------------------------------------------------
+
+REQUEST_TOKENS = 2500  # 2000 prompt + 500 completion tokens per llm_call
+
+
+def token_limit_spec(tenant: str, tokens: int, upstream, engine, on_error: str = "deny") -> GatewaySpec:
+    """A cost filter whose tenant has one global token limit of `tokens` per minute (total tokens)."""
+    config = {
+        "ledger": "tokens-e2e", "prices": PRICES, "tenant": {"unverified_header": TENANT},
+        "token_limits": {"global": True, "tenants": {tenant: [{"name": "tpm", "tokens": tokens, "per": "minute"}]}},
+        "global": {"service": "ratelimit", "domain": DOMAIN, "timeout_ms": 3000, "on_error": on_error,
+                   "breaker": {"failures": 1000, "open_ms": 1000}},
+    }
+    return GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port},
+                       workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port},
+                       kv_zones={"tokens-e2e": "1m eviction=none"})
+
+
+def llm_response(url: str, tenant: str) -> requests.Response:
+    headers = {"content-type": "application/json", TENANT: tenant,
+               "x-mock-prompt-tokens": "2000", "x-mock-completion-tokens": "500"}
+    return requests.post(url + "/v1/chat/completions", data=json.dumps({"model": "gpt-4o-mini"}),
+                         headers=headers, timeout=20)
+
+
+def test_one_token_limit_across_two_envoys_and_one_nginx(workdir, upstream, engine):
+    """A tenant's limit of 10,000 tokens a minute counted by the service for three gateways: taken
+    in turns, with the bookings' round trip between requests, 4 requests of 2,500 tokens are
+    admitted in all (local mode admits 4 per gateway), the 5th is refused on every gateway with 429,
+    Retry-After and the RateLimit fields of the service's count, before the upstream; the service's
+    counter holds the tokens exactly. Then with the service killed, `on_error: deny` refuses with
+    503 `token_limit_unavailable`."""
+    tenant = "tok-" + uuid.uuid4().hex[:8]
+    limit = 4 * REQUEST_TOKENS
+    spec = token_limit_spec(tenant, limit, upstream, engine)
+    gateways = []
+    try:
+        for name in fleet_hosts():
+            gateways.append(HOSTS[name](workdir).start(spec))
+        urls = [g.url for g in gateways]
+        wait_for_window(25)
+        statuses = []
+        for i in range(4):
+            r = llm_response(urls[i % len(urls)], tenant)
+            statuses.append(r.status_code)
+            assert r.headers.get("ratelimit-policy") == f'"tpm";q={limit};w=60', dict(r.headers)
+            # The booking leaves within a tick (1 ms in Envoy, 100 ms in nginx), then one call.
+            wait_until(lambda: redis_counters(engine, tenant).get("minute", 0) >= (i + 1) * REQUEST_TOKENS, timeout=5)
+        assert statuses == [200] * 4, statuses
+        for url in urls:
+            r = llm_response(url, tenant)
+            assert r.status_code == 429, (r.status_code, r.text)
+            assert r.json()["error"]["code"] == "token_limit_exceeded", r.text
+            assert 1 <= int(r.headers["retry-after"]) <= 60
+            assert r.headers["ratelimit"].startswith('"tpm";r=0;t='), r.headers["ratelimit"]
+        time.sleep(0.5)
+        counters = redis_counters(engine, tenant)
+        print(f"\ntoken limit {limit} through {len(urls)} gateways: statuses {statuses}, service counters {counters}")
+        assert counters == {"minute": limit}, counters
+        engine.kill_service()
+        r = llm_response(urls[0], tenant + "-other")  # a tenant without limits is not checked
+        assert r.status_code == 200
+        r = llm_response(urls[-1], tenant)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "token_limit_unavailable", r.text
+        for g in gateways:
+            assert g.alive()
+    finally:
+        for g in gateways:
+            g.stop()
+
+
 FAKETIME_LIB = pathlib.Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
-def test_a_december_month_budget_is_carried_across_the_year_boundary(workdir, upstream, engine, monkeypatch):
-    """plugins/cost/src/month_windows.rs through real gateways and the real service: the gateways'
-    clocks are set to 2026-12-10 (libfaketime; the service keeps the real clock), where the month
-    budget's YEAR counter restarts on Dec 18 and the bridge counter must be carried the spend of
-    Dec 1-2. The tenant's YEAR counter is preset to its whole budget (spent on Dec 1-2); a request
-    on each gateway is refused and asks the carry, which one gateway wins: the bridge then holds the
-    budget once. Then the YEAR counter is deleted, as its window's restart on Dec 18 does: every
-    gateway still refuses, on the bridge. Before the bridge, they admitted a second budget.
-    Two Debian nginx gateways: Envoy's binary hangs at start under libfaketime (its allocator), and
-    nginx-musl's libc cannot load it; the filter's code is the same on every host."""
+def december_gateways(workdir, monkeypatch, spec: GatewaySpec, start: str) -> list:
+    """Two Debian nginx gateways whose clocks libfaketime starts at `start` (UTC) and runs on from
+    (the service and the upstream, started before, keep the real clock). Envoy's binary hangs at
+    start under libfaketime (its allocator), and nginx-musl's libc cannot load it; the filter's
+    code is the same on every host. The cache duration is long so that nginx's workers, whose
+    environment nginx replaces, never read FAKETIME again."""
     apt = subprocess.run([str(ROOT / "scripts" / "apt.sh"), "libfaketime"], capture_output=True, text=True, timeout=600)
     assert apt.returncode == 0 and FAKETIME_LIB.exists(), apt.stderr[-2000:]
-    tenant = "dec-" + uuid.uuid4().hex[:8]
-    ledger = "month-e2e"
+    gateways = []
+    with monkeypatch.context() as m:
+        m.setenv("LD_PRELOAD", str(FAKETIME_LIB))
+        m.setenv("FAKETIME", f"@{start}")
+        m.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        m.setenv("FAKETIME_CACHE_DURATION", "86400")
+        m.setenv("TZ", "UTC")
+        try:
+            for _ in range(2):
+                gateways.append(HOSTS["nginx"](workdir).start(spec))
+        except BaseException:
+            for g in gateways:
+                g.stop()
+            raise
+    return gateways
+
+
+def december_budget(tenant: str, ledger: str, upstream, engine) -> tuple[GatewaySpec, str]:
+    """A month budget of BUDGET_UNITS for `tenant` in global mode, and the Redis key of its
+    month's YEAR counter for December 2026 as the service keys it now (its own clock)."""
     config = {
         "ledger": ledger, "prices": PRICES, "tenant": {"unverified_header": TENANT},
         "budgets": {"tenants": {tenant: {"month_nano_usd": BUDGET_UNITS * UNIT_NANO}}},
@@ -591,21 +676,24 @@ def test_a_december_month_budget_is_carried_across_the_year_boundary(workdir, up
     spec = GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port},
                        workers=WORKERS, grpc_services={"ratelimit": engine.grpc_port},
                        kv_zones={ledger: "1m eviction=none"})
-    # The YEAR counter as the service keys it now (its own clock): spent on "Dec 1-2".
     body = f"{ledger}/month/202612"
     year = 365 * 86_400
-    year_key = f"{DOMAIN}_cost_{len(body)}:{body}_tenant_{tenant}_{int(time.time()) // year * year}"
+    return spec, f"{DOMAIN}_cost_{len(body)}:{body}_tenant_{tenant}_{int(time.time()) // year * year}"
+
+
+def test_a_december_month_budget_is_carried_across_the_year_boundary(workdir, upstream, engine, monkeypatch):
+    """plugins/cost/src/month_windows.rs through real gateways and the real service: the gateways'
+    clocks are set to 2026-12-10, where the month budget's YEAR counter restarts on Dec 18 and the
+    bridge counter must be carried the spend of Dec 1-2. The tenant's YEAR counter is preset to its
+    whole budget (spent on Dec 1-2); a request on each gateway is refused and asks the carry, which
+    one worker wins: the bridge then holds the budget once. Then the YEAR counter is deleted, as
+    its window's restart on Dec 18 does: every gateway still refuses, on the bridge. Before the
+    bridge, they admitted a second budget."""
+    tenant = "dec-" + uuid.uuid4().hex[:8]
+    spec, year_key = december_budget(tenant, "month-e2e", upstream, engine)
     engine.redis_command("SET", year_key, str(BUDGET_UNITS))
-    gateways = []
+    gateways = december_gateways(workdir, monkeypatch, spec, "2026-12-10 12:00:00")
     try:
-        with monkeypatch.context() as m:
-            # Only the gateways' processes: the service and the upstream are started already.
-            m.setenv("LD_PRELOAD", str(FAKETIME_LIB))
-            m.setenv("FAKETIME", "@2026-12-10 12:00:00")
-            m.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            m.setenv("TZ", "UTC")
-            for name in ("nginx", "nginx"):
-                gateways.append(HOSTS[name](workdir).start(spec))
         urls = [g.url for g in gateways]
         statuses = [llm_call(url, tenant, False) for url in urls for _ in range(2)]
         assert statuses == [402] * len(statuses), statuses
@@ -624,6 +712,28 @@ def test_a_december_month_budget_is_carried_across_the_year_boundary(workdir, up
         assert counters.get("month", 0) == 0 and counters["month-bridge"] == BUDGET_UNITS, counters
         for g in gateways:
             assert g.alive()
+    finally:
+        for g in gateways:
+            g.stop()
+
+
+def test_a_tenant_silent_when_the_carry_falls_due_is_carried_by_the_ticks(workdir, upstream, engine, monkeypatch):
+    """The gateways' clocks start 8 s before 2026-12-03, when the carry into the bridge falls due.
+    The tenant's YEAR counter is preset to 80 units (spent on Dec 1) and one request is admitted on
+    "Dec 2" (6 units); then no request at all: the root contexts' ticks claim the carry for the
+    tenants their workers checked, and the bridge counts the month (86) without another request."""
+    tenant = "dec-" + uuid.uuid4().hex[:8]
+    spec, year_key = december_budget(tenant, "month-e2e", upstream, engine)
+    engine.redis_command("SET", year_key, "80")
+    gateways = december_gateways(workdir, monkeypatch, spec, "2026-12-02 23:59:52")
+    try:
+        assert llm_call(gateways[0].url, tenant, False) == 200
+        # The bridge's December counter got the request's 6 units; from "Dec 3" the carry is due.
+        wait_until(lambda: redis_counters(engine, tenant).get("month-bridge", 0) >= 86, timeout=30)
+        time.sleep(1)
+        counters = redis_counters(engine, tenant)
+        print(f"\ncounters {counters}")
+        assert counters == {"month": 86, "month-bridge": 86}, counters
     finally:
         for g in gateways:
             g.stop()

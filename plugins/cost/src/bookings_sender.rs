@@ -11,7 +11,8 @@ use tollgate_common::rls::CallFailure;
 use tollgate_common::shared_data::HostSharedData;
 
 use crate::global::{
-    batch_request, claim_outcome, claim_request, Booking, BookingKey, Claim, Limits, BATCH_MAX,
+    batch_request, claim_outcome, claim_request, BatchLimits, Booking, BookingKey, Claim, Limits,
+    BATCH_MAX,
 };
 use crate::period::Periods;
 use crate::worker::Shared;
@@ -109,9 +110,17 @@ impl BookingSender {
             count(shared.counters.global_replays);
         }
         let now = Periods::at(now_ms / 1_000);
-        let built = batch_request(&g.call.config().domain, ledger, batch, &now, |t| {
-            Limits::of(&g.config, &config.budget(t))
-        });
+        let limits = BatchLimits {
+            budget: |t: &str| Limits::of(&g.config, &config.budget(t)),
+            tokens: |t: &str, name: &str, per| {
+                let limits = &config.token_limits;
+                let found = limits.of(t).iter().find(|l| l.name == name && l.per == per);
+                found
+                    .filter(|_| limits.global)
+                    .map(crate::token_limits::global::tokens_u32)
+            },
+        };
+        let built = batch_request(&g.call.config().domain, ledger, batch, &now, &limits);
         count_n(shared.counters.global_stale, u64::from(built.stale));
         let Some(request) = built.request else {
             return;
@@ -205,6 +214,7 @@ impl BookingSender {
             day: 0,
             month: claim.month,
             into: Some(claim.carry.to),
+            tokens: None,
         };
         if !g.outbox.borrow_mut().push(Booking { key, units }) {
             count(shared.counters.global_dropped);

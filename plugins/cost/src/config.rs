@@ -483,6 +483,13 @@ impl Config {
             Some(t) => t.checked(valid_tenant)?,
             None => TokenLimits::default(),
         };
+        if token_limits.global && global.is_none() {
+            return Err(ConfigError::new(
+                "token_limits.global",
+                "counts the limits on the rate limit service of the `global` block, which is \
+                 missing",
+            ));
+        }
         let token_store = TokenStore::new(&raw.ledger, raw.cas_retries, token_limits.max_keys);
         Ok(Config {
             token_limits,

@@ -65,6 +65,7 @@ use crate::bookings_sender::BookingSender;
 use crate::config::{Config, PRICES_NAMESPACE};
 use crate::counters::Counters;
 use crate::global::{Claims, Outbox, SendTicks, OUTBOX_MAX, REPLAY_MAX};
+use crate::period::Periods;
 use crate::pipeline::Request;
 use crate::remote_prices::{millis_since, PriceRefresh};
 use crate::replay_queue::{encode_queue, ReplayQueue};
@@ -241,6 +242,11 @@ impl Filter for Cost {
     }
 
     fn tick(root: &mut Root, shared: &Rc<Shared>) {
+        if let Some(g) = shared.global.as_ref() {
+            // A month carry now due for tenants this worker checked earlier in the month.
+            let now = Periods::at(now_unix_millis() / 1_000);
+            g.claims.borrow_mut().sweep(&now);
+        }
         root.bookings.flush(shared);
         if let Some(g) = shared.global.as_ref() {
             // Sent, or not sendable now (breaker open, dispatch refused): either way the next

@@ -76,8 +76,19 @@ pub(crate) struct Request {
     done: bool,
     /// The global check in flight, the request paused.
     check: Option<Check>,
+    /// The global token limits' check in flight (end of the request body), the request paused.
+    token_check: Option<TokenCheck>,
     /// The reservation held since the end of the request body (released by the booking).
     hold: Option<Hold>,
+}
+
+/// A global token limits' check in flight (`token_limits::global`).
+struct TokenCheck {
+    token: u32,
+    /// Descriptors sent (one per limit that applies, in the tenant's order).
+    descriptors: usize,
+    /// The request's declared output bound, for the reservation that follows.
+    declared: Option<u64>,
 }
 
 /// A global check in flight.

@@ -6,24 +6,27 @@ use tollgate_common::shared_data::{SharedStore, StoreError};
 
 use std::collections::BTreeMap;
 
+use crate::global::TokenTarget;
 use crate::global::{merge, Booking, BookingKey, REPLAY_CAS_ATTEMPTS};
 use crate::month_windows::Counter;
+use crate::token_limits::window::Per;
 
-/// Version byte of the replay queue's encoding (2; version 1, without the counter byte, is
-/// still read: a queue written before an upgrade is replayed).
+/// Version byte of the replay queue's encoding (2; version 1, without the kind byte, is still
+/// read: a queue written before an upgrade is replayed).
 const QUEUE_VERSION: u8 = 2;
+/// The kind byte of a token booking (0 is spend, 1 and 2 a carry's counter).
+const KIND_TOKENS: u8 = 3;
 
 /// The replay queue's value: version `2`, then per booking: tenant length (u8), tenant, day id,
-/// month id, units (u32 LE each), then the carry's counter (`month_windows::Counter::code`, 0
-/// for spend). Version `1` is the same without the counter byte. `None` for anything else (a
-/// corrupt value is replaced).
+/// month id, units (u32 LE each), then its kind: `0` spend, a carry's counter
+/// (`month_windows::Counter::code`), or `3` tokens followed by the limit's name length (u8),
+/// name, window length (`1` minute, `2` hour, `3` day) and window index (u64 LE). Version `1` is
+/// version 2 without the kind byte. `None` for anything else (a corrupt value is replaced).
 pub fn decode_queue(bytes: &[u8]) -> Option<Vec<Booking>> {
     let (&version, mut rest) = bytes.split_first()?;
-    let record = match version {
-        1 => 12,
-        2 => 13,
-        _ => return None,
-    };
+    if version != 1 && version != QUEUE_VERSION {
+        return None;
+    }
     let mut out = Vec::new();
     let u32_at = |b: &[u8], at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(
@@ -35,41 +38,77 @@ pub fn decode_queue(bytes: &[u8]) -> Option<Vec<Booking>> {
         let tenant = std::str::from_utf8(tail.get(..len)?).ok()?.to_string();
         let fields = tail.get(len..)?;
         let (day, month, units) = (u32_at(fields, 0)?, u32_at(fields, 4)?, u32_at(fields, 8)?);
-        let into = match version {
-            1 => None,
-            _ => match *fields.get(12)? {
-                0 => None,
-                c => Some(Counter::from_code(c)?),
-            },
-        };
+        rest = fields.get(12..)?;
+        let (mut into, mut tokens) = (None, None);
+        if version == QUEUE_VERSION {
+            let (&kind, after) = rest.split_first()?;
+            rest = after;
+            match kind {
+                0 => {}
+                KIND_TOKENS => {
+                    let (&n, after) = rest.split_first()?;
+                    let n = usize::from(n);
+                    let limit = std::str::from_utf8(after.get(..n)?).ok()?.to_string();
+                    let per = match after.get(n)? {
+                        1 => Per::Minute,
+                        2 => Per::Hour,
+                        3 => Per::Day,
+                        _ => return None,
+                    };
+                    let at = n.checked_add(1)?;
+                    let window =
+                        u64::from_le_bytes(after.get(at..at.checked_add(8)?)?.try_into().ok()?);
+                    rest = after.get(at.checked_add(8)?..)?;
+                    tokens = Some(TokenTarget { limit, per, window });
+                }
+                c => into = Some(Counter::from_code(c)?),
+            }
+        }
         out.push(Booking {
             key: BookingKey {
                 tenant,
                 day,
                 month,
                 into,
+                tokens,
             },
             units,
         });
-        rest = fields.get(record..)?;
     }
     Some(out)
 }
 
-/// [`decode_queue`]'s input from `bookings` (tenants over 255 bytes, impossible for a valid
-/// tenant, are skipped).
+/// [`decode_queue`]'s input from `bookings` (tenants or limit names over 255 bytes, impossible
+/// for valid ones, are skipped).
 pub fn encode_queue(bookings: &[Booking]) -> Vec<u8> {
     let mut out = vec![QUEUE_VERSION];
     for b in bookings {
         let Ok(len) = u8::try_from(b.key.tenant.len()) else {
             continue;
         };
+        let token_name = b.key.tokens.as_ref().map(|t| u8::try_from(t.limit.len()));
+        if matches!(token_name, Some(Err(_))) {
+            continue;
+        }
         out.push(len);
         out.extend_from_slice(b.key.tenant.as_bytes());
         out.extend_from_slice(&b.key.day.to_le_bytes());
         out.extend_from_slice(&b.key.month.to_le_bytes());
         out.extend_from_slice(&b.units.to_le_bytes());
-        out.push(b.key.into.map_or(0, Counter::code));
+        match (&b.key.tokens, token_name) {
+            (Some(t), Some(Ok(n))) => {
+                out.push(KIND_TOKENS);
+                out.push(n);
+                out.extend_from_slice(t.limit.as_bytes());
+                out.push(match t.per {
+                    Per::Minute => 1,
+                    Per::Hour => 2,
+                    Per::Day => 3,
+                });
+                out.extend_from_slice(&t.window.to_le_bytes());
+            }
+            _ => out.push(b.key.into.map_or(0, Counter::code)),
+        }
     }
     out
 }

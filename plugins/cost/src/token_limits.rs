@@ -10,12 +10,14 @@
 //! - [`store`]: the counts in shared data: read at admission, added with CAS, bounded keys.
 //! - [`gate`]: the admission decision and the refusal's RateLimit header fields.
 //! - [`counted`]: what a finished response counts (its usage, or cost's byte estimate).
+//! - [`global`]: global mode's descriptors, readings and bookings (the rate limit service).
 //!
 //! The request's hooks (wasm32) are in `pipeline/token_limits.rs`.
 
 pub mod config;
 pub mod counted;
 pub mod gate;
+pub mod global;
 pub mod store;
 pub mod weights;
 pub mod window;

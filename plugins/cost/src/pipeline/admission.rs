@@ -227,14 +227,18 @@ impl Request {
         }
         if limits.month.is_some() {
             // A month counter to make exact before the other's window ends: asked once per
-            // worker, claimed and carried by the root context (`crate::month_windows`).
+            // worker, claimed and carried by the root context (`crate::month_windows`); the
+            // tenants checked before the carry is due are asked by the root context's tick.
+            let mut claims = g.claims.borrow_mut();
+            claims.seen(&self.tenant, now.month);
             if let Some(carry) = month_windows::carry_due(now.month, now.secs) {
                 let claim = Claim {
                     tenant: self.tenant.clone(),
                     month: now.month,
                     carry,
                 };
-                if g.claims.borrow_mut().ask(claim) {
+                if claims.ask(claim) {
+                    drop(claims);
                     shared.wake_root(g);
                 }
             }
@@ -298,6 +302,9 @@ impl Request {
         status_code: u32,
         response_size: usize,
     ) {
+        if self.token_check_reply(shared, token_id, status_code, response_size) {
+            return;
+        }
         let Some(check) = self.check.take_if(|c| c.token == token_id) else {
             return;
         };

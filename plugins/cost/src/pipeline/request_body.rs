@@ -143,12 +143,8 @@ impl Request {
                 return refused;
             }
         }
-        if let Some(refused) = self.check_token_limits(shared) {
-            return refused;
-        }
-        if let Some(refused) = self.reserve(shared, request.max_output_tokens()) {
-            return refused;
-        }
+        let declared = request.max_output_tokens();
+        // Rewritten before the admission, which may pause the request for the service.
         if config.add_stream_usage
             && self.completions_path
             && request.stream()
@@ -166,6 +162,8 @@ impl Request {
                 }
             }
         }
-        Action::Continue
+        // The token limits, then the reservation.
+        self.admit_body(shared, declared)
+            .unwrap_or(Action::Continue)
     }
 }

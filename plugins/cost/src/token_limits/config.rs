@@ -40,6 +40,8 @@ pub struct RawTokenLimits {
     tenants: BTreeMap<String, Vec<RawLimit>>,
     #[serde(default = "default_max_keys")]
     max_keys: u64,
+    #[serde(default)]
+    global: bool,
 }
 
 fn default_max_keys() -> u64 {
@@ -76,6 +78,18 @@ pub struct Limit {
 }
 
 impl Limit {
+    /// A limit of `tokens` per `per` on every model, every token weighing one (input +
+    /// output: the default weights).
+    pub fn total(name: &str, tokens: u64, per: Per) -> Limit {
+        Limit {
+            name: name.to_string(),
+            tokens,
+            per,
+            model: None,
+            weights: Weights::default(),
+        }
+    }
+
     /// Whether this limit counts a request naming `model` (its body's `model`, if any): a limit
     /// without `model` counts every request; one with `model` the requests whose model is of
     /// the same family (`openai/gpt-4o-2024-08-06` counts against `gpt-4o`).
@@ -97,12 +111,48 @@ pub struct TokenLimits {
     pub tenants: HashMap<String, Vec<Limit>>,
     /// Most (tenant, limit) keys in shared data; beyond, new ones share the overflow records.
     pub max_keys: u64,
+    /// Counted by the rate limit service of the cost filter's `global` block
+    /// (`token_limits::global`), across gateways; the shared-data counts are still kept, for
+    /// `on_error: local`.
+    pub global: bool,
 }
 
 impl TokenLimits {
     /// The limits of `tenant`.
     pub fn of(&self, tenant: &str) -> &[Limit] {
         self.tenants.get(tenant).unwrap_or(&self.default)
+    }
+
+    /// Every limit fits the rate limit protocol's `uint32` (`requests_per_unit`).
+    ///
+    /// # Errors
+    /// The first limit that does not, by its JSON path.
+    fn check_protocol(&self) -> Result<(), ConfigError> {
+        let mut lists: Vec<(String, &Vec<Limit>)> =
+            vec![("token_limits.default".to_string(), &self.default)];
+        let mut tenants: Vec<_> = self.tenants.iter().collect();
+        tenants.sort_by(|a, b| a.0.cmp(b.0));
+        lists.extend(
+            tenants
+                .into_iter()
+                .map(|(t, l)| (format!("token_limits.tenants.{t}"), l)),
+        );
+        for (field, list) in lists {
+            for (i, l) in list.iter().enumerate() {
+                if u32::try_from(l.tokens).is_err() {
+                    return Err(ConfigError::new(
+                        format!("{field}[{i}].tokens"),
+                        format!(
+                            "{} is more than the rate limit protocol's uint32 requests_per_unit \
+                             ({}), which counts global limits",
+                            l.tokens,
+                            u32::MAX
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether any tenant has a limit.
@@ -198,11 +248,16 @@ impl RawTokenLimits {
             }
             tenants.insert(name, limits(list, &field)?);
         }
-        Ok(TokenLimits {
+        let limits = TokenLimits {
             default,
             tenants,
             max_keys: self.max_keys,
-        })
+            global: self.global,
+        };
+        if limits.global {
+            limits.check_protocol()?;
+        }
+        Ok(limits)
     }
 }
 
@@ -271,6 +326,29 @@ mod tests {
         )
         .expect_err("tokens missing");
         assert!(e.field.starts_with("token_limits.default"), "{e:?}");
+    }
+
+    #[test]
+    fn global_limits_need_the_global_block_and_fit_the_protocol() {
+        let base = r#"{"prices": {"m": {"input_cost_per_token": 1e-06, "output_cost_per_token": 2e-06}},
+                      "tenant": {"header": "x-jwt-sub"}"#;
+        let global = r#""global": {"service": "rls", "domain": "d"}"#;
+        let parse =
+            |rest: &str| crate::config::Config::parse(format!("{base}, {rest}}}").as_bytes());
+        let limits = |tokens: u64| {
+            format!(
+                r#""token_limits": {{"global": true, "tenants": {{"a": [{{"name": "ok", "tokens": 1, "per": "day"}}, {{"name": "t", "tokens": {tokens}, "per": "minute"}}]}}}}"#
+            )
+        };
+        let c = parse(&format!("{global}, {}", limits(u64::from(u32::MAX)))).expect("fits");
+        assert!(c.token_limits.global);
+        let e = parse(&limits(9)).expect_err("no global block");
+        assert_eq!(e.field, "token_limits.global");
+        let e = parse(&format!("{global}, {}", limits(u64::from(u32::MAX) + 1))).expect_err("u32");
+        assert_eq!(e.field, "token_limits.tenants.a[1].tokens");
+        // Local limits are not bounded by the protocol.
+        let local = limits(u64::MAX).replace(r#""global": true, "#, "");
+        assert!(!parse(&local).expect("local").token_limits.global);
     }
 
     #[test]

@@ -123,17 +123,10 @@ pub fn decide(readings: &[Reading<'_>], estimate: u64) -> Option<Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token_limits::weights::Weights;
     use crate::token_limits::window::Per;
 
     fn limit(name: &str, tokens: u64, per: Per) -> Limit {
-        Limit {
-            name: name.into(),
-            tokens,
-            per,
-            model: None,
-            weights: Weights::default(),
-        }
+        Limit::total(name, tokens, per)
     }
 
     fn window(reset_secs: u64) -> Window {

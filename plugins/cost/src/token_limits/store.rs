@@ -269,19 +269,12 @@ impl TokenStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token_limits::weights::Weights;
     use tollgate_common::shared_data::{MemoryStore, Semantics};
 
     const NOW: u64 = 1_795_917_642_250;
 
     fn limit(name: &str, per: Per) -> Limit {
-        Limit {
-            name: name.into(),
-            tokens: 100,
-            per,
-            model: None,
-            weights: Weights::default(),
-        }
+        Limit::total(name, 100, per)
     }
 
     fn ready(max_keys: u64, semantics: Semantics) -> (TokenStore, MemoryStore) {

@@ -14,7 +14,7 @@ pub const RECORD_LEN: usize = 17;
 const VERSION: u8 = 1;
 
 /// A window length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Per {
     /// 60 s.

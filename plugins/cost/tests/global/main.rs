@@ -8,7 +8,8 @@
 //! descriptors and counters), `decision` (a verdict from the service's reply, and hostile
 //! replies), `outbox` (bookings waiting to be sent), `replay_queue` (the shared queue and its
 //! encoding), `overspend` (the bound across instances, simulated), `month_boundary` (a month
-//! budget across the service's YEAR boundary, 3 gateways on an injected clock); `reference` models the
+//! budget across the service's YEAR boundary, 3 gateways on an injected clock), `token_limits`
+//! (global token limits, 3 gateways); `reference` models the
 //! reference server, `support` holds the shared configuration helpers.
 #![allow(
     clippy::unwrap_used,
@@ -27,3 +28,4 @@ mod overspend;
 mod reference;
 mod replay_queue;
 mod support;
+mod token_limits;

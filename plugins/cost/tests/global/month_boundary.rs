@@ -11,7 +11,7 @@ use tollgate_cost::month_windows::{self, Counter};
 use tollgate_cost::period::{days_from_civil, Periods};
 
 use crate::reference::{verdict_of, Engine};
-use crate::support::global;
+use crate::support::{budget_only, global};
 
 /// Unix seconds of y-m-d at `hour`:00 UTC.
 fn at(y: u64, m: u64, d: u64, hour: u64) -> u64 {
@@ -65,6 +65,7 @@ impl Fleet {
         let n = req.descriptors.len();
         let verdict = verdict_of(&self.engine.call(&req), n).unwrap();
         let gw = &mut self.gateways[i];
+        gw.claims.seen("acme", now.month);
         if let Some(carry) = month_windows::carry_due(now.month, secs) {
             gw.claims.ask(tollgate_cost::global::Claim {
                 tenant: "acme".into(),
@@ -84,6 +85,21 @@ impl Fleet {
         admit
     }
 
+    /// Gateway `i`'s root context's tick: the carries due for the tenants it checked, then what
+    /// it sends.
+    fn tick(&mut self, i: usize, secs: u64) {
+        self.gateways[i].claims.sweep(&Periods::at(secs));
+        self.send(i, secs);
+    }
+
+    /// The worker of gateway `i` restarts: its outbox and what it remembered are gone.
+    fn restart(&mut self, i: usize) {
+        self.gateways[i] = Gateway {
+            outbox: Outbox::new(64),
+            claims: Claims::new(64),
+        };
+    }
+
     /// Gateway `i`'s root context: its claims, then its outbox.
     fn send(&mut self, i: usize, secs: u64) {
         self.engine.now = secs;
@@ -99,12 +115,13 @@ impl Fleet {
                     day: 0,
                     month: claim.month,
                     into: Some(claim.carry.to),
+                    tokens: None,
                 };
                 assert!(gw.outbox.push(Booking { key, units }));
             }
         }
         let limits = self.limits;
-        let built = batch_request("d", "l", gw.outbox.take(64), &now, |_| limits);
+        let built = batch_request("d", "l", gw.outbox.take(64), &now, &budget_only(limits));
         if let Some(r) = built.request {
             self.engine.call(&r);
         }
@@ -192,12 +209,39 @@ fn december_2027_carries_the_bridge_into_the_new_year_window() {
 }
 
 #[test]
-fn a_tenant_silent_through_the_carry_interval_is_not_carried() {
-    // The documented limit: no request of the tenant on any gateway from Dec 3 to Dec 17, so
-    // no carry: its spend of Dec 1-2 is not counted after Dec 18.
+fn a_tenant_silent_through_the_carry_interval_is_carried_by_the_ticks() {
+    // No request of the tenant after Dec 1: the gateways that checked it claim its carry from
+    // their ticks once it is due (Dec 3), one of them wins, and Dec 18 is refused.
     let mut f = Fleet::new();
     for k in 0..10 {
         assert!(f.request(k % 3, at(2026, 12, 1, 10) + k as u64));
+    }
+    for i in 0..3 {
+        f.tick(i, at(2026, 12, 2, 23)); // not due yet: nothing claimed
+    }
+    // The bridge's window of Dec 3 - Jan 2 has nothing yet (that of Nov 3 - Dec 3 had Dec 1).
+    assert_eq!(f.count(Counter::Bridge, at(2026, 12, 2, 23)), 100);
+    assert_eq!(f.count(Counter::Bridge, at(2026, 12, 3, 0)), 0);
+    for i in 0..3 {
+        f.tick(i, at(2026, 12, 3, 0) + 1);
+    }
+    assert_eq!(f.count(Counter::Bridge, at(2026, 12, 3, 1)), 100);
+    assert!(!f.request(0, at(2026, 12, 18, 1)));
+    assert_eq!(f.admitted[&202612], 100);
+}
+
+#[test]
+fn a_tenant_not_carried_when_every_worker_that_checked_it_restarted() {
+    // The documented limit: the workers that checked the tenant restarted before the carry was
+    // due, and no request of it came during the interval: its spend of Dec 1-2 is not counted
+    // after Dec 18.
+    let mut f = Fleet::new();
+    for k in 0..10 {
+        assert!(f.request(k % 3, at(2026, 12, 1, 10) + k as u64));
+    }
+    for i in 0..3 {
+        f.restart(i);
+        f.tick(i, at(2026, 12, 3, 0) + 1);
     }
     assert!(f.request(0, at(2026, 12, 18, 1)));
     assert_eq!(f.admitted[&202612], 110);
@@ -228,6 +272,7 @@ fn a_claim_answered_over_carries_nothing_and_a_lost_carry_is_not_resent() {
             day: 0,
             month: 202612,
             into: Some(Counter::Bridge),
+            tokens: None,
         },
         units: 40,
     };
@@ -237,7 +282,37 @@ fn a_claim_answered_over_carries_nothing_and_a_lost_carry_is_not_resent() {
         "l",
         vec![late],
         &Periods::at(at(2026, 12, 18, 0)),
-        |_| limits,
+        &budget_only(limits),
     );
     assert_eq!((built.request, built.stale), (None, 1));
+}
+
+#[test]
+fn claims_remember_tenants_only_in_boundary_months_bounded_and_sweep_once_per_carry() {
+    let mut c = Claims::new(2);
+    c.seen("nov", 202611);
+    for t in ["a", "b", "c"] {
+        c.seen(t, 202612);
+    }
+    let dec4 = Periods::at(at(2026, 12, 4, 0));
+    assert_eq!(
+        c.sweep(&Periods::at(at(2026, 12, 2, 0))),
+        0,
+        "no carry due yet"
+    );
+    assert_eq!(
+        c.sweep(&dec4),
+        2,
+        "at most 2 tenants remembered, November's not among them"
+    );
+    let mut asked = Vec::new();
+    while let Some(claim) = c.take_next() {
+        asked.push(claim.tenant);
+    }
+    assert_eq!(asked, ["a", "b"]);
+    assert_eq!(
+        c.sweep(&Periods::at(at(2026, 12, 5, 0))),
+        0,
+        "swept once per carry"
+    );
 }

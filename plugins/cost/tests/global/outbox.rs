@@ -5,7 +5,7 @@ use tollgate_cost::global::{batch_request, Booking, Limits, Outbox, Pending, Sen
 use tollgate_cost::ledger::Budget;
 use tollgate_cost::period::Periods;
 
-use crate::support::{global, key, JAN31_NOON};
+use crate::support::{budget_only, global, key, JAN31_NOON};
 
 #[test]
 fn the_outbox_says_what_a_tenant_has_pending_in_the_current_periods() {
@@ -92,7 +92,15 @@ fn bookings_drop_periods_that_ended_before_they_are_sent() {
     let t0 = Periods::at(1_738_367_999);
     let t1 = Periods::at(1_738_368_000);
     let b = Booking::new(&g, "alice", &both, &t0, 7).unwrap();
-    let send = |now: &Periods| batch_request("tollgate", "default", vec![b.clone()], now, |_| both);
+    let send = |now: &Periods| {
+        batch_request(
+            "tollgate",
+            "default",
+            vec![b.clone()],
+            now,
+            &budget_only(both),
+        )
+    };
     let same = send(&t0);
     let d = &same.request.unwrap().descriptors;
     assert_eq!(d.len(), 2);
@@ -104,18 +112,22 @@ fn bookings_drop_periods_that_ended_before_they_are_sent() {
     let jan30 = Periods::at(1_738_200_000);
     assert_eq!(jan30.day, 20250130);
     let b30 = Booking::new(&g, "alice", &both, &jan30, 7).unwrap();
-    let next_day = batch_request("tollgate", "default", vec![b30], &t0, |_| both);
+    let next_day = batch_request("tollgate", "default", vec![b30], &t0, &budget_only(both));
     let d = next_day.request.unwrap().descriptors;
     assert_eq!(d.len(), 1, "only the month is still current");
     assert_eq!(d[0].entries[0].value, "20:default/month/202501");
     // A tenant whose budget was removed since: nothing to send for it.
-    let gone = batch_request("tollgate", "default", vec![b.clone()], &t0, |_| {
-        Limits::default()
-    });
+    let gone = batch_request(
+        "tollgate",
+        "default",
+        vec![b.clone()],
+        &t0,
+        &budget_only(Limits::default()),
+    );
     assert_eq!((gone.request, gone.stale), (None, 1));
     // Several tenants share one call, each with its own hits.
     let c = Booking::new(&g, "carol", &both, &t0, 3).unwrap();
-    let two = batch_request("tollgate", "default", vec![b, c], &t0, |_| both);
+    let two = batch_request("tollgate", "default", vec![b, c], &t0, &budget_only(both));
     let hits: Vec<_> = two
         .request
         .unwrap()

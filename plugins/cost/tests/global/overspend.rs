@@ -8,7 +8,7 @@ use tollgate_cost::ledger::Budget;
 use tollgate_cost::period::Periods;
 
 use crate::reference::{verdict_of, Engine};
-use crate::support::{global, JAN31_NOON};
+use crate::support::{budget_only, global, JAN31_NOON};
 
 /// One gateway instance in the simulation.
 struct Instance {
@@ -85,7 +85,7 @@ fn overspend_across_instances_is_within_the_stated_bound() {
             }
             if step % 2 == 0 {
                 let batch = x.outbox.take(64);
-                let built = batch_request("tollgate", "default", batch, &now, |_| limits);
+                let built = batch_request("tollgate", "default", batch, &now, &budget_only(limits));
                 if let Some(r) = built.request {
                     engine.call(&r);
                 }

@@ -5,6 +5,8 @@ use tollgate_common::shared_data::{MemoryStore, Semantics, SharedStore};
 use tollgate_cost::global::{Booking, BookingKey};
 use tollgate_cost::month_windows::Counter;
 use tollgate_cost::replay_queue::{decode_queue, encode_queue, ReplayQueue};
+use tollgate_cost::token_limits::global::TokenTarget;
+use tollgate_cost::token_limits::window::Per;
 
 use crate::support::key;
 
@@ -62,18 +64,30 @@ fn the_queue_encoding_refuses_truncations() {
             },
             units: 7,
         },
+        Booking {
+            key: BookingKey {
+                tokens: Some(TokenTarget {
+                    limit: "tpm".into(),
+                    per: Per::Minute,
+                    window: 29_000_000,
+                }),
+                ..key("carol", 0, 0)
+            },
+            units: 7,
+        },
     ];
     let bytes = encode_queue(&bookings);
     assert_eq!(decode_queue(&bytes), Some(bookings.clone()));
-    let first_end = 1 + 1 + 5 + 13;
-    let second_end = first_end + 1 + 128 + 13;
+    // Every prefix that ends a booking decodes to the bookings before it; any other is refused.
+    let ends: Vec<usize> = (0..=bookings.len())
+        .map(|k| encode_queue(&bookings[..k]).len())
+        .collect();
+    assert_eq!(ends[1], 1 + 1 + 5 + 13);
     for n in 0..bytes.len() {
         let d = decode_queue(&bytes[..n]);
-        match n {
-            1 => assert_eq!(d, Some(vec![])),
-            n if n == first_end => assert_eq!(d, Some(bookings[..1].to_vec())),
-            n if n == second_end => assert_eq!(d, Some(bookings[..2].to_vec())),
-            _ => assert_eq!(d, None, "prefix {n}"),
+        match ends.iter().position(|&e| e == n) {
+            Some(k) => assert_eq!(d, Some(bookings[..k].to_vec()), "prefix {n}"),
+            None => assert_eq!(d, None, "prefix {n}"),
         }
     }
     assert_eq!(decode_queue(&[]), None);

@@ -2,7 +2,8 @@
 //! clock time and booking keys.
 
 use tollgate_cost::config::Config;
-use tollgate_cost::global::{BookingKey, CostGlobal};
+use tollgate_cost::global::{BatchLimits, BookingKey, CostGlobal, Limits};
+use tollgate_cost::token_limits::window::Per;
 
 const PRICES: &str =
     r#""prices": {"m": {"input_cost_per_token": 1e-06, "output_cost_per_token": 2e-06}}"#;
@@ -26,5 +27,16 @@ pub(crate) fn key(tenant: &str, day: u32, month: u32) -> BookingKey {
         day,
         month,
         into: None,
+        tokens: None,
+    }
+}
+
+/// Batch limits of one budget for every tenant, and no token limit.
+pub(crate) fn budget_only(
+    limits: Limits,
+) -> BatchLimits<impl Fn(&str) -> Limits, impl Fn(&str, &str, Per) -> Option<u32>> {
+    BatchLimits {
+        budget: move |_: &str| limits,
+        tokens: |_: &str, _: &str, _: Per| None,
     }
 }
