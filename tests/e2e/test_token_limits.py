@@ -16,6 +16,7 @@ import json
 import math
 import random
 import re
+import threading
 import time
 import uuid
 from fractions import Fraction
@@ -209,3 +210,45 @@ def test_token_limits_refuse_a_zone_that_evicts(host, upstream, gateways):
     with pytest.raises(Exception) as refused:
         gateways(host, spec, timeout=20)
     assert "evicts keys" in str(refused.value), str(refused.value)[-2000:]
+
+
+def test_concurrent_requests_see_each_others_reservations(host, upstream, gateways):
+    """20 concurrent requests of one tenant, 2 workers, a limit of 3,000 tokens a minute of which
+    600 are counted: each request reserves its bound at admission (its body's bytes, about 2,100,
+    plus its max_tokens, 100) and is refused once counted + reserved reach the limit, so the
+    window ends within it (at most 3,000: two reservations fit at once, a third only after
+    bookings released theirs); without reservations the requests admitted before the first
+    booking all counted (up to 600 + 20 x 600). Their holds are released by their bookings: a
+    request afterwards is told what is left of the counted tokens only."""
+    config = json.loads(json.dumps(CONFIG))
+    config["token_limits"] = {"default": [{"name": "tpm", "tokens": 3000, "per": "minute"}]}
+    g = gateways(host, GatewaySpec(filters=[FilterSpec("cost", config)], upstreams={"upstream": upstream.port}, workers=2))
+    one_window(25)
+    tenant = uuid.uuid4().hex
+    # The usage the mock reports is at most the body's bytes and the declared max_tokens, as a
+    # real provider's is: 500 prompt tokens, 100 completion tokens.
+    body = json.dumps({"model": "gpt-4o-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "x" * 2000}]})
+    headers = {"content-type": "application/json", TENANT: tenant, MOCK["p"]: "500", MOCK["c"]: "100"}
+
+    def post() -> requests.Response:
+        return requests.post(g.url + "/v1/chat/completions", data=body, headers=headers, timeout=30)
+
+    assert post().status_code == 200
+    barrier = threading.Barrier(20)
+
+    def racer(_: int) -> int:
+        barrier.wait()
+        return post().status_code
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        codes = list(pool.map(racer, range(20)))
+    admitted = codes.count(200)
+    assert admitted + codes.count(429) == 20, codes
+    spent = 600 * (1 + admitted)
+    print(f"\n20 concurrent requests: {admitted} admitted, window at {spent} of 3000")
+    assert 2 <= admitted and spent <= 3000, codes
+    after = post()
+    if spent < 3000:
+        assert after.status_code == 200 and left(after, "tpm") == 3000 - spent, after.headers
+    else:
+        assert after.status_code == 429 and left(after, "tpm") == 0, after.headers

@@ -28,6 +28,7 @@ mod unpriced_calls;
 use crate::global::Period;
 use crate::ledger::{Budget, Hold, Spend};
 use crate::response_reader::ResponseReader;
+use crate::token_limits::window::TokenHold;
 use crate::unreadable::Unreadable;
 
 /// Refusal header: seconds until the exhausted budget resets (delay-seconds, as Retry-After).
@@ -50,6 +51,9 @@ pub(crate) struct Request {
     /// The keys of the token limits checked at admission, in the order of the tenant's limits
     /// that apply (`None`: not checked, nothing is counted).
     token_keys: Option<Vec<String>>,
+    /// The reservations held in those windows since admission, in the same order (released by
+    /// the booking, or when the request is refused).
+    token_holds: Vec<Option<TokenHold>>,
     /// Whether a request body this filter cannot read is refused (`Request::admitted`).
     must_read: bool,
     /// Why the request headers make the body unreadable (`content-encoding`, `content-type`;

@@ -6,7 +6,7 @@
 //!
 //! - [`config`]: `token_limits` in the configuration, checked.
 //! - [`weights`]: the weighted sum of a usage (fixed-point weights, rounded up).
-//! - [`window`]: fixed windows aligned to the epoch, and the 17-byte count record.
+//! - [`window`]: fixed windows aligned to the epoch, and the 25-byte count record (counted, reserved).
 //! - [`store`]: the counts in shared data: read at admission, added with CAS, bounded keys.
 //! - [`gate`]: the admission decision and the refusal's RateLimit header fields.
 //! - [`counted`]: what a finished response counts (its usage, or cost's byte estimate).

@@ -23,6 +23,7 @@ impl Request {
             return;
         }
         self.done = true;
+        let token_holds = std::mem::take(&mut self.token_holds);
         let config = &shared.config;
         signals::set(signals::COST_TENANT, &self.tenant);
         let table = shared.table();
@@ -41,7 +42,7 @@ impl Request {
             response_bytes: self.response.bytes(),
             partial: partial.as_ref(),
         };
-        self.book_tokens(shared, &outcome, &exchange);
+        self.book_tokens(shared, (&outcome, &exchange), token_holds);
         let (nano, status) = match charge(config, &table, outcome, &exchange) {
             Charge::Priced { usage, nano } => {
                 if let Some(model) = &usage.model {

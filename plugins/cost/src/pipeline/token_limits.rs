@@ -8,14 +8,16 @@
 use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{add_response_header, count, count_n, now_unix_millis};
 use tollgate_common::rls::{self, CallFailure, OnError};
-use tollgate_common::shared_data::{HostSharedData, StoreError};
+use tollgate_common::shared_data::HostSharedData;
 
 use crate::charge::Exchange;
+use crate::reservation::output_tokens;
 use crate::token_limits::config::Limit;
 use crate::token_limits::counted::counted;
 use crate::token_limits::gate::{decide, fields, Reading, Refusal};
 use crate::token_limits::global as token_global;
-use crate::token_limits::window::Window;
+use crate::token_limits::store::NotAdded;
+use crate::token_limits::window::{TokenHold, Window};
 use crate::unpriced::Reason;
 use crate::usage::Usage;
 use crate::worker::{GlobalState, Shared};
@@ -25,34 +27,53 @@ use super::{Request, TokenCheck};
 /// Status of a refusal for a spent window (RFC 6585 section 4).
 pub(crate) const TOKEN_LIMITED_STATUS: u32 = 429;
 
-/// The windows of `tenant`'s limits that apply to `model`, read at `now_ms`, and their keys.
-fn read_windows<'a>(
+/// What the admission did in the windows of the limits that apply: each one's reading
+/// (counted plus reserved by other requests), key and hold, in the tenant's order.
+struct Admitted<'a> {
+    readings: Vec<Reading<'a>>,
+    keys: Vec<String>,
+    holds: Vec<Option<TokenHold>>,
+}
+
+/// The windows of `tenant`'s limits that apply to `model` at `now_ms`: in each, `bound`
+/// (input, output tokens) weighted by the limit is reserved unless the window is spent
+/// (`TokenStore::reserve`: one CAS update). A window that cannot be read or written stops here
+/// (its error; the holds taken so far are in `done` for the caller to release).
+fn reserve_windows<'a>(
     shared: &'a Shared,
     tenant: &str,
     model: Option<&str>,
-    now_ms: u64,
-) -> Result<(Vec<Reading<'a>>, Vec<String>), StoreError> {
+    (now_ms, bound): (u64, (u64, u64)),
+    done: &mut Admitted<'a>,
+) -> Result<(), NotAdded> {
     let config = &shared.config;
     let store = &config.token_store;
-    let mut readings = Vec::new();
-    let mut keys = Vec::new();
     for limit in config
         .token_limits
         .of(tenant)
         .iter()
         .filter(|l| l.applies_to(model))
     {
-        let window = Window::at(limit.per, now_ms);
         let key = store.key(tenant, limit);
-        let used = store.used(&HostSharedData, &key, limit.per, &window)?;
-        readings.push(Reading {
+        let estimate = limit.weights.bound(bound.0, bound.1);
+        let (used, hold, stats) = store.reserve(
+            &HostSharedData,
+            &key,
+            (limit.per, limit.tokens),
+            now_ms,
+            estimate,
+        )?;
+        count_n(shared.counters.cas_retries, u64::from(stats.cas_retries));
+        count_n(shared.counters.token_keys_created, u64::from(stats.created));
+        done.readings.push(Reading {
             limit,
-            used: used.tokens,
-            window,
+            used: used.tokens.saturating_add(used.reserved),
+            window: Window::at(limit.per, now_ms),
         });
-        keys.push(key);
+        done.keys.push(key);
+        done.holds.push(hold);
     }
-    Ok((readings, keys))
+    Ok(())
 }
 
 impl Request {
@@ -67,7 +88,7 @@ impl Request {
     pub(super) fn admit_body(&mut self, shared: &Shared, declared: Option<u64>) -> Option<Action> {
         // Local counts first: they also give the keys the usage is added to (and what
         // `on_error: local` decides with); a window spent here is spent on the service too.
-        if let Some(refused) = self.admit_tokens(shared, 0) {
+        if let Some(refused) = self.admit_tokens(shared, declared) {
             return Some(refused);
         }
         if let (true, true, Some(g)) = (
@@ -84,7 +105,9 @@ impl Request {
             );
             if let Some(request) = request {
                 if !g.call.admits() {
-                    return self.token_fallback(shared, g, declared, &CallFailure::BreakerOpen);
+                    let action =
+                        self.token_fallback(shared, g, declared, &CallFailure::BreakerOpen);
+                    return self.after_tokens(shared, action);
                 }
                 return match g.call.dispatch(&request) {
                     Ok(token) => {
@@ -95,11 +118,15 @@ impl Request {
                         });
                         Some(Action::Pause)
                     }
-                    Err(failure) => self.token_fallback(shared, g, declared, &failure),
+                    Err(failure) => {
+                        let action = self.token_fallback(shared, g, declared, &failure);
+                        self.after_tokens(shared, action)
+                    }
                 };
             }
         }
-        self.reserve(shared, declared)
+        let action = self.reserve(shared, declared);
+        self.after_tokens(shared, action)
     }
 
     /// The tenant's limits that apply to the request's model.
@@ -158,7 +185,7 @@ impl Request {
             Ok(verdict) => {
                 let applying = self.applying_limits(shared);
                 let readings = token_global::readings(&applying, &verdict, now_unix_millis());
-                match decide(&readings, 0) {
+                match decide(&readings) {
                     None => {
                         count(shared.counters.global_admitted);
                         if !readings.is_empty() {
@@ -174,6 +201,7 @@ impl Request {
             }
             Err(failure) => self.token_fallback(shared, g, check.declared, &failure),
         };
+        let outcome = self.after_tokens(shared, outcome);
         if outcome.is_none() {
             if let Err(status) = rls::host_calls::resume_request() {
                 log::warn!("cannot resume the request after the token check: host status {status}");
@@ -200,50 +228,127 @@ impl Request {
         )
     }
 
-    /// Admits the request against the token limits that apply to it if each of their windows
-    /// has room for `estimate` weighted tokens (0 today: then a window refuses only once it is
-    /// spent; reservations will pass their estimate here). A count that cannot be read refuses
-    /// (fail closed) with `store_full.status` and `retry-after: 1`.
-    pub(crate) fn admit_tokens(&mut self, shared: &Shared, estimate: u64) -> Option<Action> {
+    /// Admits the request against the token limits that apply to it and reserves its bound in
+    /// each window (README, "Token limits", "Reservations"): input tokens at most the body's
+    /// bytes, output tokens the declared bound (`declared`), else the model's, else
+    /// `reservation.default_max_output_tokens`, each at the limit's highest weight. Refused when a
+    /// window is spent, counting other requests' reservations (counted + reserved ≥ `tokens`);
+    /// the holds are released by the booking, or at once when the request is refused. A count
+    /// that cannot be read or written refuses (fail closed) with `store_full.status` and
+    /// `retry-after: 1`.
+    pub(crate) fn admit_tokens(
+        &mut self,
+        shared: &Shared,
+        declared: Option<u64>,
+    ) -> Option<Action> {
         if !self.token_limited {
             return None;
         }
+        let config = &shared.config;
+        let table = shared.table();
+        let model = self.request_model.as_deref();
+        let model_max = model
+            .and_then(|m| config.price(&table, Some(m)))
+            .and_then(|p| p.max_output_tokens);
+        let output = output_tokens(
+            declared,
+            model_max,
+            config.reservation.default_max_output_tokens,
+        );
         let now_ms = now_unix_millis();
-        let read = read_windows(shared, &self.tenant, self.request_model.as_deref(), now_ms);
-        let (readings, keys) = match read {
-            Ok(read) => read,
-            Err(e) => {
-                let status = match e {
-                    StoreError::CasMismatch => tollgate_common::shared_data::status::CAS_MISMATCH,
-                    StoreError::Failed(status) => status,
-                };
-                shared.store_failed(
-                    &format!(
-                        "tenant {}: token counts unavailable, request refused",
-                        self.tenant
-                    ),
-                    status,
-                );
-                return Some(self.refuse(
-                    shared.counters.store_failure,
-                    "store_failure",
-                    (
-                        shared.config.store_full.status,
-                        &[("retry-after", "1")],
-                        "token_limit_unavailable",
-                        "the token counts of this tenant cannot be read; retry later",
-                    ),
-                ));
-            }
+        let mut done = Admitted {
+            readings: Vec::new(),
+            keys: Vec::new(),
+            holds: Vec::new(),
         };
-        let Some(refusal) = decide(&readings, estimate) else {
+        let bound = (self.request_bytes, output);
+        let reserved = reserve_windows(shared, &self.tenant, model, (now_ms, bound), &mut done);
+        let Admitted {
+            readings,
+            keys,
+            holds,
+        } = done;
+        self.token_keys = Some(keys);
+        self.token_holds = holds;
+        if let Err(not) = reserved {
+            self.release_tokens(shared);
+            shared.store_failed(
+                &format!(
+                    "tenant {}: token counts unavailable, request refused",
+                    self.tenant
+                ),
+                not.failed
+                    .unwrap_or(tollgate_common::shared_data::status::CAS_MISMATCH),
+            );
+            return Some(self.refuse(
+                shared.counters.store_failure,
+                "store_failure",
+                (
+                    shared.config.store_full.status,
+                    &[("retry-after", "1")],
+                    "token_limit_unavailable",
+                    "the token counts of this tenant cannot be read; retry later",
+                ),
+            ));
+        }
+        let Some(refusal) = decide(&readings) else {
             if !readings.is_empty() {
                 self.token_headers = Some(fields(&readings));
             }
-            self.token_keys = Some(keys);
             return None;
         };
+        self.release_tokens(shared);
         Some(self.token_limited(shared, &refusal))
+    }
+
+    /// `refused` (a step after the token admission: the global check, the budget's
+    /// reservation), with the token reservations released when it is a refusal.
+    fn after_tokens(&mut self, shared: &Shared, refused: Option<Action>) -> Option<Action> {
+        if matches!(refused, Some(Action::Pause)) && self.token_check.is_none() {
+            self.release_tokens(shared);
+        }
+        refused
+    }
+
+    /// Releases the token reservations of a request that will book nothing (refused, or ended
+    /// without usage): one CAS update per hold.
+    pub(super) fn release_tokens(&mut self, shared: &Shared) {
+        let holds = std::mem::take(&mut self.token_holds);
+        if let Some(keys) = self.token_keys.take() {
+            self.release_holds(shared, &keys, holds);
+        }
+    }
+
+    /// Releases `holds` (in `keys`' windows, the order of the limits that apply).
+    fn release_holds(&self, shared: &Shared, keys: &[String], holds: Vec<Option<TokenHold>>) {
+        if holds.iter().all(Option::is_none) {
+            return;
+        }
+        let config = &shared.config;
+        let model = self.request_model.as_deref();
+        let applying = config
+            .token_limits
+            .of(&self.tenant)
+            .iter()
+            .filter(|l| l.applies_to(model));
+        let now_ms = now_unix_millis();
+        for ((limit, key), hold) in applying.zip(keys).zip(holds) {
+            if hold.is_none() {
+                continue;
+            }
+            let store = &config.token_store;
+            if let Err(not) = store.add(&HostSharedData, key, limit.per, now_ms, (0, hold)) {
+                count(shared.counters.token_booking_failures);
+                shared.store_failed(
+                    &format!(
+                        "tenant {}: a reservation of limit {} not released (it expires with its \
+                         window)",
+                        self.tenant, limit.name
+                    ),
+                    not.failed.unwrap_or(0),
+                );
+            }
+        }
     }
 
     /// Phase 3: the RateLimit fields read at admission, on the response.
@@ -260,14 +365,15 @@ impl Request {
     pub(super) fn book_tokens(
         &self,
         shared: &Shared,
-        outcome: &Result<Usage, Reason>,
-        exchange: &Exchange<'_>,
+        (outcome, exchange): (&Result<Usage, Reason>, &Exchange<'_>),
+        holds: Vec<Option<TokenHold>>,
     ) {
         let Some(keys) = &self.token_keys else {
             return;
         };
         let config = &shared.config;
         let Some(usage) = counted(outcome, exchange, config.unpriced_charge) else {
+            self.release_holds(shared, keys, holds);
             return;
         };
         let now_ms = now_unix_millis();
@@ -278,12 +384,13 @@ impl Request {
             .of(&self.tenant)
             .iter()
             .filter(|l| l.applies_to(model));
-        for (limit, key) in applying.zip(keys) {
+        let holds = holds.into_iter().chain(std::iter::repeat(None));
+        for ((limit, key), hold) in applying.zip(keys).zip(holds) {
             let tokens = limit.weights.weighted(&usage);
-            if tokens == 0 {
+            if tokens == 0 && hold.is_none() {
                 continue;
             }
-            let stats = match store.add(&HostSharedData, key, limit.per, now_ms, tokens) {
+            let stats = match store.add(&HostSharedData, key, limit.per, now_ms, (tokens, hold)) {
                 Ok(stats) => stats,
                 Err(not) => {
                     count(shared.counters.token_booking_failures);

@@ -29,11 +29,10 @@ impl Reading<'_> {
         self.limit.tokens.saturating_sub(self.used)
     }
 
-    /// Whether this window refuses a request expected to use `estimate` weighted tokens: it is
-    /// spent (nothing left), or less is left than the estimate.
-    pub fn refuses(&self, estimate: u64) -> bool {
-        let left = self.remaining();
-        left == 0 || left < estimate
+    /// Whether this window refuses a request: it is spent (nothing left; `used` counts the
+    /// other requests' reservations).
+    pub fn refuses(&self) -> bool {
+        self.remaining() == 0
     }
 }
 
@@ -93,11 +92,10 @@ pub fn fields(readings: &[Reading<'_>]) -> (String, String) {
     (policy, ratelimit)
 }
 
-/// Whether the request is refused: `None` when every window has room for `estimate` weighted
-/// tokens (0 until reservations pass an estimate: then only a spent window refuses); else the
-/// refusal, naming every limit that applies in its headers.
-pub fn decide(readings: &[Reading<'_>], estimate: u64) -> Option<Refusal> {
-    let refusing = readings.iter().filter(|r| r.refuses(estimate));
+/// Whether the request is refused: `None` when no window is spent; else the refusal, naming
+/// every limit that applies in its headers.
+pub fn decide(readings: &[Reading<'_>]) -> Option<Refusal> {
+    let refusing = readings.iter().filter(|r| r.refuses());
     let first = refusing.clone().next()?;
     let retry_after = refusing
         .map(|r| r.window.reset_secs)
@@ -144,10 +142,7 @@ mod tests {
             used: 99,
             window: window(30),
         }];
-        assert_eq!(decide(&r, 0), None);
-        // The seam for reservations: an estimate larger than what is left refuses.
-        assert!(decide(&r, 2).is_some());
-        assert_eq!(decide(&r, 1), None);
+        assert_eq!(decide(&r), None);
     }
 
     #[test]
@@ -166,7 +161,7 @@ mod tests {
                 window: window(7_000),
             },
         ];
-        let got = decide(&r, 0).expect("refused");
+        let got = decide(&r).expect("refused");
         assert_eq!(got.policy, r#""tpm";q=100;w=60, "tpd";q=5000;w=86400"#);
         assert_eq!(got.ratelimit, r#""tpm";r=0;t=12, "tpd";r=1000;t=7000"#);
         assert_eq!(got.retry_after, "12", "only the spent window's end counts");
@@ -177,7 +172,7 @@ mod tests {
             used: u64::MAX,
             window: window(1),
         }];
-        assert!(decide(&over, 0).expect("refused").ratelimit.contains("r=0"));
+        assert!(decide(&over).expect("refused").ratelimit.contains("r=0"));
     }
 
     #[test]
@@ -196,7 +191,7 @@ mod tests {
                 window: window(900),
             },
         ];
-        assert_eq!(decide(&r, 0).expect("refused").retry_after, "900");
-        assert_eq!(decide(&[], 0), None);
+        assert_eq!(decide(&r).expect("refused").retry_after, "900");
+        assert_eq!(decide(&[]), None);
     }
 }

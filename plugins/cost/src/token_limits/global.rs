@@ -144,14 +144,14 @@ mod tests {
         };
         let r = readings(&[&tpm], &verdict(status(false, 1)), now);
         assert_eq!(r[0].used, 999);
-        assert_eq!(decide(&r, 0), None);
+        assert_eq!(decide(&r), None);
         let r = readings(&[&tpm], &verdict(status(false, 0)), now);
-        let refused = decide(&r, 0).unwrap();
+        let refused = decide(&r).unwrap();
         assert_eq!(refused.retry_after, "45");
         assert!(refused.ratelimit.contains("r=0"), "{}", refused.ratelimit);
         let r = readings(&[&tpm], &verdict(status(true, 0)), now);
         assert_eq!(r[0].used, 1001);
-        assert!(decide(&r, 0).is_some());
+        assert!(decide(&r).is_some());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! # Keys and bounds
 //!
-//! - `cost/<ledger>/k/<tenant>/<limit>`: the (tenant, limit)'s `WindowCount` (17 bytes), one
+//! - `cost/<ledger>/k/<tenant>/<limit>`: the (tenant, limit)'s `WindowCount` (25 bytes), one
 //!   key reused from window to window.
 //! - `cost/<ledger>/~tokens`: the creation record of these keys
 //!   (`tollgate_common::shared_data::CreationRecord`: keys counted, creation lease, store full).
@@ -24,7 +24,7 @@ use tollgate_common::shared_data::{
 };
 
 use super::config::Limit;
-use super::window::{Per, Window, WindowCount};
+use super::window::{Per, TokenHold, Window, WindowCount};
 
 /// Where the counts live and how hard an update tries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +46,8 @@ pub struct TokenStore {
 pub struct Used {
     /// Weighted tokens counted in the current window.
     pub tokens: u64,
+    /// Weighted tokens reserved in it by requests not yet booked.
+    pub reserved: u64,
     /// Read from the shared overflow record (the key does not exist and cannot be made).
     pub pooled: bool,
 }
@@ -131,16 +133,16 @@ impl TokenStore {
         per: Per,
         window: &Window,
     ) -> Result<Used, StoreError> {
-        let count = |v: Option<Vec<u8>>| {
-            v.and_then(|v| WindowCount::decode(&v))
-                .unwrap_or_default()
-                .in_window(window)
+        let count = |v: Option<Vec<u8>>, pooled| {
+            let c = v.and_then(|v| WindowCount::decode(&v)).unwrap_or_default();
+            Used {
+                tokens: c.in_window(window),
+                reserved: c.reserved_in(window),
+                pooled,
+            }
         };
         if let Some(v) = store.get(key)?.0 {
-            return Ok(Used {
-                tokens: count(Some(v)),
-                pooled: false,
-            });
+            return Ok(count(Some(v), false));
         }
         let full = store
             .get(&self.record_key)?
@@ -148,20 +150,15 @@ impl TokenStore {
             .and_then(|r| CreationRecord::decode(&r))
             .is_some_and(|r| r.store_full || r.keys >= self.max_keys);
         if !full {
-            return Ok(Used {
-                tokens: 0,
-                pooled: false,
-            });
+            return Ok(count(None, false));
         }
-        Ok(Used {
-            tokens: count(store.get(&self.overflow_key(per))?.0),
-            pooled: true,
-        })
+        Ok(count(store.get(&self.overflow_key(per))?.0, true))
     }
 
-    /// Adds `tokens` to `key` (a limit of length `per`) in the window of `now_ms`, creating the
-    /// key under the creation lease when missing, or adding to the overflow record when it
-    /// cannot be created. At most `cas_retries + 1` CAS attempts.
+    /// Adds `tokens` to `key` (a limit of length `per`) in the window of `now_ms` and releases
+    /// `hold` (the request's reservation, if it was made in that window), creating the key under
+    /// the creation lease when missing, or adding to the overflow record when it cannot be
+    /// created. At most `cas_retries + 1` CAS attempts.
     ///
     /// # Errors
     /// [`NotAdded`] when the CAS attempts ran out or the store failed (its status).
@@ -171,8 +168,57 @@ impl TokenStore {
         key: &str,
         per: Per,
         now_ms: u64,
-        tokens: u64,
+        (tokens, hold): (u64, Option<TokenHold>),
     ) -> Result<AddStats, NotAdded> {
+        self.update(store, key, per, now_ms, |c, w| Some(c.add(w, tokens, hold)))
+            .map(|(stats, _)| stats)
+    }
+
+    /// Reserves `estimate` weighted tokens in `key`'s window at `now_ms` unless the window is
+    /// spent: counted + reserved ≥ `limit_tokens` (then nothing is written). One CAS update, so
+    /// that concurrent requests of every worker see each other's reservations. Returns what was
+    /// counted and reserved before, and the hold (`None`: spent, or nothing to reserve).
+    ///
+    /// # Errors
+    /// [`NotAdded`] when the CAS attempts ran out or the store failed (its status).
+    pub fn reserve<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &str,
+        (per, limit_tokens): (Per, u64),
+        now_ms: u64,
+        estimate: u64,
+    ) -> Result<(Used, Option<TokenHold>, AddStats), NotAdded> {
+        let spent = |c: &WindowCount, w: &Window| {
+            c.in_window(w).saturating_add(c.reserved_in(w)) >= limit_tokens
+        };
+        let (stats, (before, pooled)) = self.update(store, key, per, now_ms, |c, w| {
+            (estimate > 0 && !spent(c, w)).then(|| c.reserve(w, estimate))
+        })?;
+        let window = Window::at(per, now_ms);
+        let used = Used {
+            tokens: before.in_window(&window),
+            reserved: before.reserved_in(&window),
+            pooled,
+        };
+        let hold = (estimate > 0 && !spent(&before, &window)).then_some(TokenHold {
+            index: window.index,
+            tokens: estimate,
+        });
+        Ok((used, hold, stats))
+    }
+
+    /// The CAS update of `key`'s count by `next` (`None`: nothing written), creating the key
+    /// or moving to the overflow record as [`TokenStore::add`] says. Returns the statistics and
+    /// the count read before the write (and whether it was the overflow record's).
+    fn update<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &str,
+        per: Per,
+        now_ms: u64,
+        next: impl Fn(&WindowCount, &Window) -> Option<WindowCount>,
+    ) -> Result<(AddStats, (WindowCount, bool)), NotAdded> {
         let window = Window::at(per, now_ms);
         let attempts = self.cas_retries.saturating_add(1);
         let wait = LeaseWait::default();
@@ -216,11 +262,12 @@ impl TokenStore {
                     }
                 }
             };
-            let next = WindowCount::decode(&value)
-                .unwrap_or_default()
-                .add(&window, tokens);
-            match cas.map(|cas| store.set(key, &next.encode(), Some(cas))) {
-                Some(Ok(())) => return Ok(stats),
+            let before = WindowCount::decode(&value).unwrap_or_default();
+            let Some(after) = next(&before, &window) else {
+                return Ok((stats, (before, stats.overflowed)));
+            };
+            match cas.map(|cas| store.set(key, &after.encode(), Some(cas))) {
+                Some(Ok(())) => return Ok((stats, (before, stats.overflowed))),
                 Some(Err(StoreError::Failed(status))) => return Err(failed(stats, status)),
                 Some(Err(StoreError::CasMismatch)) | None => {}
             }
@@ -295,12 +342,15 @@ mod tests {
                 s.used(&store, &key, Per::Minute, &w),
                 Ok(Used {
                     tokens: 0,
+                    reserved: 0,
                     pooled: false
                 })
             );
-            let first = s.add(&store, &key, Per::Minute, NOW, 40).expect("add");
+            let first = s
+                .add(&store, &key, Per::Minute, NOW, (40, None))
+                .expect("add");
             assert!(first.created && !first.overflowed);
-            s.add(&store, &key, Per::Minute, NOW + 1_000, 2)
+            s.add(&store, &key, Per::Minute, NOW + 1_000, (2, None))
                 .expect("add");
             assert_eq!(
                 s.used(&store, &key, Per::Minute, &w).expect("used").tokens,
@@ -314,7 +364,7 @@ mod tests {
                     .tokens,
                 0
             );
-            s.add(&store, &key, Per::Minute, NOW + 18_000, 5)
+            s.add(&store, &key, Per::Minute, NOW + 18_000, (5, None))
                 .expect("add");
             assert_eq!(
                 s.used(&store, &key, Per::Minute, &next)
@@ -338,7 +388,8 @@ mod tests {
             for _ in 0..4 {
                 scope.spawn(|| {
                     for _ in 0..250 {
-                        s.add(&store, &key, Per::Minute, NOW, 3).expect("add");
+                        s.add(&store, &key, Per::Minute, NOW, (3, None))
+                            .expect("add");
                     }
                 });
             }
@@ -356,7 +407,7 @@ mod tests {
         let w = Window::at(Per::Hour, NOW);
         for i in 0..1_000 {
             let key = s.key(&format!("t{i}"), &limit("tph", Per::Hour));
-            s.add(&store, &key, Per::Hour, NOW, 1).expect("add");
+            s.add(&store, &key, Per::Hour, NOW, (1, None)).expect("add");
         }
         assert_eq!(store.len(), 4 + 5, "records + max_keys keys");
         // The 995 tenants beyond share the hour's overflow record, and read it.
@@ -365,6 +416,7 @@ mod tests {
             s.used(&store, &late, Per::Hour, &w),
             Ok(Used {
                 tokens: 995,
+                reserved: 0,
                 pooled: true
             })
         );
@@ -373,6 +425,7 @@ mod tests {
             s.used(&store, &early, Per::Hour, &w),
             Ok(Used {
                 tokens: 1,
+                reserved: 0,
                 pooled: false
             })
         );
@@ -383,20 +436,21 @@ mod tests {
         let (s, store) = ready(100, Semantics::NgxWasm);
         store.set_capacity(Some(store.len()));
         let key = s.key("bob", &limit("tpd", Per::Day));
-        let stats = s.add(&store, &key, Per::Day, NOW, 7).expect("add");
+        let stats = s.add(&store, &key, Per::Day, NOW, (7, None)).expect("add");
         assert!(stats.overflowed);
         let w = Window::at(Per::Day, NOW);
         assert_eq!(
             s.used(&store, &key, Per::Day, &w),
             Ok(Used {
                 tokens: 7,
+                reserved: 0,
                 pooled: true
             })
         );
         store.set_failing_reads(true);
         assert!(s.used(&store, &key, Per::Day, &w).is_err());
         assert!(s
-            .add(&store, &key, Per::Day, NOW, 1)
+            .add(&store, &key, Per::Day, NOW, (1, None))
             .expect_err("fails")
             .failed
             .is_some());
@@ -412,10 +466,87 @@ mod tests {
             s.used(&store, &key, Per::Minute, &w).expect("used").tokens,
             0
         );
-        s.add(&store, &key, Per::Minute, NOW, 9).expect("add");
+        s.add(&store, &key, Per::Minute, NOW, (9, None))
+            .expect("add");
         assert_eq!(
             s.used(&store, &key, Per::Minute, &w).expect("used").tokens,
             9
+        );
+    }
+
+    #[test]
+    fn reservations_hold_the_window_and_bookings_release_them() {
+        let (s, store) = ready(10, Semantics::Envoy);
+        let key = s.key("alice", &limit("tpm", Per::Minute));
+        let w = Window::at(Per::Minute, NOW);
+        // 100 tokens a minute: 60 reserved, then 40, then the window is spent.
+        let (used, first, _) = s
+            .reserve(&store, &key, (Per::Minute, 100), NOW, 60)
+            .expect("reserve");
+        assert_eq!((used.tokens, used.reserved), (0, 0));
+        let first = first.expect("held");
+        let (used, second, _) = s
+            .reserve(&store, &key, (Per::Minute, 100), NOW, 40)
+            .expect("reserve");
+        assert_eq!(used.reserved, 60);
+        assert!(second.is_some());
+        let (used, third, _) = s
+            .reserve(&store, &key, (Per::Minute, 100), NOW, 1)
+            .expect("reserve");
+        assert_eq!(
+            (used.reserved, third),
+            (100, None),
+            "spent by reservations: nothing held"
+        );
+        // The first booking counts 25 and releases its 60: 40 reserved, 25 counted.
+        s.add(&store, &key, Per::Minute, NOW, (25, Some(first)))
+            .expect("add");
+        let now = s.used(&store, &key, Per::Minute, &w).expect("used");
+        assert_eq!((now.tokens, now.reserved), (25, 40));
+        // A request that ends without usage books 0 and releases its hold.
+        s.add(&store, &key, Per::Minute, NOW, (0, second))
+            .expect("add");
+        let now = s.used(&store, &key, Per::Minute, &w).expect("used");
+        assert_eq!((now.tokens, now.reserved), (25, 0));
+        // Nothing to reserve: a read, never a write.
+        let before = store.len();
+        let (_, none, _) = s
+            .reserve(&store, &key, (Per::Minute, 100), NOW, 0)
+            .expect("read");
+        assert_eq!((none, store.len()), (None, before));
+    }
+
+    #[test]
+    fn concurrent_reservations_never_hold_past_a_spent_window() {
+        // 4 threads race 50 reservations of 10 each on a limit of 100: exactly 10 are held.
+        let (s, store) = ready(10, Semantics::NgxWasm);
+        let s = TokenStore {
+            cas_retries: 1_000,
+            ..s
+        };
+        let key = s.key("alice", &limit("tpm", Per::Minute));
+        let held = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..50 {
+                        let (_, hold, _) = s
+                            .reserve(&store, &key, (Per::Minute, 100), NOW, 10)
+                            .expect("reserve");
+                        if hold.is_some() {
+                            held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(held.into_inner(), 10);
+        let w = Window::at(Per::Minute, NOW);
+        assert_eq!(
+            s.used(&store, &key, Per::Minute, &w)
+                .expect("used")
+                .reserved,
+            100
         );
     }
 }

@@ -145,6 +145,20 @@ impl Weights {
             .fold(0u128, u128::saturating_add);
         u64::try_from(milli.div_ceil(u128::from(MILLI))).unwrap_or(u64::MAX)
     }
+
+    /// An upper bound of what a response to a request of at most `input` input tokens and
+    /// `output` output tokens can count: every input token at the highest input weight (plain,
+    /// cache read, cache creation), every output token at the highest output weight (visible,
+    /// reasoning), rounded up; saturating at `u64::MAX` (the reservation of
+    /// `crate::reservation`'s estimate, in tokens).
+    pub fn bound(&self, input: u64, output: u64) -> u64 {
+        let input_weight = self.input.max(self.cached_input).max(self.cache_creation);
+        let output_weight = self.output.max(self.reasoning);
+        let milli = u128::from(input)
+            .saturating_mul(u128::from(input_weight))
+            .saturating_add(u128::from(output).saturating_mul(u128::from(output_weight)));
+        u64::try_from(milli.div_ceil(u128::from(MILLI))).unwrap_or(u64::MAX)
+    }
 }
 
 #[cfg(test)]
@@ -264,5 +278,26 @@ mod tests {
             ..Weights::default()
         };
         assert_eq!(free_cache.weighted(&usage(10, m, 0, 0, 0)), 0);
+    }
+
+    #[test]
+    fn the_bound_is_never_below_what_a_response_within_it_counts() {
+        let w = Weights {
+            input: 1_000,
+            cached_input: 100,
+            cache_creation: 1_250,
+            output: 4_000,
+            reasoning: 2_000,
+        };
+        assert_eq!(w.bound(1_000, 10), 1_250 + 40);
+        // Any split of 1,000 input and 10 output tokens counts at most the bound.
+        for (cached, creation, reasoning) in
+            [(0, 0, 0), (1_000, 0, 10), (0, 1_000, 0), (300, 700, 5)]
+        {
+            let u = usage(1_000, cached, creation, 10, reasoning);
+            assert!(w.weighted(&u) <= w.bound(1_000, 10));
+        }
+        assert_eq!(Weights::default().bound(u64::MAX, u64::MAX), u64::MAX);
+        assert_eq!(Weights::default().bound(0, 0), 0);
     }
 }

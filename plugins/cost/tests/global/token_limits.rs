@@ -22,7 +22,7 @@ fn request(engine: &mut Engine, outbox: &mut Outbox, secs: u64) -> bool {
     engine.now = secs;
     let req = check_request("d", "l", "alice", &[&limit]).unwrap();
     let verdict = verdict_of(&engine.call(&req), 1).unwrap();
-    let admitted = decide(&readings(&[&limit], &verdict, secs * 1_000), 0).is_none();
+    let admitted = decide(&readings(&[&limit], &verdict, secs * 1_000)).is_none();
     if admitted {
         assert!(outbox.push(booking("alice", &limit, secs * 1_000, 2_500).unwrap()));
     }
