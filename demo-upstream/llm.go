@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Mock LLM endpoints: OpenAI Chat Completions, Responses, Embeddings and
@@ -39,6 +40,7 @@ const (
 	created         = "1700000000"
 	maxRequestBody  = 64 << 20
 	maxChunks       = 100000
+	maxDelayMillis  = 10000
 	hugePaddingSize = 2 << 20
 )
 
@@ -51,6 +53,7 @@ type mock struct {
 	cached, reasoning    int64
 	cacheCreation        int64
 	chunks               int
+	delay                time.Duration
 	mode                 bodyMode
 	gzip, crlf           bool
 	stream, includeUsage bool
@@ -95,6 +98,10 @@ func (s *server) llm(x exchange, api apiKind) {
 			llmError(x, api, http.StatusBadRequest, "invalid JSON request body: "+err.Error())
 			return
 		}
+	}
+	if m.delay > 0 {
+		// The answer is held, as an upstream thinking: requests overlap in the gateway.
+		time.Sleep(m.delay)
 	}
 	m.stream = req.Stream
 	m.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -168,6 +175,14 @@ func (m *mock) parseHeaders(x exchange) string {
 			return "invalid x-mock-chunks: want an integer between 0 and 100000"
 		}
 		m.chunks = n
+	}
+	m.delay = 0
+	if v := x.header("X-Mock-Delay-Ms"); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > maxDelayMillis {
+			return "invalid x-mock-delay-ms: want an integer between 0 and 10000"
+		}
+		m.delay = time.Duration(n) * time.Millisecond
 	}
 	if v := x.header("X-Mock-Body"); v != "" {
 		switch strings.ToLower(strings.TrimSpace(v)) {

@@ -305,6 +305,17 @@ func TestEcho(t *testing.T) {
 
 // ---- OpenAI Chat Completions ------------------------------------------------
 
+func TestDelayHoldsTheAnswer(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		start := time.Now()
+		r := b.post(t, "/v1/chat/completions", `{"model":"m"}`, "x-mock-delay-ms", "200")
+		wantEq(t, "status", r.code, 200)
+		if elapsed := time.Since(start); elapsed < 200*time.Millisecond {
+			t.Errorf("answered after %v, want at least 200ms", elapsed)
+		}
+	})
+}
+
 func TestChatCompletions(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
 		r := b.post(t, "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
@@ -675,6 +686,8 @@ func TestLLMBadRequests(t *testing.T) {
 			{`{}`, []string{"x-mock-prompt-tokens", "many"}},
 			{`{}`, []string{"x-mock-chunks", "-1"}},
 			{`{}`, []string{"x-mock-chunks", "1000001"}},
+			{`{}`, []string{"x-mock-delay-ms", "-1"}},
+			{`{}`, []string{"x-mock-delay-ms", "10001"}},
 			{`{}`, []string{"x-mock-body", "weird"}},
 		} {
 			r := b.post(t, "/v1/chat/completions", tc.body, tc.hdr...)
