@@ -1,6 +1,7 @@
 """Ports, child processes, waiting and logs: what every gateway and upstream of the lab is run with."""
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import signal
@@ -11,10 +12,22 @@ import time
 from .paths import ROOT
 
 
+# Ports this process handed out lately (free_port).
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A 127.0.0.1 port nothing is bound to now and that this process has not handed out among
+    its last 4096: once a probe socket is closed the kernel may give the same ephemeral port to the
+    next probe, and two servers started on it collide (Redis and the rate limit service did)."""
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.append(port)
+            return port
+    raise RuntimeError("no port this process has not handed out lately, in 64 probes")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None, timeout: float, log: pathlib.Path | None = None) -> None:

@@ -35,6 +35,10 @@ import grpc
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+# The lab (free ports) at the repository root, also for the benchmarks that import this file.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from lab import free_port  # noqa: E402
 # The proto files live under tests/e2e/rls_proto/ (see rls.proto's header); compiled at import by
 # grpcio-tools, found through sys.path.
 if str(HERE) not in sys.path:
@@ -80,12 +84,6 @@ SETTINGS = {
     "CONFIG_TYPE": "FILE",
     "LOG_LEVEL": "info",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def descriptor(entries: Mapping[str, str] | Sequence[tuple[str, str]], requests_per_unit: int | None = None,
