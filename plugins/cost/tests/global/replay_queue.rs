@@ -92,11 +92,17 @@ fn the_queue_encoding_refuses_truncations() {
     }
     assert_eq!(decode_queue(&[]), None);
     assert_eq!(decode_queue(&[3]), None, "another version");
-    // A carry's counter byte other than 0, 1 or 2.
+    // A kind byte that is neither spend (0), a carry's counter (1, 2) nor tokens (3).
     let mut bad = encode_queue(&bookings[..1]);
     if let Some(last) = bad.last_mut() {
-        *last = 3;
+        *last = 9;
     }
+    assert_eq!(decode_queue(&bad), None);
+    // A token record whose window length is not 1, 2 or 3 (it comes before the u64 window).
+    let mut bad = encode_queue(&bookings[3..]);
+    let per = bad.len() - 9;
+    assert_eq!(bad[per], 1, "minute");
+    bad[per] = 4;
     assert_eq!(decode_queue(&bad), None);
     // Version 1 (no counter byte), written before an upgrade, is still read.
     let mut v1 = vec![1u8, 5];
