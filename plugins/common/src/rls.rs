@@ -200,6 +200,20 @@ pub struct Status {
     pub reset_ms: u64,
 }
 
+impl Status {
+    /// The hits the service counts against `limit` (the limit sent with the descriptor), as far
+    /// as this status tells: `limit - limit_remaining`, or `limit + 1` when over it (the
+    /// reference server is over only above the limit: `src/limiter/base_limiter.go`,
+    /// `GetResponseDescriptorStatus`).
+    pub fn counted(&self, limit: u32) -> u64 {
+        if self.over_limit {
+            u64::from(limit).saturating_add(1)
+        } else {
+            u64::from(limit.saturating_sub(self.limit_remaining))
+        }
+    }
+}
+
 /// Why a reply cannot be used. Each is a failure of the call (the configured `on_error` applies).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyError {

@@ -11,8 +11,7 @@ use tollgate_common::rls::CallFailure;
 use tollgate_common::shared_data::HostSharedData;
 
 use crate::global::{
-    batch_request, claim_outcome, claim_request, BatchLimits, Booking, BookingKey, Claim, Limits,
-    BATCH_MAX,
+    batch_request, claim_outcome, claim_request, BatchLimits, Booking, Claim, Limits, BATCH_MAX,
 };
 use crate::period::Periods;
 use crate::worker::Shared;
@@ -209,14 +208,7 @@ impl BookingSender {
         if units == 0 {
             return;
         }
-        let key = BookingKey {
-            tenant: claim.tenant.clone(),
-            day: 0,
-            month: claim.month,
-            into: Some(claim.carry.to),
-            tokens: None,
-        };
-        if !g.outbox.borrow_mut().push(Booking { key, units }) {
+        if !g.outbox.borrow_mut().push(claim.booking(units)) {
             count(shared.counters.global_dropped);
             shared.dropped("a month carry dropped: the outbox is full");
         }

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, VecDeque};
 use tollgate_common::rls::{RateLimitRequest, Verdict};
 
 use super::descriptors::descriptor;
+use super::outbox::{Booking, BookingKey};
 use crate::month_windows::{self, Carry, Counter};
 use crate::period::Periods;
 
@@ -113,6 +114,22 @@ pub struct Claim {
     pub carry: Carry,
 }
 
+impl Claim {
+    /// The booking of a won claim: `units` into the carry's `to` counter of the month.
+    pub fn booking(&self, units: u32) -> Booking {
+        Booking {
+            key: BookingKey {
+                tenant: self.tenant.clone(),
+                day: 0,
+                month: self.month,
+                into: Some(self.carry.to),
+                tokens: None,
+            },
+            units,
+        }
+    }
+}
+
 /// The claim call of `claim`, whose month budget is `limit` units: `[claim, from, to]`: the
 /// claim descriptor (`<ledger>/month-carry/<yyyymm>` or `month-bridge-carry`, limit 1 in `to`'s
 /// windows, `hits_addend` 1: the service counts 1 for the first claim of the window, over for
@@ -144,12 +161,6 @@ pub fn claim_outcome(verdict: &Verdict, limit: u32) -> Option<u32> {
     if claim.over_limit {
         return None;
     }
-    let count = |s: &tollgate_common::rls::Status| {
-        if s.over_limit {
-            limit.saturating_add(1)
-        } else {
-            limit.saturating_sub(s.limit_remaining)
-        }
-    };
-    Some(count(from).saturating_sub(count(to)))
+    let missing = from.counted(limit).saturating_sub(to.counted(limit));
+    Some(u32::try_from(missing).unwrap_or(u32::MAX))
 }

@@ -48,12 +48,7 @@ fn reserve_windows<'a>(
 ) -> Result<(), NotAdded> {
     let config = &shared.config;
     let store = &config.token_store;
-    for limit in config
-        .token_limits
-        .of(tenant)
-        .iter()
-        .filter(|l| l.applies_to(model))
-    {
+    for limit in config.token_limits.applying(tenant, model) {
         let key = store.key(tenant, limit);
         let estimate = limit.weights.bound(bound.0, bound.1);
         let (used, hold, stats) = store.reserve(
@@ -135,9 +130,7 @@ impl Request {
         shared
             .config
             .token_limits
-            .of(&self.tenant)
-            .iter()
-            .filter(|l| l.applies_to(model))
+            .applying(&self.tenant, model)
             .collect()
     }
 
@@ -326,11 +319,7 @@ impl Request {
         }
         let config = &shared.config;
         let model = self.request_model.as_deref();
-        let applying = config
-            .token_limits
-            .of(&self.tenant)
-            .iter()
-            .filter(|l| l.applies_to(model));
+        let applying = config.token_limits.applying(&self.tenant, model);
         let now_ms = now_unix_millis();
         for ((limit, key), hold) in applying.zip(keys).zip(holds) {
             if hold.is_none() {
@@ -379,11 +368,7 @@ impl Request {
         let now_ms = now_unix_millis();
         let model = self.request_model.as_deref();
         let store = &config.token_store;
-        let applying = config
-            .token_limits
-            .of(&self.tenant)
-            .iter()
-            .filter(|l| l.applies_to(model));
+        let applying = config.token_limits.applying(&self.tenant, model);
         let holds = holds.into_iter().chain(std::iter::repeat(None));
         for ((limit, key), hold) in applying.zip(keys).zip(holds) {
             let tokens = limit.weights.weighted(&usage);

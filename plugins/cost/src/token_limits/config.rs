@@ -155,6 +155,16 @@ impl TokenLimits {
         Ok(())
     }
 
+    /// The limits of `tenant` that apply to a request naming `model` ([`Limit::applies_to`]), in
+    /// the tenant's order: those read at admission and counted at the booking.
+    pub fn applying<'a, 'm>(
+        &'a self,
+        tenant: &str,
+        model: Option<&'m str>,
+    ) -> impl Iterator<Item = &'a Limit> + use<'a, 'm> {
+        self.of(tenant).iter().filter(move |l| l.applies_to(model))
+    }
+
     /// Whether any tenant has a limit.
     pub fn any(&self) -> bool {
         !self.default.is_empty() || self.tenants.values().any(|l| !l.is_empty())

@@ -20,7 +20,7 @@
 //! The protocol counts in `uint32`: a global limit's `tokens` must fit one (the configuration is
 //! refused naming the field), and one booking sends at most `u32::MAX` tokens.
 
-use tollgate_common::rls::{RateLimitDescriptor, RateLimitRequest, Status, Verdict};
+use tollgate_common::rls::{RateLimitDescriptor, RateLimitRequest, Verdict};
 
 use super::config::Limit;
 use super::gate::Reading;
@@ -62,19 +62,10 @@ pub fn readings<'a>(limits: &[&'a Limit], verdict: &Verdict, now_ms: u64) -> Vec
         .zip(&verdict.statuses)
         .map(|(limit, status)| Reading {
             limit,
-            used: used(limit, status),
+            used: status.counted(tokens_u32(limit)),
             window: Window::at(limit.per, now_ms),
         })
         .collect()
-}
-
-fn used(limit: &Limit, status: &Status) -> u64 {
-    let tokens = u64::from(tokens_u32(limit));
-    if status.over_limit {
-        tokens.saturating_add(1)
-    } else {
-        tokens.saturating_sub(u64::from(status.limit_remaining))
-    }
 }
 
 /// The booking of `tokens` weighted tokens in `limit`'s window at `now_ms` for `tenant`
@@ -103,7 +94,7 @@ mod tests {
     use super::*;
     use crate::token_limits::gate::decide;
     use crate::token_limits::window::Per;
-    use tollgate_common::rls::Unit;
+    use tollgate_common::rls::{Status, Unit};
 
     fn limit(name: &str, tokens: u64, per: Per) -> Limit {
         Limit::total(name, tokens, per)

@@ -110,14 +110,7 @@ impl Fleet {
             let req = claim_request("d", "l", &claim, limit);
             let verdict = verdict_of(&self.engine.call(&req), 3).unwrap();
             if let Some(units) = claim_outcome(&verdict, limit).filter(|u| *u > 0) {
-                let key = BookingKey {
-                    tenant: claim.tenant.clone(),
-                    day: 0,
-                    month: claim.month,
-                    into: Some(claim.carry.to),
-                    tokens: None,
-                };
-                assert!(gw.outbox.push(Booking { key, units }));
+                assert!(gw.outbox.push(claim.booking(units)));
             }
         }
         let limits = self.limits;
