@@ -129,7 +129,10 @@ impl IdentitySource {
         match self {
             IdentitySource::Verified { property, .. } => match view.property(property) {
                 Some(v) if !v.is_empty() => Identity::Value(v),
-                _ if view.property(signals::JWT_AUTH_OUTCOME).as_deref() == Some(b"ok") => {
+                _ if view
+                    .property(signals::JWT_AUTH)
+                    .is_some_and(|line| signals::has_outcome(&line, "ok")) =>
+                {
                     Identity::Absent
                 }
                 _ => Identity::Unauthenticated,
@@ -242,20 +245,20 @@ mod tests {
         };
         assert_eq!(sub.read(&forged), Identity::Unauthenticated);
         let refused = View {
-            properties: vec![(signals::JWT_AUTH_OUTCOME, b"bad_signature")],
+            properties: vec![(signals::JWT_AUTH, b"outcome=bad_signature")],
             headers: vec![("x-jwt-sub", b"victim")],
         };
         assert_eq!(sub.read(&refused), Identity::Unauthenticated);
         let verified = View {
             properties: vec![
-                (signals::JWT_AUTH_OUTCOME, b"ok"),
+                (signals::JWT_AUTH, b"outcome=ok"),
                 ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
             ],
             headers: vec![("x-jwt-sub", b"victim")],
         };
         assert_eq!(sub.read(&verified), Identity::Value(b"alice".to_vec()));
         let without_claim = View {
-            properties: vec![(signals::JWT_AUTH_OUTCOME, b"ok")],
+            properties: vec![(signals::JWT_AUTH, b"outcome=ok")],
             ..View::default()
         };
         assert_eq!(sub.read(&without_claim), Identity::Absent);

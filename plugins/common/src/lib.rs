@@ -15,6 +15,7 @@ pub mod eviction;
 pub mod http;
 pub mod identity;
 pub mod log_every;
+pub mod logfmt;
 pub mod metric_help;
 pub mod metrics;
 pub mod path;

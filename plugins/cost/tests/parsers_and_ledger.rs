@@ -351,16 +351,16 @@ fn header_tenants_are_verified_by_jwt_auth() {
     );
     let refused = Request(&[
         ("x-jwt-sub", b"alice"),
-        ("wasmx.tollgate.jwt_auth.outcome", b"expired"),
+        ("wasmx.tollgate.jwt_auth", b"outcome=expired"),
     ]);
     assert_eq!(c.tenant(&refused).unwrap(), "unauthenticated");
     let verified = Request(&[
         ("x-jwt-sub", b"mallory"),
-        ("wasmx.tollgate.jwt_auth.outcome", b"ok"),
+        ("wasmx.tollgate.jwt_auth", b"outcome=ok"),
         ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
     ]);
     assert_eq!(c.tenant(&verified).unwrap(), "alice");
-    let no_claim = Request(&[("wasmx.tollgate.jwt_auth.outcome", b"ok")]);
+    let no_claim = Request(&[("wasmx.tollgate.jwt_auth", b"outcome=ok")]);
     assert_eq!(c.tenant(&no_claim).unwrap(), "anonymous");
 }
 

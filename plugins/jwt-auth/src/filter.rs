@@ -140,7 +140,7 @@ impl Filter for JwtAuth {
             remote_keys: RefCell::new((0..providers).map(|_| None).collect()),
             stage: Stage {
                 filter: Self::NAME,
-                outcome_property: signals::JWT_AUTH_OUTCOME,
+                outcome_property: signals::JWT_AUTH,
                 invalid_path: counters.invalid_path,
                 invalid_authority: counters.invalid_authority,
             },
@@ -209,7 +209,7 @@ fn deny(
     log::info!("{method} {path}: {} ({})", reason.status(), reason.as_str());
     count(shared.counters.denied.id(reason));
     strip_output_headers(&shared.config);
-    signals::set(signals::JWT_AUTH_OUTCOME, reason.as_str());
+    signals::publish_outcome(signals::JWT_AUTH, reason.as_str());
     let challenge = reason.challenge();
     let error = if reason.status() == 403 {
         "forbidden"
@@ -280,7 +280,7 @@ fn authenticate(shared: &Shared) -> HostAction {
         strip_output_headers(config);
         headers.strip_cgi_aliases(config);
         count(shared.counters.bypass);
-        signals::set(signals::JWT_AUTH_OUTCOME, "bypass");
+        signals::publish_outcome(signals::JWT_AUTH, "bypass");
         if let Some(p) = &request_path {
             forward_normal_path(p);
         }
@@ -336,6 +336,6 @@ fn authenticate(shared: &Shared) -> HostAction {
         forward_normal_path(p);
     }
     count(shared.counters.ok);
-    signals::set(signals::JWT_AUTH_OUTCOME, "ok");
+    signals::publish_outcome(signals::JWT_AUTH, "ok");
     HostAction::Continue
 }

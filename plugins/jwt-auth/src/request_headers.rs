@@ -46,7 +46,7 @@ impl Headers {
                 );
                 count(counters.headers_unavailable);
                 strip_output_headers(config);
-                signals::set(signals::JWT_AUTH_OUTCOME, "headers_unavailable");
+                signals::publish_outcome(signals::JWT_AUTH, "headers_unavailable");
                 send_json_error(
                     500,
                     &[],

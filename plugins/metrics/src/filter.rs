@@ -9,6 +9,7 @@
 //! (`tollgate_common::signals`), and updates the series. Host calls go through
 //! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::SystemTime;
@@ -17,8 +18,9 @@ use proxy_wasm::types::{Action, MetricType};
 use tollgate_common::config::ConfigError;
 use tollgate_common::host_calls::request_header_bytes;
 use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
+use tollgate_common::logfmt;
 use tollgate_common::shared_data::HostSharedData;
-use tollgate_common::signals;
+use tollgate_common::signals::{self, field};
 use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::config::Config;
@@ -140,9 +142,51 @@ fn int_property(path: &str) -> Option<u64> {
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
 
-/// A signal holding a decimal integer.
-fn int_signal(name: &str) -> Option<u64> {
-    tollgate_common::host_calls::property(&[name]).and_then(|b| decimal(&b))
+/// The cost filter's line as read (`tollgate_common::signals::COST`), its fields borrowed
+/// from the line where they need no unquoting.
+#[derive(Default)]
+struct RawCost<'a> {
+    outcome: Option<Cow<'a, str>>,
+    model: Option<Cow<'a, str>>,
+    tenant: Option<Cow<'a, str>>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cached_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    reasoning_tokens: Option<u64>,
+    cost_nano_usd: Option<u64>,
+}
+
+impl<'a> RawCost<'a> {
+    fn set(&mut self, key: &str, value: Cow<'a, str>) {
+        let int = || decimal(value.as_bytes());
+        match key {
+            field::OUTCOME => self.outcome = Some(value),
+            field::MODEL => self.model = Some(value),
+            field::TENANT => self.tenant = Some(value),
+            field::INPUT_TOKENS => self.input_tokens = int(),
+            field::OUTPUT_TOKENS => self.output_tokens = int(),
+            field::CACHED_INPUT_TOKENS => self.cached_input_tokens = int(),
+            field::CACHE_CREATION_INPUT_TOKENS => self.cache_creation_input_tokens = int(),
+            field::REASONING_TOKENS => self.reasoning_tokens = int(),
+            field::COST_NANO_USD => self.cost_nano_usd = int(),
+            _ => {}
+        }
+    }
+
+    fn signals<'b>(&'b self, tenant: Label<'b>) -> CostSignals<'b> {
+        CostSignals {
+            model: self.model.as_deref(),
+            tenant,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached_input_tokens: self.cached_input_tokens,
+            cache_creation_input_tokens: self.cache_creation_input_tokens,
+            reasoning_tokens: self.reasoning_tokens,
+            cost_nano_usd: self.cost_nano_usd,
+            status: self.outcome.as_deref(),
+        }
+    }
 }
 
 fn define(kind: Kind, name: &str) -> Option<u32> {
@@ -208,56 +252,62 @@ fn log_request(timing: &Timing, state: &mut State) {
         _ => (None, false),
     };
     let duration_us = micros(timing.start, end);
-    let auth = signals::get(signals::JWT_AUTH_OUTCOME);
-    let decision = signals::get(signals::RATE_LIMIT_OUTCOME);
-    // Without a decision the rule is not recorded: not read.
-    let rule = decision
-        .as_ref()
-        .and_then(|_| signals::get(signals::RATE_LIMIT_RULE));
-    let cost_status = signals::get(signals::COST_OUTCOME);
-    let (cost_model, cost_tenant) = if cost_status.is_some() {
-        let model = signals::get(signals::COST_MODEL);
-        // The cost filter's tenant is admitted only on a request whose own tenant was
-        // trusted; otherwise it is only looked up (it may be client-chosen, e.g. an API key).
-        let tenant = signals::get(signals::COST_TENANT).map(|t| {
-            // The cost filter books most requests to the request's own tenant (both keyed
-            // by the verified subject): the same value, already labelled, with the same
-            // admission (a request with a value is trusted).
-            if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
-                if same_bytes(v, t.as_bytes()) {
-                    return own;
+    // The other filters' lines, one property read each (`tollgate_common::signals`).
+    let auth_line = signals::read(signals::JWT_AUTH);
+    let auth = auth_line
+        .as_deref()
+        .and_then(|l| logfmt::value(l, field::OUTCOME));
+    let rate_limit_line = signals::read(signals::RATE_LIMIT);
+    let (mut decision, mut rule) = (None, None);
+    for (key, value) in rate_limit_line
+        .as_deref()
+        .map(logfmt::pairs)
+        .into_iter()
+        .flatten()
+    {
+        match key {
+            field::OUTCOME => decision = Some(value),
+            field::RULE => rule = Some(value),
+            _ => {}
+        }
+    }
+    let cost_line = signals::read(signals::COST);
+    let mut cost = cost_line.as_deref().map(|_| RawCost::default());
+    if let (Some(raw), Some(line)) = (cost.as_mut(), cost_line.as_deref()) {
+        for (key, value) in logfmt::pairs(line) {
+            raw.set(key, value);
+        }
+    }
+    let cost_tenant = cost.as_mut().and_then(|raw| raw.tenant.take()).map(|t| {
+        // The cost filter books most requests to the request's own tenant (both keyed by the
+        // verified subject): the same value, already labelled, with the same admission (a
+        // request with a value is trusted). Its tenant is admitted only on a request whose own
+        // tenant was trusted; otherwise it is only looked up (it may be client-chosen, e.g. an
+        // API key).
+        if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
+            if same_bytes(v, t.as_bytes()) {
+                return own;
+            }
+        }
+        match (&config.tenant, tenants.as_mut()) {
+            (Some(_), Some(reg)) => {
+                let identity = Identity::Value(t.into_owned().into_bytes());
+                let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
+                let index = label.index;
+                cost_tenant_label.clear();
+                cost_tenant_label.push_str(label.text);
+                Label {
+                    index,
+                    text: cost_tenant_label.as_str(),
                 }
             }
-            match (&config.tenant, tenants.as_mut()) {
-                (Some(_), Some(reg)) => {
-                    let identity = Identity::Value(t.into_bytes());
-                    let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
-                    let index = label.index;
-                    cost_tenant_label.clear();
-                    cost_tenant_label.push_str(label.text);
-                    Label {
-                        index,
-                        text: cost_tenant_label.as_str(),
-                    }
-                }
-                _ => Label::OTHER,
-            }
-        });
-        (model, tenant)
-    } else {
-        (None, None)
-    };
-    let cost = cost_status.as_deref().map(|status| CostSignals {
-        model: cost_model.as_deref(),
-        tenant: cost_tenant.unwrap_or(NONE_LABEL),
-        input_tokens: int_signal(signals::COST_INPUT_TOKENS),
-        output_tokens: int_signal(signals::COST_OUTPUT_TOKENS),
-        cached_input_tokens: int_signal(signals::COST_CACHED_INPUT_TOKENS),
-        cache_creation_input_tokens: int_signal(signals::COST_CACHE_CREATION_INPUT_TOKENS),
-        reasoning_tokens: int_signal(signals::COST_REASONING_TOKENS),
-        cost_nano_usd: int_signal(signals::COST_NANO_USD),
-        status: Some(status),
+            _ => Label::OTHER,
+        }
     });
+    let cost = cost
+        .as_ref()
+        .filter(|raw| raw.outcome.is_some())
+        .map(|raw| raw.signals(cost_tenant.unwrap_or(NONE_LABEL)));
     let obs = Observation {
         method,
         route,
@@ -269,8 +319,8 @@ fn log_request(timing: &Timing, state: &mut State) {
         response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
         auth_result: auth.as_deref(),
         rate_limit: match (&rule, &decision) {
-            (Some(r), Some(d)) => Some((r.as_str(), d.as_str())),
-            (None, Some(d)) => Some(("none", d.as_str())),
+            (Some(r), Some(d)) => Some((r.as_ref(), d.as_ref())),
+            (None, Some(d)) => Some(("none", d.as_ref())),
             _ => None,
         },
         cost,

@@ -18,8 +18,12 @@ use crate::worker::Shared;
 /// `tollgate_common::signals`).
 pub(crate) fn decided(counter: Option<u32>, decision: &str, rule: &str) {
     count(counter);
-    signals::set(signals::RATE_LIMIT_OUTCOME, decision);
-    signals::set(signals::RATE_LIMIT_RULE, rule);
+    signals::publish(
+        signals::RATE_LIMIT,
+        tollgate_common::logfmt::Line::new()
+            .text(signals::field::OUTCOME, decision)
+            .text(signals::field::RULE, rule),
+    );
 }
 
 /// Refuses the request: a JSON error body and `headers`; the stream ends here.

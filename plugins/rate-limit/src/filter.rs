@@ -121,7 +121,7 @@ impl Filter for RateLimit {
             store_logs,
             stage: Stage {
                 filter: Self::NAME,
-                outcome_property: signals::RATE_LIMIT_OUTCOME,
+                outcome_property: signals::RATE_LIMIT,
                 invalid_path: request.as_ref().and_then(|c| c.invalid_paths),
                 invalid_authority: request.as_ref().and_then(|c| c.invalid_authorities),
             },

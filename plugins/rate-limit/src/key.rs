@@ -456,14 +456,14 @@ mod tests {
         let verified = Req {
             headers: vec![("x-jwt-sub", b"victim")],
             properties: vec![
-                ("wasmx.tollgate.jwt_auth.outcome", b"ok"),
+                ("wasmx.tollgate.jwt_auth", b"outcome=ok"),
                 ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
             ],
             ..Default::default()
         };
         assert_eq!(client_key(&parts, &verified).as_deref(), Some("5:alice"));
         let no_claim = Req {
-            properties: vec![("wasmx.tollgate.jwt_auth.outcome", b"ok")],
+            properties: vec![("wasmx.tollgate.jwt_auth", b"outcome=ok")],
             ..Default::default()
         };
         assert_eq!(

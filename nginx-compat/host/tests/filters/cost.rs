@@ -44,29 +44,15 @@ fn cost_prices_an_openai_response() {
         Action::Continue
     );
     assert!(!s.response_body_changed, "the body passes unchanged");
+    // One line for the metrics filter and access logs; 1000 * 150 + 500 * 600 nano-USD.
     assert_eq!(
-        property(&s, "wasmx.tollgate.cost.outcome"),
-        Some("priced"),
+        property(&s, "wasmx.tollgate.cost"),
+        Some(
+            "outcome=priced tenant=alice model=gpt-4o-mini input_tokens=1000 \
+             output_tokens=500 cost_nano_usd=450000"
+        ),
         "logs:\n{}",
         host.log_text()
-    );
-    assert_eq!(
-        property(&s, "wasmx.tollgate.cost.model"),
-        Some("gpt-4o-mini")
-    );
-    assert_eq!(property(&s, "wasmx.tollgate.cost.tenant"), Some("alice"));
-    assert_eq!(
-        property(&s, "wasmx.tollgate.cost.input_tokens"),
-        Some("1000")
-    );
-    assert_eq!(
-        property(&s, "wasmx.tollgate.cost.output_tokens"),
-        Some("500")
-    );
-    // 1000 * 150 + 500 * 600 nano-USD.
-    assert_eq!(
-        property(&s, "wasmx.tollgate.cost.cost_nano_usd"),
-        Some("450000")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
     assert!(

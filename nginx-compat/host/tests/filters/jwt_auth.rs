@@ -72,8 +72,8 @@ fn jwt_auth_without_token_is_401() {
     let www = header(&local.headers, "www-authenticate").expect("www-authenticate");
     assert!(www.starts_with("Bearer realm=\"tollgate\""), "{www}");
     assert_eq!(
-        property(&s, "wasmx.tollgate.jwt_auth.outcome"),
-        Some("missing_token")
+        property(&s, "wasmx.tollgate.jwt_auth"),
+        Some("outcome=missing_token")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
     assert!(!vm.is_poisoned());
@@ -125,7 +125,7 @@ fn jwt_auth_valid_hs256_token_sets_claim_headers() {
             None,
             "token header removed"
         );
-        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth.outcome"), Some("ok"));
+        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth"), Some("outcome=ok"));
         vm.on_log_and_delete(id, &mut s).unwrap();
     }
 }
@@ -208,8 +208,8 @@ fn jwt_auth_wrong_secret_and_bypass() {
         Action::Continue
     );
     assert_eq!(
-        property(&s, "wasmx.tollgate.jwt_auth.outcome"),
-        Some("bypass")
+        property(&s, "wasmx.tollgate.jwt_auth"),
+        Some("outcome=bypass")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
 }
@@ -290,14 +290,16 @@ fn jwt_auth_remote_jwks_over_http_call() {
     assert!(!vm.is_poisoned());
 }
 
-/// The `wasmx.tollgate.jwt_auth.outcome` of one request bearing `token`.
+/// The outcome in `wasmx.tollgate.jwt_auth` of one request bearing `token`.
 fn jwt_result(vm: &mut Vm, root: tollgate_host::RootId, token: &str) -> String {
     let id = vm.create_http(root).unwrap();
     let auth = format!("Bearer {token}");
     let mut s = request("GET", "/v1/things", &[("authorization", &auth)]);
     vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
         .unwrap();
-    let result = property(&s, "wasmx.tollgate.jwt_auth.outcome")
+    let result = property(&s, "wasmx.tollgate.jwt_auth")
+        .unwrap_or_default()
+        .strip_prefix("outcome=")
         .unwrap_or_default()
         .to_owned();
     vm.on_log_and_delete(id, &mut s).unwrap();

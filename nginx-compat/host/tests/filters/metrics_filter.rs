@@ -18,7 +18,7 @@ fn metrics_defines_and_increments_counters() {
         ]))));
         // A signal of an earlier filter.
         s.properties
-            .insert(b"wasmx.tollgate.jwt_auth.outcome".to_vec(), b"ok".to_vec());
+            .insert(b"wasmx.tollgate.jwt_auth".to_vec(), b"outcome=ok".to_vec());
         assert_eq!(
             vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
                 .unwrap(),
@@ -57,4 +57,65 @@ fn metrics_defines_and_increments_counters() {
     assert!(names
         .iter()
         .any(|n| n.starts_with("tollgate_request_duration_microseconds")));
+}
+
+/// The cost filter's line (`wasmx.tollgate.cost`), read in one property call: its outcome,
+/// model, token counts and price become the LLM families, and a quoted value is unquoted.
+#[test]
+fn metrics_reads_the_cost_filters_line() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("metrics", &host);
+    let config = r#"{"models": ["gpt-4o-mini"]}"#;
+    let root = vm.create_root("metrics", config.as_bytes()).unwrap();
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("POST", "/v1/chat/completions", &[]);
+    s.property_source = Some(Box::new(Props(HashMap::from([(
+        b"response\0code".to_vec(),
+        200i64.to_le_bytes().to_vec(),
+    )]))));
+    s.properties.insert(
+        b"wasmx.tollgate.cost".to_vec(),
+        b"outcome=priced tenant=\"a b\" model=gpt-4o-mini input_tokens=1000 \
+          output_tokens=500 reasoning_tokens=20 cost_nano_usd=450000"
+            .to_vec(),
+    );
+    s.properties.insert(
+        b"wasmx.tollgate.rate_limit".to_vec(),
+        b"outcome=allowed rule=\"per tenant\"".to_vec(),
+    );
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
+    s.response_headers = h(&[(":status", "200")]);
+    vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
+        .unwrap();
+    vm.on_log_and_delete(id, &mut s).unwrap();
+    let names = host.metric_names();
+    let find = |prefix: &str, parts: &[&str]| {
+        names
+            .iter()
+            .find(|n| n.starts_with(prefix) && parts.iter().all(|p| n.contains(p)))
+            .and_then(|n| host.metric(n))
+            .unwrap_or_else(|| panic!("no {prefix} {parts:?} in {names:?}"))
+    };
+    assert_eq!(find("tollgate_llm_requests_total", &["priced"]), 1);
+    assert_eq!(
+        find("tollgate_llm_tokens_total", &["gpt-4o-mini", "input"]),
+        1000
+    );
+    assert_eq!(
+        find("tollgate_llm_tokens_total", &["gpt-4o-mini", "output"]),
+        500
+    );
+    assert_eq!(
+        find("tollgate_llm_tokens_total", &["gpt-4o-mini", "reasoning"]),
+        20
+    );
+    assert_eq!(
+        find("tollgate_llm_cost_nano_usd_total", &["gpt-4o-mini"]),
+        450000
+    );
+    assert_eq!(
+        find("tollgate_rate_limit_total", &["rule.per_tenant", "allowed"]),
+        1
+    );
 }

@@ -22,10 +22,9 @@ fn rate_limit_allows_n_then_429() {
             host.log_text()
         );
         assert_eq!(
-            property(&s, "wasmx.tollgate.rate_limit.outcome"),
-            Some("allowed")
+            property(&s, "wasmx.tollgate.rate_limit"),
+            Some("outcome=allowed rule=api")
         );
-        assert_eq!(property(&s, "wasmx.tollgate.rate_limit.rule"), Some("api"));
         s.response_headers = h(&[(":status", "200")]);
         assert_eq!(
             vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
@@ -53,8 +52,8 @@ fn rate_limit_allows_n_then_429() {
     assert!(header(&local.headers, "ratelimit").is_some());
     assert!(header(&local.headers, "retry-after").is_some());
     assert_eq!(
-        property(&s, "wasmx.tollgate.rate_limit.outcome"),
-        Some("limited")
+        property(&s, "wasmx.tollgate.rate_limit"),
+        Some("outcome=limited rule=api")
     );
     vm.on_log_and_delete(id, &mut s).unwrap();
     // Unmatched paths are not limited.

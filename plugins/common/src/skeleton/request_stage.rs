@@ -2,7 +2,7 @@
 //! form (`crate::path`) and the canonical host (`crate::authority`), each refused in one way
 //! when it cannot be read as the proxy and the upstream read it: 400 with a JSON body
 //! (`invalid_path`, `invalid_authority`), the filter's counter incremented, the outcome
-//! published in the filter's outcome property, and one log line (README, "What a filter reads").
+//! published in the filter's line, and one log line (README, "What a filter reads").
 
 use std::borrow::Cow;
 
@@ -16,7 +16,7 @@ use crate::signals;
 pub struct Stage {
     /// The filter's name, for the log line.
     pub filter: &'static str,
-    /// The property its outcome is published in (`crate::signals`).
+    /// The property its line is published in (`crate::signals`).
     pub outcome_property: &'static str,
     /// The counter of refused paths (`None`: not defined by the host).
     pub invalid_path: Option<u32>,
@@ -39,7 +39,7 @@ impl Stage {
             Err(e) => {
                 before_refusal();
                 count(self.invalid_path);
-                signals::set(self.outcome_property, "invalid_path");
+                signals::publish_outcome(self.outcome_property, "invalid_path");
                 refuse_path(self.filter, e);
                 None
             }
@@ -58,7 +58,7 @@ impl Stage {
             Err(e) => {
                 before_refusal();
                 count(self.invalid_authority);
-                signals::set(self.outcome_property, "invalid_authority");
+                signals::publish_outcome(self.outcome_property, "invalid_authority");
                 refuse_authority(self.filter, e);
                 None
             }

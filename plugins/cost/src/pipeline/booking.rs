@@ -6,8 +6,9 @@
 
 use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{count, now_unix_millis, send_json_error};
+use tollgate_common::logfmt::Line;
 use tollgate_common::shared_data::HostSharedData;
-use tollgate_common::signals;
+use tollgate_common::signals::{self, field};
 
 use crate::charge::{charge, Charge, Exchange};
 use crate::global::{Booking, Limits, OUTBOX_MAX};
@@ -25,7 +26,6 @@ impl Request {
         self.done = true;
         let token_holds = std::mem::take(&mut self.token_holds);
         let config = &shared.config;
-        signals::set(signals::COST_TENANT, &self.tenant);
         let table = shared.table();
         let request_model = self.request_model.as_deref();
         let outcome = self.response.outcome(request_model);
@@ -43,35 +43,10 @@ impl Request {
             partial: partial.as_ref(),
         };
         self.book_tokens(shared, (&outcome, &exchange), token_holds);
-        let (nano, status) = match charge(config, &table, outcome, &exchange) {
+        let (nano, status, usage) = match charge(config, &table, outcome, &exchange) {
             Charge::Priced { usage, nano } => {
-                if let Some(model) = &usage.model {
-                    signals::set(signals::COST_MODEL, model);
-                }
-                let mut digits = itoa::Buffer::new();
-                signals::set(
-                    signals::COST_INPUT_TOKENS,
-                    digits.format(usage.input_tokens),
-                );
-                signals::set(
-                    signals::COST_OUTPUT_TOKENS,
-                    digits.format(usage.output_tokens),
-                );
-                // The kinds inside those counts, for the metrics filter's token types.
-                for (signal, tokens) in [
-                    (signals::COST_CACHED_INPUT_TOKENS, usage.cached_input_tokens),
-                    (
-                        signals::COST_CACHE_CREATION_INPUT_TOKENS,
-                        usage.cache_creation_input_tokens,
-                    ),
-                    (signals::COST_REASONING_TOKENS, usage.reasoning_tokens),
-                ] {
-                    if tokens > 0 {
-                        signals::set(signal, digits.format(tokens));
-                    }
-                }
                 count(shared.counters.priced);
-                (nano, "priced")
+                (nano, "priced", Some(usage))
             }
             Charge::Unpriced { reason } => {
                 if let Some(reason) = reason {
@@ -79,7 +54,7 @@ impl Request {
                     self.log_unpriced(shared, reason.label(), None);
                 }
                 count(shared.counters.unpriced);
-                signals::set(signals::COST_OUTCOME, "unpriced");
+                self.publish("unpriced", |_| {});
                 self.release(shared);
                 return;
             }
@@ -87,7 +62,7 @@ impl Request {
                 count(shared.counters.unpriced_reasons.id(reason));
                 self.log_unpriced(shared, reason.label(), Some(nano));
                 count(shared.counters.estimated);
-                (nano, "estimated")
+                (nano, "estimated", None)
             }
         };
         // The key read at the request headers (the tenant is the same).
@@ -137,8 +112,39 @@ impl Request {
                 }
             }
         }
-        signals::set(signals::COST_NANO_USD, itoa::Buffer::new().format(nano));
-        signals::set(signals::COST_OUTCOME, status);
+        self.publish(status, |line| {
+            if let Some(usage) = &usage {
+                if let Some(model) = &usage.model {
+                    line.text(field::MODEL, model);
+                }
+                line.int(field::INPUT_TOKENS, usage.input_tokens)
+                    .int(field::OUTPUT_TOKENS, usage.output_tokens);
+                // The kinds inside those counts, for the metrics filter's token types.
+                for (key, tokens) in [
+                    (field::CACHED_INPUT_TOKENS, usage.cached_input_tokens),
+                    (
+                        field::CACHE_CREATION_INPUT_TOKENS,
+                        usage.cache_creation_input_tokens,
+                    ),
+                    (field::REASONING_TOKENS, usage.reasoning_tokens),
+                ] {
+                    if tokens > 0 {
+                        line.int(key, tokens);
+                    }
+                }
+            }
+            line.int(field::COST_NANO_USD, nano);
+        });
+    }
+
+    /// Publishes the request's line (`tollgate_common::signals::COST`): `outcome`, `tenant`,
+    /// then what `more` adds. Once per request, where it is decided.
+    pub(super) fn publish(&self, outcome: &str, more: impl FnOnce(&mut Line)) {
+        let mut line = Line::new();
+        line.text(field::OUTCOME, outcome)
+            .text(field::TENANT, &self.tenant);
+        more(&mut line);
+        signals::publish(signals::COST, &line);
     }
 
     /// Logs an LLM response that could not be priced (`charged`: the estimate, if any), at most
@@ -178,10 +184,20 @@ impl Request {
         status: &str,
         reply: (u32, &[(&str, &str)], &str, &str),
     ) -> Action {
+        self.refuse_publishing(counter, status, |_| {}, reply)
+    }
+
+    /// [`Request::refuse`], with `more` fields in the published line.
+    pub(super) fn refuse_publishing(
+        &mut self,
+        counter: Option<u32>,
+        status: &str,
+        more: impl FnOnce(&mut Line),
+        reply: (u32, &[(&str, &str)], &str, &str),
+    ) -> Action {
         self.done = true;
         count(counter);
-        signals::set(signals::COST_TENANT, &self.tenant);
-        signals::set(signals::COST_OUTCOME, status);
+        self.publish(status, more);
         let (code, headers, error, message) = reply;
         send_json_error(code, headers, error, message);
         Action::Pause

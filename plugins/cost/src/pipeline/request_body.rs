@@ -125,10 +125,12 @@ impl Request {
             .filter(|m| config.refuses_model(&shared.table(), m, self.budgeted))
         {
             let message = format!("model {m} has no price at this gateway");
-            signals::set(signals::COST_MODEL, m);
-            return self.refuse(
+            return self.refuse_publishing(
                 shared.counters.unknown_model,
                 "unknown_model",
+                |line| {
+                    line.text(signals::field::MODEL, m);
+                },
                 (
                     config.unknown_model.status,
                     &[],

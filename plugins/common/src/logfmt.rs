@@ -1,0 +1,271 @@
+//! logfmt: `key=value` pairs separated by one space, the line format of Heroku's logfmt that
+//! Grafana Loki (`| logfmt`), Vector and Go's `log/slog` text handler read. The filters publish
+//! what they decided on a request as one such line (`crate::signals`): one property per filter,
+//! readable as is in an access log, parsed by the metrics filter.
+//!
+//! Keys are written as given (the callers use fixed snake-case names). A value is written bare
+//! unless it is empty or holds a space, a control byte, `"`, `=` or `\`; then it is quoted, with
+//! `\"`, `\\`, `\n`, `\r`, `\t` and `\u00XX` for the other control bytes (Go's `strconv.Quote`
+//! escapes, as slog writes them). Bytes outside ASCII pass unchanged (the values are UTF-8).
+
+use std::borrow::Cow;
+
+/// One logfmt line being built.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Line {
+    text: String,
+}
+
+impl Line {
+    /// An empty line.
+    pub fn new() -> Self {
+        Line::default()
+    }
+
+    /// Appends `key=value`, quoting `value` where it must be.
+    pub fn text(&mut self, key: &str, value: &str) -> &mut Self {
+        self.key(key);
+        if needs_quotes(value) {
+            quote_into(&mut self.text, value);
+        } else {
+            self.text.push_str(value);
+        }
+        self
+    }
+
+    /// Appends `key=<decimal>`.
+    pub fn int(&mut self, key: &str, value: u64) -> &mut Self {
+        self.key(key);
+        self.text.push_str(itoa::Buffer::new().format(value));
+        self
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.text.is_empty() {
+            self.text.push(' ');
+        }
+        self.text.push_str(key);
+        self.text.push('=');
+    }
+
+    /// The line (no trailing newline).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+fn needs_quotes(value: &str) -> bool {
+    value.is_empty()
+        || value
+            .bytes()
+            .any(|b| b <= b' ' || b == 0x7f || b == b'"' || b == b'=' || b == b'\\')
+}
+
+fn quote_into(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' || c == '\u{7f}' => {
+                out.push_str("\\u00");
+                let b = c as u32;
+                for nibble in [b >> 4, b & 0xf] {
+                    out.push(char::from_digit(nibble, 16).unwrap_or('0'));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The pairs of a logfmt line, in order. A line that is not UTF-8 has none; the pairs stop at
+/// the first malformed one (a key without `=`, an unterminated quote, an unknown escape).
+pub fn pairs(line: &[u8]) -> Pairs<'_> {
+    Pairs {
+        rest: std::str::from_utf8(line).unwrap_or_default(),
+    }
+}
+
+/// The value of `key` in a logfmt line (its first occurrence).
+pub fn value<'a>(line: &'a [u8], key: &str) -> Option<Cow<'a, str>> {
+    pairs(line).find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
+/// Iterator over the pairs of a line ([`pairs`]).
+#[derive(Debug, Clone)]
+pub struct Pairs<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a str, Cow<'a, str>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let line = self.rest.trim_start_matches(' ');
+        if line.is_empty() {
+            return None;
+        }
+        let Some((key, after)) = line.split_once('=') else {
+            self.rest = "";
+            return None;
+        };
+        if key.is_empty() || key.contains(' ') {
+            self.rest = "";
+            return None;
+        }
+        let parsed = if let Some(quoted) = after.strip_prefix('"') {
+            unquote(quoted)
+        } else {
+            let end = after.find(' ').unwrap_or(after.len());
+            after
+                .get(..end)
+                .zip(after.get(end..))
+                .map(|(v, rest)| (Cow::Borrowed(v), rest))
+        };
+        match parsed {
+            Some((value, rest)) => {
+                self.rest = rest;
+                Some((key, value))
+            }
+            None => {
+                self.rest = "";
+                None
+            }
+        }
+    }
+}
+
+/// The value of a quoted string after its opening quote, and what follows its closing quote.
+fn unquote(s: &str) -> Option<(Cow<'_, str>, &str)> {
+    let end = s.find(['"', '\\'])?;
+    let (head, tail) = (s.get(..end)?, s.get(end..)?);
+    if let Some(rest) = tail.strip_prefix('"') {
+        return Some((Cow::Borrowed(head), rest));
+    }
+    let mut out = String::from(head);
+    let mut chars = tail.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((Cow::Owned(out), tail.get(i..)?.strip_prefix('"')?)),
+            '\\' => match chars.next()?.1 {
+                '"' => out.push('"'),
+                '\\' => out.push('\\'),
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                'u' => {
+                    let mut code = 0u32;
+                    for _ in 0..4 {
+                        code = (code << 4) | chars.next()?.1.to_digit(16)?;
+                    }
+                    out.push(char::from_u32(code)?);
+                }
+                _ => return None,
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(line: &str) -> Vec<(String, String)> {
+        pairs(line.as_bytes())
+            .map(|(k, v)| (k.to_string(), v.into_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn bare_and_quoted_values() {
+        let mut line = Line::new();
+        line.text("outcome", "priced")
+            .text("model", "gpt-4o-mini")
+            .int("input_tokens", 1000)
+            .text("tenant", "a b=\"c\"\\")
+            .text("empty", "")
+            .text("ctl", "x\ny\t\u{1}\u{7f}")
+            .text("utf8", "zoë");
+        assert_eq!(
+            line.as_str(),
+            "outcome=priced model=gpt-4o-mini input_tokens=1000 tenant=\"a b=\\\"c\\\"\\\\\" \
+             empty=\"\" ctl=\"x\\ny\\t\\u0001\\u007f\" utf8=zoë"
+        );
+        assert_eq!(
+            all(line.as_str()),
+            [
+                ("outcome", "priced"),
+                ("model", "gpt-4o-mini"),
+                ("input_tokens", "1000"),
+                ("tenant", "a b=\"c\"\\"),
+                ("empty", ""),
+                ("ctl", "x\ny\t\u{1}\u{7f}"),
+                ("utf8", "zoë"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        assert_eq!(
+            value(line.as_str().as_bytes(), "model").as_deref(),
+            Some("gpt-4o-mini")
+        );
+        assert_eq!(value(line.as_str().as_bytes(), "absent"), None);
+    }
+
+    /// Every value a filter could publish (tenants come from tokens and headers) reads back as
+    /// written, whatever bytes it holds.
+    #[test]
+    fn every_value_round_trips() {
+        let samples = [
+            "",
+            " ",
+            "=",
+            "\"",
+            "\\",
+            "\\u0041",
+            "a\"b",
+            "tab\there",
+            "\u{0}",
+            "k=v x=y",
+            "ü ß",
+            "\"quoted\"",
+            "trailing\\",
+        ];
+        for a in samples {
+            for b in samples {
+                let mut line = Line::new();
+                line.text("a", a).text("b", b).int("n", u64::MAX);
+                let got = all(line.as_str());
+                assert_eq!(
+                    got,
+                    [("a", a), ("b", b), ("n", "18446744073709551615")]
+                        .map(|(k, v)| (k.to_string(), v.to_string())),
+                    "{}",
+                    line.as_str()
+                );
+            }
+        }
+    }
+
+    /// A malformed line yields the pairs before the fault and nothing after it; no input
+    /// panics.
+    #[test]
+    fn malformed_lines_stop() {
+        assert_eq!(all("a=1 b"), [("a".to_string(), "1".to_string())]);
+        assert_eq!(all("a=1 b=\"open"), [("a".to_string(), "1".to_string())]);
+        assert_eq!(all("a=\"\\q\" b=2"), []);
+        assert_eq!(all("a=\"\\u00zz\""), []);
+        assert_eq!(all("=1"), []);
+        assert!(pairs(b"a=\xff").next().is_none());
+        for cut in 0..40 {
+            let line = "a=\"x\\\"y\\u0001\" b=c d=\"\"";
+            let _ = all(line.get(..cut).unwrap_or(line));
+        }
+    }
+}
