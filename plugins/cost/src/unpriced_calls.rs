@@ -94,9 +94,20 @@ pub fn starts_work(method: &[u8]) -> bool {
 /// its segment (servers differ), and the target is unpriced when either reading is.
 pub fn classify(target: &[u8]) -> Target {
     match classify_normal(&normal_form(target, true)) {
-        Target::Other => classify_normal(&normal_form(target, false)),
+        // The second reading differs from the first only where a `/` or `\` is encoded.
+        Target::Other if encodes_a_separator(target) => {
+            classify_normal(&normal_form(target, false))
+        }
         found => found,
     }
+}
+
+/// Whether `target` holds `%2F` or `%5C` (either case): the octets that [`normal_form`]
+/// decodes or keeps depending on `decode_slash`.
+fn encodes_a_separator(target: &[u8]) -> bool {
+    target
+        .windows(3)
+        .any(|w| matches!(w, [b'%', b'2', b'f' | b'F'] | [b'%', b'5', b'c' | b'C']))
 }
 
 fn classify_normal(normal: &[u8]) -> Target {
@@ -282,5 +293,51 @@ mod tests {
         assert_eq!(unpriced("/v1/batches%zz"), None);
         assert_eq!(unpriced("/v1/batches/.."), None);
         assert_eq!(unpriced("/v1/batche"), None);
+    }
+
+    /// `classify` reads a target a second time only when it encodes a separator: every target
+    /// built from these pieces is classified as reading it both ways always would.
+    #[test]
+    fn one_reading_suffices_without_an_encoded_separator() {
+        let both = |t: &[u8]| match classify_normal(&normal_form(t, true)) {
+            Target::Other => classify_normal(&normal_form(t, false)),
+            found => found,
+        };
+        let pieces = [
+            "/v1",
+            "/threads",
+            "/t%2fx",
+            "/t%5Cx",
+            "%2F",
+            "%5c",
+            "/runs",
+            "/batches",
+            "%25",
+            "/messages",
+            "/x",
+            "/..",
+            "%2e",
+            "/submit_tool_outputs",
+            "/responses",
+            "?a=%2f",
+        ];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let target = format!("{a}{b}{c}{d}");
+                        assert_eq!(
+                            classify(target.as_bytes()),
+                            both(target.as_bytes()),
+                            "{target}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, pieces.len().pow(4));
+        assert_eq!(unpriced("/v1/threads/t%5cx/runs"), Some(Endpoint::Runs));
     }
 }
