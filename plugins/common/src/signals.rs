@@ -64,6 +64,9 @@ pub mod field {
     pub const REASONING_TOKENS: &str = "reasoning_tokens";
     /// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
     pub const COST_NANO_USD: &str = "cost_nano_usd";
+    /// cost: microseconds from its request headers to the first response body bytes it passed
+    /// on (the metrics filter's time to first token); absent when the response had none.
+    pub const FIRST_BYTE_US: &str = "first_byte_us";
 }
 
 /// The property of verified claim header `header` (lower case): see [`JWT_AUTH_HEADER_PREFIX`].

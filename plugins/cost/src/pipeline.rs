@@ -76,6 +76,13 @@ pub(crate) struct Request {
     success: bool,
     /// The response being read.
     response: ResponseReader,
+    /// The host's clock at this filter's request headers, once the tenant is known.
+    started: Option<std::time::SystemTime>,
+    /// Microseconds from `started` to the first response body bytes this filter passed on
+    /// (published as `first_byte_us` for the metrics filter's time to first token).
+    first_byte_us: Option<u64>,
+    /// The first response body bytes were seen (their time read once).
+    first_byte_seen: bool,
     /// Signals set and spend booked (or the request refused).
     done: bool,
     /// The global check in flight, the request paused.

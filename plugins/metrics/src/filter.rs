@@ -2,11 +2,11 @@
 //! (configuration, the per-VM series cache, the tenant registry) and its two phases, a thin
 //! shell over the host-free modules.
 //!
-//! Per request: `on_http_request_headers` reads the host clock (one host call), and so does the
-//! first `on_http_response_body` with bytes (the time to first token); `on_log` (called
+//! Per request: `on_http_request_headers` reads the host clock (one host call); `on_log` (called
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
-//! headers it needs, the response code and sizes (Envoy attributes), the other filters' signals
-//! (`tollgate_common::signals`), and updates the series. Host calls go through
+//! headers it needs, the response code and sizes (Envoy attributes), the other filters' lines
+//! (`tollgate_common::signals`: the time to first token is the cost filter's `first_byte_us`),
+//! and updates the series. No body callback: the response's chunks never enter this VM. Host calls go through
 //! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
 
 use std::borrow::Cow;
@@ -91,18 +91,6 @@ impl Filter for Metrics {
         Action::Continue
     }
 
-    fn response_body(
-        timing: &mut Timing,
-        _shared: &Rc<RefCell<State>>,
-        body_size: usize,
-        _end: bool,
-    ) -> Action {
-        if body_size > 0 && timing.first_byte.is_none() && timing.start.is_some() {
-            timing.first_byte = now();
-        }
-        Action::Continue
-    }
-
     fn log(timing: &mut Timing, shared: &Rc<RefCell<State>>) {
         let Ok(mut state) = shared.try_borrow_mut() else {
             return;
@@ -114,14 +102,11 @@ impl Filter for Metrics {
     }
 }
 
-/// A request's times on the host's clock.
+/// A request's start on the host's clock.
 #[derive(Default)]
 struct Timing {
     /// At the request headers.
     start: Option<SystemTime>,
-    /// At the first response body callback with bytes (this filter is the first of the chain,
-    /// so the last to see the response: the bytes go to the client next).
-    first_byte: Option<SystemTime>,
 }
 
 /// Microseconds from `start` to `end` (`None`: either unknown, or the clock went back).
@@ -155,6 +140,7 @@ struct RawCost<'a> {
     cache_creation_input_tokens: Option<u64>,
     reasoning_tokens: Option<u64>,
     cost_nano_usd: Option<u64>,
+    first_byte_us: Option<u64>,
 }
 
 impl<'a> RawCost<'a> {
@@ -170,6 +156,7 @@ impl<'a> RawCost<'a> {
             field::CACHE_CREATION_INPUT_TOKENS => self.cache_creation_input_tokens = int(),
             field::REASONING_TOKENS => self.reasoning_tokens = int(),
             field::COST_NANO_USD => self.cost_nano_usd = int(),
+            field::FIRST_BYTE_US => self.first_byte_us = int(),
             _ => {}
         }
     }
@@ -304,7 +291,8 @@ fn log_request(timing: &Timing, state: &mut State) {
             _ => Label::OTHER,
         }
     });
-    let cost = cost
+    let raw_cost = cost;
+    let cost = raw_cost
         .as_ref()
         .filter(|raw| raw.outcome.is_some())
         .map(|raw| raw.signals(cost_tenant.unwrap_or(NONE_LABEL)));
@@ -314,7 +302,7 @@ fn log_request(timing: &Timing, state: &mut State) {
         tenant,
         status: int_property(RESPONSE_CODE).unwrap_or(0),
         duration_us,
-        first_byte_us: micros(timing.start, timing.first_byte),
+        first_byte_us: raw_cost.as_ref().and_then(|raw| raw.first_byte_us),
         request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
         response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
         auth_result: auth.as_deref(),

@@ -69,9 +69,8 @@ pub struct Observation<'a> {
     /// Microseconds from the request headers to the end of the stream; `None` when the start
     /// was not seen.
     pub duration_us: Option<u64>,
-    /// Microseconds from the request headers to the first response body byte this filter
-    /// passed on (the first filter: the last to see the response); `None` when there was none
-    /// or the start was not seen.
+    /// Microseconds to the first response body byte, as the cost filter measured it
+    /// (`first_byte_us` of its line); `None` when it published none.
     pub first_byte_us: Option<u64>,
     /// Request body bytes.
     pub request_bytes: u64,

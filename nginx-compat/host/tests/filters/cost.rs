@@ -44,16 +44,20 @@ fn cost_prices_an_openai_response() {
         Action::Continue
     );
     assert!(!s.response_body_changed, "the body passes unchanged");
-    // One line for the metrics filter and access logs; 1000 * 150 + 500 * 600 nano-USD.
+    // One line for the metrics filter and access logs; 1000 * 150 + 500 * 600 nano-USD, and
+    // the time from the request headers to the first response bytes (the clock is real).
+    let line = property(&s, "wasmx.tollgate.cost").unwrap_or_else(|| {
+        panic!("no line; logs:\n{}", host.log_text());
+    });
+    let (fixed, first_byte_us) = line
+        .rsplit_once(" first_byte_us=")
+        .unwrap_or_else(|| panic!("no first_byte_us in {line}"));
     assert_eq!(
-        property(&s, "wasmx.tollgate.cost"),
-        Some(
-            "outcome=priced tenant=alice model=gpt-4o-mini input_tokens=1000 \
-             output_tokens=500 cost_nano_usd=450000"
-        ),
-        "logs:\n{}",
-        host.log_text()
+        fixed,
+        "outcome=priced tenant=alice model=gpt-4o-mini input_tokens=1000 output_tokens=500 \
+         cost_nano_usd=450000"
     );
+    assert!(first_byte_us.parse::<u64>().is_ok(), "{line}");
     vm.on_log_and_delete(id, &mut s).unwrap();
     assert!(
         !host.shared.borrow().is_empty(),

@@ -76,7 +76,7 @@ fn metrics_reads_the_cost_filters_line() {
     s.properties.insert(
         b"wasmx.tollgate.cost".to_vec(),
         b"outcome=priced tenant=\"a b\" model=gpt-4o-mini input_tokens=1000 \
-          output_tokens=500 reasoning_tokens=20 cost_nano_usd=450000"
+          output_tokens=500 reasoning_tokens=20 cost_nano_usd=450000 first_byte_us=1500"
             .to_vec(),
     );
     s.properties.insert(
@@ -118,4 +118,17 @@ fn metrics_reads_the_cost_filters_line() {
         find("tollgate_rate_limit_total", &["rule.per_tenant", "allowed"]),
         1
     );
+    // The time to first token is the cost filter's: this filter saw no body at all.
+    let ttft = names
+        .iter()
+        .find(|n| n.starts_with("tollgate_llm_time_to_first_token"))
+        .unwrap_or_else(|| panic!("no time to first token in {names:?}"));
+    assert_eq!(host.metric(ttft), Some(1500), "the last sample");
+    let samples = host
+        .metrics
+        .borrow()
+        .iter()
+        .find(|m| &m.name == ttft)
+        .map(|m| m.samples);
+    assert_eq!(samples, Some(1));
 }

@@ -16,7 +16,7 @@ fn trimmed_modules_export_only_their_declared_callbacks() {
         ("rate_limit", &[RequestHeaders, ResponseHeaders]),
         ("sticky_upstream", &[RequestHeaders, ResponseHeaders]),
         // The response body: the time to first token.
-        ("metrics", &[RequestHeaders, ResponseBody, Log]),
+        ("metrics", &[RequestHeaders, Log]),
         (
             "cost",
             &[

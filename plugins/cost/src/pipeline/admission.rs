@@ -4,7 +4,8 @@
 
 use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{
-    count, keep_request_target, now_unix_millis, request_header_bytes, set_request_header,
+    self as host_calls, count, keep_request_target, now_unix_millis, request_header_bytes,
+    set_request_header,
 };
 use tollgate_common::identity::HostIdentityView;
 use tollgate_common::rls::{self, CallFailure, OnError};
@@ -45,7 +46,11 @@ impl Request {
                 );
             }
         };
-        let now_ms = now_unix_millis();
+        self.started = host_calls::now();
+        let now_ms = self
+            .started
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();

@@ -138,12 +138,16 @@ impl Request {
     }
 
     /// Publishes the request's line (`tollgate_common::signals::COST`): `outcome`, `tenant`,
-    /// then what `more` adds. Once per request, where it is decided.
+    /// then what `more` adds, then `first_byte_us` when the response had bytes. Once per
+    /// request, where it is decided.
     pub(super) fn publish(&self, outcome: &str, more: impl FnOnce(&mut Line)) {
         let mut line = Line::new();
         line.text(field::OUTCOME, outcome)
             .text(field::TENANT, &self.tenant);
         more(&mut line);
+        if let Some(us) = self.first_byte_us {
+            line.int(field::FIRST_BYTE_US, us);
+        }
         signals::publish(signals::COST, &line);
     }
 

@@ -56,6 +56,15 @@ impl Request {
         if self.done {
             return Action::Continue;
         }
+        if body_size > 0 && !self.first_byte_seen {
+            // Passed on by this callback's answer (every chunk continues).
+            self.first_byte_seen = true;
+            self.first_byte_us = self
+                .started
+                .zip(host_calls::now())
+                .and_then(|(start, end)| end.duration_since(start).ok())
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        }
         let chunk = host_calls::buffer(BufferType::HttpResponseBody, body_size);
         let fed = self.response.feed(
             &chunk,
