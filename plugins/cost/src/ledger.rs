@@ -257,12 +257,16 @@ pub enum Standing {
 }
 
 /// A tenant's spend as read at a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
     /// The spend, rolled to the request's periods.
     pub spend: Spend,
     /// Where it was read.
     pub standing: Standing,
+    /// The tenant's own record as read and its CAS token ([`Standing::Own`] only): the first
+    /// attempt of a write that follows soon after (a reservation) starts from it instead of
+    /// reading again; a write in between makes that CAS fail and the next attempt read.
+    pub record: Option<(Vec<u8>, u32)>,
 }
 
 /// Why [`Ledger::open`] could not give a tenant its own key.
@@ -354,7 +358,8 @@ impl Ledger {
         tenant_key: &str,
         now: &Periods,
     ) -> Result<Lookup, StoreError> {
-        let (value, standing) = match store.get(tenant_key)?.0 {
+        let (value, cas) = store.get(tenant_key)?;
+        let (value, standing) = match value {
             Some(v) => (Some(v), Standing::Own),
             None => {
                 let full = store
@@ -369,13 +374,18 @@ impl Ledger {
                 }
             }
         };
-        let spend = match value {
-            Some(v) => decoded(&v)?,
+        let spend = match &value {
+            Some(v) => decoded(v)?,
             None => Spend::default(),
+        };
+        let record = match (standing, value, cas) {
+            (Standing::Own, Some(v), Some(cas)) => Some((v, cas)),
+            _ => None,
         };
         Ok(Lookup {
             spend: spend.rolled(now),
             standing,
+            record,
         })
     }
 

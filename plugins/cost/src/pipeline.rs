@@ -42,6 +42,9 @@ pub(crate) struct Request {
     spend: Option<Spend>,
     /// The tenant's ledger key, made at the request headers (taken by the booking).
     ledger_key: Option<String>,
+    /// The tenant's own ledger record and CAS token as read at the request headers (taken by
+    /// the reservation, which starts from it).
+    ledger_read: Option<(Vec<u8>, u32)>,
     /// Whether the tenant has a budget.
     budgeted: bool,
     /// Whether the tenant has token limits (`crate::token_limits`).

@@ -154,6 +154,25 @@ pub fn reserve<S: SharedStore + ?Sized>(
     budget: &Budget,
     nano: u64,
 ) -> Result<Reservation, NotBooked> {
+    reserve_from(ledger, store, key, now_ms, budget, nano, None)
+}
+
+/// [`reserve`], its first attempt starting from `known`, the record and CAS token read earlier
+/// on this request (`crate::ledger::Lookup::record`) instead of a read: one CAS write and no
+/// read when no other request wrote the record since.
+///
+/// # Errors
+/// As [`reserve`].
+pub fn reserve_from<S: SharedStore + ?Sized>(
+    ledger: &Ledger,
+    store: &S,
+    key: &str,
+    now_ms: u64,
+    budget: &Budget,
+    nano: u64,
+    known: Option<(Vec<u8>, u32)>,
+) -> Result<Reservation, NotBooked> {
+    let mut known = known;
     let now = Periods::at(now_ms / 1_000);
     let attempts = ledger.cas_retries.saturating_add(1);
     let mut stats = BookStats::default();
@@ -162,7 +181,11 @@ pub fn reserve<S: SharedStore + ?Sized>(
         failed: Some(status),
     };
     for _ in 0..attempts {
-        let (value, cas) = match store.get(key) {
+        let read = match known.take() {
+            Some((value, cas)) => Ok((Some(value), Some(cas))),
+            None => store.get(key),
+        };
+        let (value, cas) = match read {
             Ok(read) => read,
             Err(StoreError::Failed(status)) => return Err(failed(stats, status)),
             Err(StoreError::CasMismatch) => {
@@ -411,6 +434,53 @@ mod tests {
             let s = read(&store, &l, &key, T0);
             assert_eq!((s.day, s.reserved), (90, 0));
         }
+    }
+
+    /// The reservation starts from the record read at the request headers: no read when
+    /// nothing wrote it since; a write in between fails the CAS, and the next attempt reads it
+    /// (that write is kept).
+    #[test]
+    fn a_reservation_starts_from_the_record_read_at_the_headers() {
+        let store = MemoryStore::new(Semantics::Envoy);
+        let (l, key) = ledger(&store, "a");
+        let budget = Budget {
+            day: Some(1_000),
+            month: None,
+        };
+        let now = Periods::at(T0 / 1_000);
+        let lookup = l.spend(&store, &key, &now).unwrap();
+        let known = lookup.record.clone();
+        assert!(known.is_some(), "the tenant's own record and its CAS token");
+        let before = store.ops();
+        let held = reserve_from(&l, &store, &key, T0, &budget, 100, known).unwrap();
+        assert!(matches!(held, Reservation::Held(_)), "{held:?}");
+        let after = store.ops();
+        assert_eq!((after.reads - before.reads, after.writes - before.writes), (0, 1));
+        assert_eq!(read(&store, &l, &key, T0).reserved, 100);
+
+        // Another request books 50 between this request's read and its reservation.
+        let stale = l.spend(&store, &key, &now).unwrap().record;
+        l.book(&store, &key, T0, 50, None).unwrap();
+        let before = store.ops();
+        let held = reserve_from(&l, &store, &key, T0, &budget, 200, stale).unwrap();
+        assert!(matches!(held, Reservation::Held(_)), "{held:?}");
+        let after = store.ops();
+        assert_eq!(after.mismatches - before.mismatches, 1, "the stale token is refused");
+        assert_eq!(after.reads - before.reads, 1, "then the record is read again");
+        let s = read(&store, &l, &key, T0);
+        assert_eq!((s.day, s.reserved), (50, 300), "the booking in between is kept");
+
+        // A stale read lets no request past the budget: read at 50 spent + 300 reserved, then
+        // another request reserves 700 (1,050 in all): this one is refused.
+        let stale = l.spend(&store, &key, &now).unwrap().record;
+        assert!(matches!(
+            reserve(&l, &store, &key, T0, &budget, 700).unwrap(),
+            Reservation::Held(_)
+        ));
+        assert!(matches!(
+            reserve_from(&l, &store, &key, T0, &budget, 1, stale).unwrap(),
+            Reservation::Refused(_)
+        ));
     }
 
     #[test]

@@ -105,9 +105,18 @@ pub fn classify(target: &[u8]) -> Target {
 /// Whether `target` holds `%2F` or `%5C` (either case): the octets that [`normal_form`]
 /// decodes or keeps depending on `decode_slash`.
 fn encodes_a_separator(target: &[u8]) -> bool {
-    target
-        .windows(3)
-        .any(|w| matches!(w, [b'%', b'2', b'f' | b'F'] | [b'%', b'5', b'c' | b'C']))
+    let mut rest = target;
+    while let Some(at) = rest.iter().position(|&b| b == b'%') {
+        let tail = rest.get(at..).unwrap_or_default();
+        if matches!(
+            tail,
+            [_, b'2', b'f' | b'F', ..] | [_, b'5', b'c' | b'C', ..]
+        ) {
+            return true;
+        }
+        rest = tail.get(1..).unwrap_or_default();
+    }
+    false
 }
 
 fn classify_normal(normal: &[u8]) -> Target {

@@ -86,7 +86,7 @@ impl Request {
     /// known or its record cannot be created and `store_full` says refuse. A tenant without a
     /// budget is never refused for the ledger (its spend then goes to the overflow record).
     fn read_spend(
-        &self,
+        &mut self,
         shared: &Shared,
         key: &str,
         limited: bool,
@@ -104,7 +104,13 @@ impl Request {
                 standing: Standing::New,
                 ..
             } if limited => {}
-            Lookup { spend, .. } => return Ok(spend),
+            Lookup { spend, record, .. } => {
+                // Only a reservation starts from it (local mode, a budget).
+                if limited && shared.global.is_none() {
+                    self.ledger_read = record;
+                }
+                return Ok(spend);
+            }
         }
         let mut stats = BookStats::default();
         let opened = ledger.open(&HostSharedData, key, now_ms, &mut stats);

@@ -7,7 +7,7 @@ use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{count, now_unix_millis};
 use tollgate_common::shared_data::HostSharedData;
 
-use crate::reservation::{estimate_nano, output_tokens, reserve, Reservation};
+use crate::reservation::{estimate_nano, output_tokens, reserve_from, Reservation};
 use crate::worker::Shared;
 
 use super::Request;
@@ -34,13 +34,14 @@ impl Request {
         let nano = estimate_nano(price, self.request_bytes, output);
         let key = self.ledger_key.as_deref()?;
         let budget = config.budget(&self.tenant);
-        let reserved = reserve(
+        let reserved = reserve_from(
             &config.ledger,
             &HostSharedData,
             key,
             now_unix_millis(),
             &budget,
             nano,
+            self.ledger_read.take(),
         );
         match reserved {
             Ok(Reservation::Held(hold)) => {
