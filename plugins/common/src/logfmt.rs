@@ -56,6 +56,11 @@ impl Line {
     }
 }
 
+/// Whether `value` is written bare (unquoted) in a line.
+pub fn is_bare(value: &str) -> bool {
+    !needs_quotes(value)
+}
+
 fn needs_quotes(value: &str) -> bool {
     value.is_empty()
         || value
@@ -107,48 +112,51 @@ pub struct Pairs<'a> {
 impl<'a> Iterator for Pairs<'a> {
     type Item = (&'a str, Cow<'a, str>);
 
-    // One pass over the bytes (the delimiters are ASCII, so every cut is on a character
-    // boundary): `str` pattern searches cost several times more per byte in wasm.
+    // One pass over the bytes, each looked at once (the delimiters are ASCII, so every cut is
+    // on a character boundary): `str` pattern searches cost several times more per byte.
     fn next(&mut self) -> Option<Self::Item> {
-        let line = self.rest;
-        let bytes = line.as_bytes();
-        let start = bytes.iter().position(|&b| b != b' ')?;
-        let key_len = bytes
-            .get(start..)?
-            .iter()
-            .position(|&b| b == b'=' || b == b' ');
-        let parsed = key_len
-            .filter(|&n| n > 0)
-            .and_then(|n| {
-                let eq = start.checked_add(n)?;
-                (bytes.get(eq) == Some(&b'=')).then_some(eq)
-            })
-            .and_then(|eq| {
-                let key = line.get(start..eq)?;
-                let after = line.get(eq.checked_add(1)?..)?;
-                let (value, rest) = if let Some(quoted) = after.strip_prefix('"') {
-                    unquote(quoted)?
-                } else {
-                    let end = after
-                        .as_bytes()
-                        .iter()
-                        .position(|&b| b == b' ')
-                        .unwrap_or(after.len());
-                    (Cow::Borrowed(after.get(..end)?), after.get(end..)?)
-                };
-                Some((key, value, rest))
-            });
-        match parsed {
-            Some((key, value, rest)) => {
-                self.rest = rest;
-                Some((key, value))
-            }
-            None => {
-                self.rest = "";
-                None
-            }
+        let parsed = next_pair(self.rest);
+        self.rest = parsed.as_ref().map_or("", |(_, _, rest)| rest);
+        parsed.map(|(key, value, _)| (key, value))
+    }
+}
+
+/// The first pair of `line` and what follows it; `None` at the end or at a malformed pair.
+fn next_pair(line: &str) -> Option<(&str, Cow<'_, str>, &str)> {
+    let bytes = line.as_bytes();
+    let mut at = 0usize;
+    while bytes.get(at) == Some(&b' ') {
+        at = at.saturating_add(1);
+    }
+    let start = at;
+    loop {
+        match bytes.get(at)? {
+            b'=' => break,
+            b' ' => return None,
+            _ => at = at.saturating_add(1),
         }
     }
+    if at == start {
+        return None;
+    }
+    let key = line.get(start..at)?;
+    at = at.saturating_add(1);
+    if bytes.get(at) == Some(&b'"') {
+        let (value, rest) = unquote(line.get(at.saturating_add(1)..)?)?;
+        return Some((key, value, rest));
+    }
+    let value_start = at;
+    while let Some(&b) = bytes.get(at) {
+        if b == b' ' {
+            break;
+        }
+        at = at.saturating_add(1);
+    }
+    Some((
+        key,
+        Cow::Borrowed(line.get(value_start..at)?),
+        line.get(at..)?,
+    ))
 }
 
 /// The value of a quoted string after its opening quote, and what follows its closing quote.

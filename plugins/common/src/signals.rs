@@ -15,7 +15,7 @@
 //! One vocabulary for outcomes: each filter that decides publishes what it decided as the
 //! field `outcome` of its line, and counts it in `tollgate_<filter>_requests_total` under the
 //! label `outcome`, with the same words. Until 2026-11-29 each field was a property of its own
-//! (`wasmx.tollgate.cost.outcome`, ...; the README's table maps them).
+//! (`wasmx.tollgate.cost.outcome`, ...: the field `outcome` of `wasmx.tollgate.cost` now).
 
 /// jwt-auth's line. `outcome`: `ok`, `bypass`, `invalid_path`, `invalid_authority`,
 /// `headers_unavailable`, or the refusal reason (`expired`, `bad_signature`, ...).
@@ -86,21 +86,58 @@ pub fn publish(property: &str, line: &crate::logfmt::Line) {
     set(property, line.as_str());
 }
 
-/// Publishes a line with only its outcome.
+/// Publishes a line with only its outcome ([`publish_fields`]).
 #[cfg(target_arch = "wasm32")]
 pub fn publish_outcome(property: &str, outcome: &str) {
-    publish(
-        property,
-        crate::logfmt::Line::new().text(field::OUTCOME, outcome),
-    );
+    publish_fields(property, &[(field::OUTCOME, outcome)]);
+}
+
+/// Publishes a line of `fields` (key, value), in order. Values written bare (the filters' fixed
+/// vocabulary, most rule names) are put together on the stack, with no allocation on the
+/// per-request path; others go through [`crate::logfmt::Line`].
+#[cfg(target_arch = "wasm32")]
+pub fn publish_fields(property: &str, fields: &[(&str, &str)]) {
+    let mut buf = [0u8; 128];
+    if let Some(line) = bare_line(&mut buf, fields) {
+        set_bytes(property, line);
+        return;
+    }
+    let mut line = crate::logfmt::Line::new();
+    for (key, value) in fields {
+        line.text(key, value);
+    }
+    publish(property, &line);
+}
+
+/// The line of `fields` in `buf`, when every value is written bare and the line fits.
+#[cfg(any(target_arch = "wasm32", test))]
+fn bare_line<'a>(buf: &'a mut [u8], fields: &[(&str, &str)]) -> Option<&'a [u8]> {
+    let mut end = 0usize;
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if !crate::logfmt::is_bare(value) {
+            return None;
+        }
+        let sep: &[u8] = if i == 0 { b"" } else { b" " };
+        for part in [sep, key.as_bytes(), b"=", value.as_bytes()] {
+            let next = end.checked_add(part.len())?;
+            buf.get_mut(end..next)?.copy_from_slice(part);
+            end = next;
+        }
+    }
+    buf.get(..end)
+}
+
+#[cfg(target_arch = "wasm32")]
+fn set_bytes(name: &str, value: &[u8]) {
+    if let Err(status) = crate::host_calls::set_property(&[name], value) {
+        log::debug!("could not set property {name}: host status {status}");
+    }
 }
 
 /// Sets a property for the current request; a host error is logged, never fatal.
 #[cfg(target_arch = "wasm32")]
 pub fn set(name: &str, value: &str) {
-    if let Err(status) = crate::host_calls::set_property(&[name], value.as_bytes()) {
-        log::debug!("could not set property {name}: host status {status}");
-    }
+    set_bytes(name, value.as_bytes());
 }
 
 /// A filter's line published earlier on this request (`None` if unset).
@@ -123,6 +160,35 @@ mod tests {
         assert_eq!(
             verified_header("x-jwt-sub"),
             "wasmx.tollgate.jwt_auth.header.x-jwt-sub"
+        );
+    }
+
+    /// The stack-built line is the one `Line` writes; a value that must be quoted, or a line
+    /// that does not fit, is left to `Line`.
+    #[test]
+    fn a_bare_line_on_the_stack_is_the_lines_text() {
+        let mut buf = [0u8; 128];
+        for fields in [
+            &[("outcome", "ok")][..],
+            &[("outcome", "store_failure_denied"), ("rule", "per-tenant")][..],
+        ] {
+            let line = bare_line(&mut buf, fields).map(<[u8]>::to_vec);
+            let mut expected = crate::logfmt::Line::new();
+            for (k, v) in fields {
+                expected.text(k, v);
+            }
+            assert_eq!(line.as_deref(), Some(expected.as_str().as_bytes()));
+        }
+        assert_eq!(
+            bare_line(&mut buf, &[("outcome", "ok"), ("rule", "a b")]),
+            None
+        );
+        assert_eq!(bare_line(&mut buf, &[("outcome", "")]), None);
+        let long = "x".repeat(120);
+        assert!(bare_line(&mut buf, &[("outcome", &long)]).is_some());
+        assert_eq!(
+            bare_line(&mut buf, &[("outcome", &long), ("rule", "r")]),
+            None
         );
     }
 

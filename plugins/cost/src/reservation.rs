@@ -455,7 +455,10 @@ mod tests {
         let held = reserve_from(&l, &store, &key, T0, &budget, 100, known).unwrap();
         assert!(matches!(held, Reservation::Held(_)), "{held:?}");
         let after = store.ops();
-        assert_eq!((after.reads - before.reads, after.writes - before.writes), (0, 1));
+        assert_eq!(
+            (after.reads - before.reads, after.writes - before.writes),
+            (0, 1)
+        );
         assert_eq!(read(&store, &l, &key, T0).reserved, 100);
 
         // Another request books 50 between this request's read and its reservation.
@@ -465,10 +468,22 @@ mod tests {
         let held = reserve_from(&l, &store, &key, T0, &budget, 200, stale).unwrap();
         assert!(matches!(held, Reservation::Held(_)), "{held:?}");
         let after = store.ops();
-        assert_eq!(after.mismatches - before.mismatches, 1, "the stale token is refused");
-        assert_eq!(after.reads - before.reads, 1, "then the record is read again");
+        assert_eq!(
+            after.mismatches - before.mismatches,
+            1,
+            "the stale token is refused"
+        );
+        assert_eq!(
+            after.reads - before.reads,
+            1,
+            "then the record is read again"
+        );
         let s = read(&store, &l, &key, T0);
-        assert_eq!((s.day, s.reserved), (50, 300), "the booking in between is kept");
+        assert_eq!(
+            (s.day, s.reserved),
+            (50, 300),
+            "the booking in between is kept"
+        );
 
         // A stale read lets no request past the budget: read at 50 spent + 300 reserved, then
         // another request reserves 700 (1,050 in all): this one is refused.

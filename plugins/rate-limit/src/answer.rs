@@ -18,11 +18,12 @@ use crate::worker::Shared;
 /// `tollgate_common::signals`).
 pub(crate) fn decided(counter: Option<u32>, decision: &str, rule: &str) {
     count(counter);
-    signals::publish(
+    signals::publish_fields(
         signals::RATE_LIMIT,
-        tollgate_common::logfmt::Line::new()
-            .text(signals::field::OUTCOME, decision)
-            .text(signals::field::RULE, rule),
+        &[
+            (signals::field::OUTCOME, decision),
+            (signals::field::RULE, rule),
+        ],
     );
 }
 
