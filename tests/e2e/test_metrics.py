@@ -331,7 +331,11 @@ def test_llm_tokens_spend_and_time_to_first_token(host, upstream, gateways):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         exposition = requests.get(g.admin + "/stats/prometheus", timeout=5).text
-        if sum(series(exposition, f"{ttft}_count", ("model",)).values()) == len(LLM_CALLS):
+        # The last request's log phase may still be running when its answer arrives, and a
+        # scrape reads the series one by one: wait for its histogram sample and its counters.
+        if (sum(series(exposition, f"{ttft}_count", ("model",)).values()) == len(LLM_CALLS)
+                and series(exposition, "tollgate_llm_tokens_total", ("model", "type", "tenant")).keys()
+                == EXPECTED_TOKENS.keys()):
             break
         time.sleep(0.5)
     tokens = series(exposition, "tollgate_llm_tokens_total", ("model", "type", "tenant"))
