@@ -140,30 +140,15 @@ pub enum Reservation {
 
 /// Reserves `nano` nano-USD for a request of the tenant at `key` whose budget is `budget`, at
 /// Unix time `now_ms`: one read and one CAS write (more on a CAS mismatch, at most
-/// `cas_retries + 1` writes).
+/// `cas_retries + 1` writes). `known`: the record and CAS token read earlier on this request
+/// (`crate::ledger::Lookup::record`), which the first attempt starts from instead of a read (one
+/// CAS write and no read when no other request wrote the record since); `None`: read first.
 ///
 /// # Errors
 /// [`NotBooked`] when the store failed (its status; a record of an unknown layout is
 /// `InternalFailure`) or the CAS attempts ran out: the request is then refused like one whose
 /// spend cannot be read.
 pub fn reserve<S: SharedStore + ?Sized>(
-    ledger: &Ledger,
-    store: &S,
-    key: &str,
-    now_ms: u64,
-    budget: &Budget,
-    nano: u64,
-) -> Result<Reservation, NotBooked> {
-    reserve_from(ledger, store, key, now_ms, budget, nano, None)
-}
-
-/// [`reserve`], its first attempt starting from `known`, the record and CAS token read earlier
-/// on this request (`crate::ledger::Lookup::record`) instead of a read: one CAS write and no
-/// read when no other request wrote the record since.
-///
-/// # Errors
-/// As [`reserve`].
-pub fn reserve_from<S: SharedStore + ?Sized>(
     ledger: &Ledger,
     store: &S,
     key: &str,
@@ -393,6 +378,14 @@ mod tests {
         (l, key)
     }
 
+    /// A budget of `day` nano-USD a day and none for the month.
+    fn day_budget(day: u64) -> Budget {
+        Budget {
+            day: Some(day),
+            month: None,
+        }
+    }
+
     fn read(store: &MemoryStore, l: &Ledger, key: &str, now_ms: u64) -> Spend {
         l.spend(store, key, &Periods::at(now_ms / 1_000))
             .unwrap()
@@ -404,19 +397,16 @@ mod tests {
         for sem in [Semantics::Envoy, Semantics::NgxWasm] {
             let store = MemoryStore::new(sem);
             let (l, key) = ledger(&store, "a");
-            let budget = Budget {
-                day: Some(100),
-                month: None,
-            };
+            let budget = day_budget(100);
             // 60 left of 100 after a first booking of 40.
             l.book(&store, &key, T0, 40, None).unwrap();
-            let first = reserve(&l, &store, &key, T0, &budget, 70).unwrap();
+            let first = reserve(&l, &store, &key, T0, &budget, 70, None).unwrap();
             let Reservation::Held(hold) = first else {
                 panic!("{first:?}")
             };
             assert_eq!(hold.nano, 70);
             // The second request sees the first's reservation: 40 + 70 ≥ 100.
-            let second = reserve(&l, &store, &key, T0, &budget, 1).unwrap();
+            let second = reserve(&l, &store, &key, T0, &budget, 1, None).unwrap();
             assert!(matches!(second, Reservation::Refused(e) if e.period == "day"));
             // The header check sees it too.
             let now = Periods::at(T0 / 1_000);
@@ -426,7 +416,8 @@ mod tests {
             let s = read(&store, &l, &key, T0);
             assert_eq!((s.day, s.reserved, s.total), (90, 0, 90), "{sem:?}");
             // Released without a charge: nothing booked, nothing held.
-            let Reservation::Held(h) = reserve(&l, &store, &key, T0, &budget, 5).unwrap() else {
+            let Reservation::Held(h) = reserve(&l, &store, &key, T0, &budget, 5, None).unwrap()
+            else {
                 panic!()
             };
             assert_eq!(read(&store, &l, &key, T0).reserved, 5);
@@ -443,16 +434,13 @@ mod tests {
     fn a_reservation_starts_from_the_record_read_at_the_headers() {
         let store = MemoryStore::new(Semantics::Envoy);
         let (l, key) = ledger(&store, "a");
-        let budget = Budget {
-            day: Some(1_000),
-            month: None,
-        };
+        let budget = day_budget(1_000);
         let now = Periods::at(T0 / 1_000);
         let lookup = l.spend(&store, &key, &now).unwrap();
         let known = lookup.record.clone();
         assert!(known.is_some(), "the tenant's own record and its CAS token");
         let before = store.ops();
-        let held = reserve_from(&l, &store, &key, T0, &budget, 100, known).unwrap();
+        let held = reserve(&l, &store, &key, T0, &budget, 100, known).unwrap();
         assert!(matches!(held, Reservation::Held(_)), "{held:?}");
         let after = store.ops();
         assert_eq!(
@@ -465,7 +453,7 @@ mod tests {
         let stale = l.spend(&store, &key, &now).unwrap().record;
         l.book(&store, &key, T0, 50, None).unwrap();
         let before = store.ops();
-        let held = reserve_from(&l, &store, &key, T0, &budget, 200, stale).unwrap();
+        let held = reserve(&l, &store, &key, T0, &budget, 200, stale).unwrap();
         assert!(matches!(held, Reservation::Held(_)), "{held:?}");
         let after = store.ops();
         assert_eq!(
@@ -489,11 +477,11 @@ mod tests {
         // another request reserves 700 (1,050 in all): this one is refused.
         let stale = l.spend(&store, &key, &now).unwrap().record;
         assert!(matches!(
-            reserve(&l, &store, &key, T0, &budget, 700).unwrap(),
+            reserve(&l, &store, &key, T0, &budget, 700, None).unwrap(),
             Reservation::Held(_)
         ));
         assert!(matches!(
-            reserve_from(&l, &store, &key, T0, &budget, 1, stale).unwrap(),
+            reserve(&l, &store, &key, T0, &budget, 1, stale).unwrap(),
             Reservation::Refused(_)
         ));
     }
@@ -506,13 +494,15 @@ mod tests {
             day: Some(1_000),
             month: Some(1_000_000),
         };
-        let Reservation::Held(old) = reserve(&l, &store, &key, T0, &budget, 600).unwrap() else {
+        let Reservation::Held(old) = reserve(&l, &store, &key, T0, &budget, 600, None).unwrap()
+        else {
             panic!()
         };
         // Two hours later, a new day (and month): yesterday's 600 no longer holds anything.
         let t1 = T0 + 2 * 3_600_000;
         assert_eq!(read(&store, &l, &key, t1).reserved, 0);
-        let Reservation::Held(new) = reserve(&l, &store, &key, t1, &budget, 300).unwrap() else {
+        let Reservation::Held(new) = reserve(&l, &store, &key, t1, &budget, 300, None).unwrap()
+        else {
             panic!()
         };
         // Yesterday's request settles now: its charge goes to today, its hold is not taken off
@@ -528,22 +518,21 @@ mod tests {
     fn reservations_saturate_and_release_what_they_added() {
         let store = MemoryStore::new(Semantics::Envoy);
         let (l, key) = ledger(&store, "a");
-        let budget = Budget {
-            day: Some(u64::MAX),
-            month: None,
-        };
-        let Reservation::Held(a) = reserve(&l, &store, &key, T0, &budget, u64::MAX - 10).unwrap()
+        let budget = day_budget(u64::MAX);
+        let Reservation::Held(a) =
+            reserve(&l, &store, &key, T0, &budget, u64::MAX - 10, None).unwrap()
         else {
             panic!()
         };
         // Only 10 more fit in the counter: that is what the hold says it added.
-        let Reservation::Held(b) = reserve(&l, &store, &key, T0, &budget, 100).unwrap() else {
+        let Reservation::Held(b) = reserve(&l, &store, &key, T0, &budget, 100, None).unwrap()
+        else {
             panic!()
         };
         assert_eq!(b.nano, 10);
         // spend + reserved = u64::MAX reaches any budget.
         assert!(matches!(
-            reserve(&l, &store, &key, T0, &budget, 1).unwrap(),
+            reserve(&l, &store, &key, T0, &budget, 1, None).unwrap(),
             Reservation::Refused(_)
         ));
         // Released, each takes off what it added: nothing is left held, nothing more.
@@ -557,11 +546,8 @@ mod tests {
     fn no_record_no_reservation_and_unknown_layouts_are_errors() {
         let store = MemoryStore::new(Semantics::Envoy);
         let (l, key) = ledger(&store, "a");
-        let budget = Budget {
-            day: Some(10),
-            month: None,
-        };
-        let missing = reserve(&l, &store, &l.key("pooled"), T0, &budget, 1).unwrap();
+        let budget = day_budget(10);
+        let missing = reserve(&l, &store, &l.key("pooled"), T0, &budget, 1, None).unwrap();
         assert_eq!(missing, Reservation::NoRecord);
         // A version-1 record (before reservations) is read and upgraded.
         let (_, cas) = store.get(&key).unwrap();
@@ -578,7 +564,7 @@ mod tests {
         v1[0] = 1;
         store.set(&key, &v1, cas).unwrap();
         assert!(matches!(
-            reserve(&l, &store, &key, T0, &budget, 3).unwrap(),
+            reserve(&l, &store, &key, T0, &budget, 3, None).unwrap(),
             Reservation::Held(_)
         ));
         let s = read(&store, &l, &key, T0);
@@ -586,7 +572,7 @@ mod tests {
         // A later layout: refused, never read as 0.
         let (_, cas) = store.get(&key).unwrap();
         store.set(&key, &[3u8; 49], cas).unwrap();
-        let e = reserve(&l, &store, &key, T0, &budget, 1).unwrap_err();
+        let e = reserve(&l, &store, &key, T0, &budget, 1, None).unwrap_err();
         assert!(e.failed.is_some());
         assert!(l.spend(&store, &key, &Periods::at(T0 / 1_000)).is_err());
         assert!(l.book(&store, &key, T0, 1, None).is_err());
@@ -605,20 +591,19 @@ mod tests {
         // interleaving; without reservations all 200 would be.
         let store = Arc::new(MemoryStore::new(Semantics::Envoy));
         let (l, key) = ledger(&store, "a");
-        let budget = Budget {
-            day: Some(1_000),
-            month: None,
-        };
+        let budget = day_budget(1_000);
         let holds: Vec<_> = (0..4)
             .map(|_| {
                 let (store, l, key) = (Arc::clone(&store), l.clone(), key.clone());
                 std::thread::spawn(move || {
                     (0..50)
-                        .filter_map(|_| match reserve(&l, &*store, &key, T0, &budget, 300) {
-                            Ok(Reservation::Held(h)) => Some(h),
-                            Ok(_) => None,
-                            Err(e) => panic!("{e:?}"),
-                        })
+                        .filter_map(
+                            |_| match reserve(&l, &*store, &key, T0, &budget, 300, None) {
+                                Ok(Reservation::Held(h)) => Some(h),
+                                Ok(_) => None,
+                                Err(e) => panic!("{e:?}"),
+                            },
+                        )
                         .collect::<Vec<_>>()
                 })
             })

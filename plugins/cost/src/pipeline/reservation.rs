@@ -7,7 +7,7 @@ use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{count, now_unix_millis};
 use tollgate_common::shared_data::HostSharedData;
 
-use crate::reservation::{estimate_nano, output_tokens, reserve_from, Reservation};
+use crate::reservation::{estimate_nano, output_tokens, reserve, Reservation};
 use crate::worker::Shared;
 
 use super::Request;
@@ -34,7 +34,7 @@ impl Request {
         let nano = estimate_nano(price, self.request_bytes, output);
         let key = self.ledger_key.as_deref()?;
         let budget = config.budget(&self.tenant);
-        let reserved = reserve_from(
+        let reserved = reserve(
             &config.ledger,
             &HostSharedData,
             key,
