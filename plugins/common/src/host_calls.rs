@@ -23,6 +23,16 @@ pub fn now() -> Option<std::time::SystemTime> {
     std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(nanos))
 }
 
+/// Microseconds from `start` to `end`, both read with [`now`] (`None`: either unknown, or the
+/// clock went back).
+pub fn micros(
+    start: Option<std::time::SystemTime>,
+    end: Option<std::time::SystemTime>,
+) -> Option<u64> {
+    let elapsed = end?.duration_since(start?).ok()?;
+    Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// Installs the filters' logger at `level`: the `log` crate's macros write through
 /// `proxy_log`, and a line the host refuses is dropped (the SDK's logger unwraps that status).
 /// A panic, which the lints forbid but a dependency could still raise, is logged at critical

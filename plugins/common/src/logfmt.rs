@@ -56,9 +56,23 @@ impl Line {
     }
 }
 
-/// Whether `value` is written bare (unquoted) in a line.
-pub fn is_bare(value: &str) -> bool {
-    !needs_quotes(value)
+/// The line of `fields` (key, value) written into `buf`, as [`Line`] would write it, when every
+/// value is written bare and the line fits; `None` otherwise (then build a [`Line`]). No
+/// allocation: for the per-request path.
+pub fn bare_line<'a>(buf: &'a mut [u8], fields: &[(&str, &str)]) -> Option<&'a [u8]> {
+    let mut end = 0usize;
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if needs_quotes(value) {
+            return None;
+        }
+        let sep: &[u8] = if i == 0 { b"" } else { b" " };
+        for part in [sep, key.as_bytes(), b"=", value.as_bytes()] {
+            let next = end.checked_add(part.len())?;
+            buf.get_mut(end..next)?.copy_from_slice(part);
+            end = next;
+        }
+    }
+    buf.get(..end)
 }
 
 fn needs_quotes(value: &str) -> bool {
@@ -200,6 +214,35 @@ mod tests {
         pairs(line.as_bytes())
             .map(|(k, v)| (k.to_string(), v.into_owned()))
             .collect()
+    }
+
+    /// The stack-built line is the one `Line` writes; a value that must be quoted, or a line
+    /// that does not fit, is left to `Line`.
+    #[test]
+    fn a_bare_line_on_the_stack_is_the_lines_text() {
+        let mut buf = [0u8; 128];
+        for fields in [
+            &[("outcome", "ok")][..],
+            &[("outcome", "store_failure_denied"), ("rule", "per-tenant")][..],
+        ] {
+            let line = bare_line(&mut buf, fields).map(<[u8]>::to_vec);
+            let mut expected = Line::new();
+            for (k, v) in fields {
+                expected.text(k, v);
+            }
+            assert_eq!(line.as_deref(), Some(expected.as_str().as_bytes()));
+        }
+        assert_eq!(
+            bare_line(&mut buf, &[("outcome", "ok"), ("rule", "a b")]),
+            None
+        );
+        assert_eq!(bare_line(&mut buf, &[("outcome", "")]), None);
+        let long = "x".repeat(120);
+        assert!(bare_line(&mut buf, &[("outcome", &long)]).is_some());
+        assert_eq!(
+            bare_line(&mut buf, &[("outcome", &long), ("rule", "r")]),
+            None
+        );
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn publish_outcome(property: &str, outcome: &str) {
 #[cfg(target_arch = "wasm32")]
 pub fn publish_fields(property: &str, fields: &[(&str, &str)]) {
     let mut buf = [0u8; 128];
-    if let Some(line) = bare_line(&mut buf, fields) {
+    if let Some(line) = crate::logfmt::bare_line(&mut buf, fields) {
         set_bytes(property, line);
         return;
     }
@@ -107,24 +107,6 @@ pub fn publish_fields(property: &str, fields: &[(&str, &str)]) {
         line.text(key, value);
     }
     publish(property, &line);
-}
-
-/// The line of `fields` in `buf`, when every value is written bare and the line fits.
-#[cfg(any(target_arch = "wasm32", test))]
-fn bare_line<'a>(buf: &'a mut [u8], fields: &[(&str, &str)]) -> Option<&'a [u8]> {
-    let mut end = 0usize;
-    for (i, (key, value)) in fields.iter().enumerate() {
-        if !crate::logfmt::is_bare(value) {
-            return None;
-        }
-        let sep: &[u8] = if i == 0 { b"" } else { b" " };
-        for part in [sep, key.as_bytes(), b"=", value.as_bytes()] {
-            let next = end.checked_add(part.len())?;
-            buf.get_mut(end..next)?.copy_from_slice(part);
-            end = next;
-        }
-    }
-    buf.get(..end)
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -160,35 +142,6 @@ mod tests {
         assert_eq!(
             verified_header("x-jwt-sub"),
             "wasmx.tollgate.jwt_auth.header.x-jwt-sub"
-        );
-    }
-
-    /// The stack-built line is the one `Line` writes; a value that must be quoted, or a line
-    /// that does not fit, is left to `Line`.
-    #[test]
-    fn a_bare_line_on_the_stack_is_the_lines_text() {
-        let mut buf = [0u8; 128];
-        for fields in [
-            &[("outcome", "ok")][..],
-            &[("outcome", "store_failure_denied"), ("rule", "per-tenant")][..],
-        ] {
-            let line = bare_line(&mut buf, fields).map(<[u8]>::to_vec);
-            let mut expected = crate::logfmt::Line::new();
-            for (k, v) in fields {
-                expected.text(k, v);
-            }
-            assert_eq!(line.as_deref(), Some(expected.as_str().as_bytes()));
-        }
-        assert_eq!(
-            bare_line(&mut buf, &[("outcome", "ok"), ("rule", "a b")]),
-            None
-        );
-        assert_eq!(bare_line(&mut buf, &[("outcome", "")]), None);
-        let long = "x".repeat(120);
-        assert!(bare_line(&mut buf, &[("outcome", &long)]).is_some());
-        assert_eq!(
-            bare_line(&mut buf, &[("outcome", &long), ("rule", "r")]),
-            None
         );
     }
 

@@ -155,9 +155,8 @@ pub fn reserve<S: SharedStore + ?Sized>(
     now_ms: u64,
     budget: &Budget,
     nano: u64,
-    known: Option<(Vec<u8>, u32)>,
+    mut known: Option<(Vec<u8>, u32)>,
 ) -> Result<Reservation, NotBooked> {
-    let mut known = known;
     let now = Periods::at(now_ms / 1_000);
     let attempts = ledger.cas_retries.saturating_add(1);
     let mut stats = BookStats::default();

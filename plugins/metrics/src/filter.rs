@@ -6,8 +6,9 @@
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' lines
 //! (`tollgate_common::signals`: the time to first token is the cost filter's `first_byte_us`),
-//! and updates the series. No body callback: the response's chunks never enter this VM. Host calls go through
-//! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
+//! and updates the series. No body callback: the response's chunks never enter this VM. Host
+//! calls go through `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here
+//! traps.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -16,7 +17,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MetricType};
 use tollgate_common::config::ConfigError;
-use tollgate_common::host_calls::request_header_bytes;
+use tollgate_common::host_calls::{micros, request_header_bytes};
 use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
 use tollgate_common::logfmt;
 use tollgate_common::shared_data::HostSharedData;
@@ -109,12 +110,6 @@ struct Timing {
     start: Option<SystemTime>,
 }
 
-/// Microseconds from `start` to `end` (`None`: either unknown, or the clock went back).
-fn micros(start: Option<SystemTime>, end: Option<SystemTime>) -> Option<u64> {
-    let elapsed = end?.duration_since(start?).ok()?;
-    Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX))
-}
-
 fn now() -> Option<SystemTime> {
     tollgate_common::host_calls::now()
 }
@@ -144,6 +139,15 @@ struct RawCost<'a> {
 }
 
 impl<'a> RawCost<'a> {
+    /// The fields of `line` this filter records (others are skipped).
+    fn parse(line: &'a [u8]) -> Self {
+        let mut raw = RawCost::default();
+        for (key, value) in logfmt::pairs(line) {
+            raw.set(key, value);
+        }
+        raw
+    }
+
     fn set(&mut self, key: &str, value: Cow<'a, str>) {
         let int = || decimal(value.as_bytes());
         match key {
@@ -259,39 +263,36 @@ fn log_request(timing: &Timing, state: &mut State) {
         }
     }
     let cost_line = signals::read(signals::COST);
-    let mut cost = cost_line.as_deref().map(|_| RawCost::default());
-    if let (Some(raw), Some(line)) = (cost.as_mut(), cost_line.as_deref()) {
-        for (key, value) in logfmt::pairs(line) {
-            raw.set(key, value);
-        }
-    }
-    let cost_tenant = cost.as_mut().and_then(|raw| raw.tenant.take()).map(|t| {
-        // The cost filter books most requests to the request's own tenant (both keyed by the
-        // verified subject): the same value, already labelled, with the same admission (a
-        // request with a value is trusted). Its tenant is admitted only on a request whose own
-        // tenant was trusted; otherwise it is only looked up (it may be client-chosen, e.g. an
-        // API key).
-        if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
-            if same_bytes(v, t.as_bytes()) {
-                return own;
-            }
-        }
-        match (&config.tenant, tenants.as_mut()) {
-            (Some(_), Some(reg)) => {
-                let identity = Identity::Value(t.into_owned().into_bytes());
-                let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
-                let index = label.index;
-                cost_tenant_label.clear();
-                cost_tenant_label.push_str(label.text);
-                Label {
-                    index,
-                    text: cost_tenant_label.as_str(),
+    let mut raw_cost = cost_line.as_deref().map(RawCost::parse);
+    let cost_tenant = raw_cost
+        .as_mut()
+        .and_then(|raw| raw.tenant.take())
+        .map(|t| {
+            // The cost filter books most requests to the request's own tenant (both keyed by the
+            // verified subject): the same value, already labelled, with the same admission (a
+            // request with a value is trusted). Its tenant is admitted only on a request whose own
+            // tenant was trusted; otherwise it is only looked up (it may be client-chosen, e.g. an
+            // API key).
+            if let (Some(own), Some(Identity::Value(v))) = (tenant, &identity) {
+                if same_bytes(v, t.as_bytes()) {
+                    return own;
                 }
             }
-            _ => Label::OTHER,
-        }
-    });
-    let raw_cost = cost;
+            match (&config.tenant, tenants.as_mut()) {
+                (Some(_), Some(reg)) => {
+                    let identity = Identity::Value(t.into_owned().into_bytes());
+                    let label = reg.label(&HostSharedData, &identity, now_secs, trusted);
+                    let index = label.index;
+                    cost_tenant_label.clear();
+                    cost_tenant_label.push_str(label.text);
+                    Label {
+                        index,
+                        text: cost_tenant_label.as_str(),
+                    }
+                }
+                _ => Label::OTHER,
+            }
+        });
     let cost = raw_cost
         .as_ref()
         .filter(|raw| raw.outcome.is_some())

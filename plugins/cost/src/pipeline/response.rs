@@ -59,11 +59,7 @@ impl Request {
         if body_size > 0 && !self.first_byte_seen {
             // Passed on by this callback's answer (every chunk continues).
             self.first_byte_seen = true;
-            self.first_byte_us = self
-                .started
-                .zip(host_calls::now())
-                .and_then(|(start, end)| end.duration_since(start).ok())
-                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            self.first_byte_us = host_calls::micros(self.started, host_calls::now());
         }
         let chunk = host_calls::buffer(BufferType::HttpResponseBody, body_size);
         let fed = self.response.feed(
