@@ -8,8 +8,9 @@
 //! - [`Vm`] is one instance of a [`Module`] in one worker (one `Store`); it holds the root
 //!   contexts of the plugins that use that module and the HTTP contexts of live streams.
 //! - [`Stream`] is the per-request state shared by every filter of a chain (header maps, body
-//!   buffers, properties set by filters, the local response). It is moved into the `Store` for
-//!   the duration of a callback and moved back out, so the host core needs no `unsafe`.
+//!   buffers, properties set by filters, the local response). It is lent to the `Store` for
+//!   the duration of a callback, by pointer (a move in and out cost about 160 instructions a
+//!   call): `abi::store`'s `LentStream` ends the loan when the call returns.
 //! - [`Host`] is what the embedding provides per worker: logging, shared data, metrics, shared
 //!   queues, HTTP and unary gRPC calls, timers. Lazily computed properties come from [`Stream::properties`]'s
 //!   fallback ([`PropertySource`]).
@@ -18,8 +19,8 @@
 
 mod abi;
 // Loading compiled code is loading native code (wasmtime's `Module::deserialize`), and the
-// entries' owner is checked against `geteuid`: the only `unsafe` of this crate, each block with
-// its SAFETY comment.
+// entries' owner is checked against `geteuid`. With the lent stream (`State::stream`), the only
+// `unsafe` of this crate, each block with its SAFETY comment.
 #[allow(unsafe_code)]
 mod compiled_cache;
 mod context_ids;

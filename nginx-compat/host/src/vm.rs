@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use wasmtime::{Instance, Store, TypedFunc};
 
-use crate::abi::store::State;
+use crate::abi::store::{LentStream, State};
 use crate::context_ids::{HttpId, RootId};
 use crate::embedder::{GrpcCallResult, Host, HttpCallResponse};
 use crate::engine::Module;
@@ -694,26 +694,19 @@ fn enter<R>(
     data.current = guest.ctx;
     data.effective = guest.ctx;
     data.root_index = root_index;
-    let has_stream = stream.is_some();
-    data.stream_loaded = has_stream;
     if !cfg!(feature = "unbounded-guests") {
         store.set_epoch_deadline(guest.ticks);
     }
     let result = match stream {
         Some(stream) => {
-            // Swapped with the store's empty scratch stream, and back: no stream is built or
-            // dropped per callback.
-            std::mem::swap(&mut store.data_mut().stream, stream);
-            let result = call(&mut *store);
-            let data = store.data_mut();
-            std::mem::swap(&mut data.stream, stream);
-            data.stream_loaded = false;
-            result
+            // Lent for the call, not moved: no stream is built, copied or dropped per callback.
+            let lent = LentStream::new(store, stream);
+            call(&mut *lent.store)
         }
         None => {
             let result = call(&mut *store);
-            // A root callback may have written into the scratch stream: drop it.
-            store.data_mut().stream = Stream::default();
+            // A root callback may have written into the idle stream: clear it.
+            store.data_mut().idle_stream = Stream::default();
             result
         }
     };
@@ -736,6 +729,41 @@ mod tests {
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::MemoryHost;
     use crate::{Stream, StreamCallback, Vm};
+
+    /// The stream is lent to the store for one HTTP callback only: a root callback after it
+    /// sees no stream (here, not the property the HTTP callback set on it), and the stream
+    /// keeps what the callback wrote.
+    #[test]
+    fn a_stream_is_lent_for_its_callback_only() {
+        let m = compile(&wat(
+            "0_2_1",
+            r#"(import "env" "proxy_set_property" (func $set (param i32 i32 i32 i32) (result i32)))
+               (import "env" "proxy_get_property" (func $get (param i32 i32 i32 i32) (result i32)))"#,
+            r#"(data (i32.const 16) "k")
+               (data (i32.const 20) "v")
+               (func (export "proxy_on_context_create") (param i32 i32))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (if (call $set (i32.const 16) (i32.const 1) (i32.const 20) (i32.const 1))
+                   (then unreachable))
+                 (i32.const 0))
+               (func (export "proxy_on_tick") (param i32)
+                 ;; Status 0 (found): the HTTP callback's stream is still visible.
+                 (if (i32.eqz (call $get (i32.const 16) (i32.const 1) (i32.const 32) (i32.const 36)))
+                   (then unreachable)))"#,
+        ))
+        .unwrap();
+        let mut vm = Vm::new(&m, Rc::new(MemoryHost::new()), "vm", b"").unwrap();
+        let root = vm.create_root("p", b"").unwrap();
+        let id = vm.create_http(root).unwrap();
+        let mut s = Stream::default();
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap();
+        assert_eq!(
+            s.properties.get(b"k".as_slice()).map(Vec::as_slice),
+            Some(b"v".as_slice())
+        );
+        vm.on_tick(root).unwrap();
+    }
 
     #[test]
     fn a_trap_is_an_error_and_poisons_the_vm() {

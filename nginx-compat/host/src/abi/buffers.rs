@@ -90,8 +90,8 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
 impl State {
     pub(crate) fn buffer(&self, t: u32) -> Option<&[u8]> {
         match t {
-            0 => Some(&self.stream.request_body),
-            1 => Some(&self.stream.response_body),
+            0 => Some(&self.stream().request_body),
+            1 => Some(&self.stream().response_body),
             4 => self.call_response.as_ref().map(|r| r.body.as_slice()),
             5 => self.grpc_receive.as_deref(),
             6 => Some(&self.vm_config),
@@ -101,7 +101,7 @@ impl State {
     }
 
     pub(crate) fn buffer_mut(&mut self, t: u32) -> Option<&mut Vec<u8>> {
-        let s = &mut self.stream;
+        let s = self.stream_mut();
         match t {
             0 => {
                 s.request_body_changed = true;

@@ -214,8 +214,8 @@ impl State {
     /// the whole map serialise a deferred one without building it.
     pub(crate) fn load(&mut self, t: u32) {
         match t {
-            0 => self.stream.load_headers(false),
-            2 => self.stream.load_headers(true),
+            0 => self.stream_mut().load_headers(false),
+            2 => self.stream_mut().load_headers(true),
             _ => {}
         }
     }
@@ -223,8 +223,8 @@ impl State {
     /// Map `t` while it is deferred (read in place, not built).
     pub(crate) fn deferred(&self, t: u32) -> Option<&DeferredMap> {
         match t {
-            0 => self.stream.request_headers_deferred.as_ref(),
-            2 => self.stream.response_headers_deferred.as_ref(),
+            0 => self.stream().request_headers_deferred.as_ref(),
+            2 => self.stream().response_headers_deferred.as_ref(),
             _ => None,
         }
     }
@@ -245,7 +245,7 @@ impl State {
         if self.map_unavailable(t) {
             return BAD_ARGUMENT;
         }
-        let s = &mut self.stream;
+        let s = self.stream_mut();
         let (deferred, changed) = match t {
             0 => (
                 &mut s.request_headers_deferred,
@@ -282,10 +282,10 @@ impl State {
     /// Map `t` as it is built (call [`State::load`] first).
     pub(crate) fn map(&self, t: u32) -> Option<&HeaderMap> {
         match t {
-            0 => Some(&self.stream.request_headers),
-            1 => Some(&self.stream.request_trailers),
-            2 => Some(&self.stream.response_headers),
-            3 => Some(&self.stream.response_trailers),
+            0 => Some(&self.stream().request_headers),
+            1 => Some(&self.stream().request_trailers),
+            2 => Some(&self.stream().response_headers),
+            3 => Some(&self.stream().response_trailers),
             6 => self.call_response.as_ref().map(|r| &r.headers),
             7 => self.call_response.as_ref().map(|r| &r.trailers),
             _ => None,
@@ -300,7 +300,24 @@ impl State {
             return Err(BAD_ARGUMENT);
         }
         self.load(t);
-        let s = &mut self.stream;
+        match t {
+            6 => {
+                return self
+                    .call_response
+                    .as_mut()
+                    .map(|r| &mut r.headers)
+                    .ok_or(NOT_FOUND)
+            }
+            7 => {
+                return self
+                    .call_response
+                    .as_mut()
+                    .map(|r| &mut r.trailers)
+                    .ok_or(NOT_FOUND)
+            }
+            _ => {}
+        }
+        let s = self.stream_mut();
         match t {
             0 => {
                 s.request_headers_changed = true;
@@ -318,23 +335,13 @@ impl State {
                 s.response_trailers_changed = true;
                 Ok(&mut s.response_trailers)
             }
-            6 => self
-                .call_response
-                .as_mut()
-                .map(|r| &mut r.headers)
-                .ok_or(NOT_FOUND),
-            7 => self
-                .call_response
-                .as_mut()
-                .map(|r| &mut r.trailers)
-                .ok_or(NOT_FOUND),
             _ => Err(NOT_FOUND),
         }
     }
 
     /// True for a map the embedding said the stream never has (reads see it empty).
     pub(crate) fn map_unavailable(&self, t: u32) -> bool {
-        t == 1 && self.stream.request_trailers_unavailable
+        t == 1 && self.stream().request_trailers_unavailable
     }
 }
 

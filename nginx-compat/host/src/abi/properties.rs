@@ -23,12 +23,12 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             };
             // Set by a filter: copied straight from the state (the path is kept in a reused
             // buffer while the guest allocates).
-            if let Some(len) = state.stream.properties.get(path).map(Vec::len) {
+            if let Some(len) = state.stream().properties.get(path).map(Vec::len) {
                 let mut key = std::mem::take(&mut state.scratch);
                 key.clear();
                 key.extend_from_slice(path);
                 let r = return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                    mem::copy(dst, s.stream.properties.get(&key)?)
+                    mem::copy(dst, s.stream().properties.get(&key)?)
                 });
                 c.data_mut().scratch = key;
                 return r;
@@ -41,7 +41,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             }
             let value = match state.host.property(path) {
                 Some(v) => Some(v),
-                None => match &state.stream.property_source {
+                None => match &state.stream().property_source {
                     Some(source) => source.property(path),
                     None => None,
                 },
@@ -68,21 +68,21 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 // The embedding's own (read-only): a filter cannot change what the host says.
                 return BAD_ARGUMENT;
             }
-            let held = state.stream.properties.iter().fold(0usize, |n, (k, v)| {
+            let held = state.stream().properties.iter().fold(0usize, |n, (k, v)| {
                 n.saturating_add(k.len()).saturating_add(v.len())
             });
             let extra = path.len().saturating_add(value.len());
             if let Some(code) = refused_growth(state, "proxy_set_property", held, extra) {
                 return code;
             }
-            match state.stream.properties.get_mut(path) {
+            match state.stream_mut().properties.get_mut(path) {
                 Some(v) => {
                     v.clear();
                     v.extend_from_slice(value);
                 }
                 None => {
                     state
-                        .stream
+                        .stream_mut()
                         .properties
                         .insert(path.to_vec(), value.to_vec());
                 }

@@ -46,10 +46,13 @@ pub(crate) struct RootInfo {
 /// The `Store`'s data: everything host functions see.
 pub(crate) struct State {
     pub(crate) host: Rc<dyn Host>,
-    /// The stream of the running HTTP callback (empty for root callbacks).
-    pub(crate) stream: Stream,
-    /// True while `stream` is a real stream (an HTTP callback).
-    pub(crate) stream_loaded: bool,
+    /// The stream of the running HTTP callback, lent by the embedding for that call
+    /// (`crate::vm`'s `enter`, through [`LentStream`]); null outside one. Read through
+    /// [`State::stream`]: a pointer, not a copy, because the stream (hundreds of bytes) would
+    /// otherwise be moved in and out of the store on every call into the guest.
+    lent_stream: *mut Stream,
+    /// The stream root callbacks see: empty, cleared after each.
+    pub(crate) idle_stream: Stream,
     pub(crate) memory: Option<Memory>,
     pub(crate) malloc: Option<Rc<TypedFunc<u32, u32>>>,
     pub(crate) vm_id: String,
@@ -104,8 +107,8 @@ impl State {
         State {
             host,
             limiter,
-            stream: Stream::default(),
-            stream_loaded: false,
+            lent_stream: std::ptr::null_mut(),
+            idle_stream: Stream::default(),
             memory: None,
             malloc: None,
             vm_id: vm_id.to_owned(),
@@ -130,6 +133,32 @@ impl State {
             header_key: Vec::new(),
             pairs: crate::mem::Pairs::default(),
         }
+    }
+
+    /// The stream of the running HTTP callback, or the empty `idle_stream` in a root callback.
+    #[allow(unsafe_code)]
+    pub(crate) fn stream(&self) -> &Stream {
+        // SAFETY: `lent_stream` is null or the stream `LentStream` lends for the call under
+        // way, which its lender does not touch until the call returns and the loan ends.
+        match unsafe { self.lent_stream.as_ref() } {
+            Some(stream) => stream,
+            None => &self.idle_stream,
+        }
+    }
+
+    /// [`State::stream`], to change.
+    #[allow(unsafe_code)]
+    pub(crate) fn stream_mut(&mut self) -> &mut Stream {
+        // SAFETY: as in `stream`; `&mut self` makes this the only reference through the state.
+        match unsafe { self.lent_stream.as_mut() } {
+            Some(stream) => stream,
+            None => &mut self.idle_stream,
+        }
+    }
+
+    /// Whether an HTTP callback's stream is lent (not a root callback's empty one).
+    pub(crate) fn stream_loaded(&self) -> bool {
+        !self.lent_stream.is_null()
     }
 
     pub(crate) fn add_root(&mut self, id: u32, plugin_name: &str, configuration: &[u8]) {
@@ -351,6 +380,31 @@ pub(crate) fn refused_growth(
     let msg = format!("{func}: refused: more than {} bytes", valid::MAX_MAP_BYTES);
     state.log(LogLevel::Warn, msg.as_bytes());
     Some(BAD_ARGUMENT)
+}
+
+/// A stream lent to a store for one call into the guest: the host functions of that call see
+/// it through [`State::stream`]. The loan ends when this is dropped (after the call, or when it
+/// unwinds), so the store never keeps a pointer to a stream past the call.
+pub(crate) struct LentStream<'s> {
+    pub(crate) store: &'s mut wasmtime::Store<State>,
+}
+
+impl<'s> LentStream<'s> {
+    /// Lends `stream` to `store` until the returned loan is dropped; `stream` stays borrowed
+    /// as long.
+    pub(crate) fn new(
+        store: &'s mut wasmtime::Store<State>,
+        stream: &'s mut Stream,
+    ) -> LentStream<'s> {
+        store.data_mut().lent_stream = stream;
+        LentStream { store }
+    }
+}
+
+impl Drop for LentStream<'_> {
+    fn drop(&mut self) {
+        self.store.data_mut().lent_stream = std::ptr::null_mut();
+    }
 }
 
 /// Records defined names, to link the other imports of `env` to stubs.

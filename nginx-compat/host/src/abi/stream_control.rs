@@ -41,7 +41,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         if let Some(code) = refused_map(state, "proxy_send_local_response", &headers) {
             return code;
         }
-        state.stream.local_response = Some(LocalResponse {
+        state.stream_mut().local_response = Some(LocalResponse {
             status,
             details: details.to_vec(),
             body: body.to_vec(),
@@ -55,8 +55,8 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     let resume = |c: &mut C<'_>| -> u32 {
         let state = c.data_mut();
         let target = state.effective;
-        if state.stream_loaded && target == state.current {
-            state.stream.resumed = true;
+        if state.stream_loaded() && target == state.current {
+            state.stream_mut().resumed = true;
             return OK;
         }
         if state.is_root(target) || !state.contexts.contains_key(&target) {
@@ -79,8 +79,8 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     })?;
     d.env("proxy_close_stream", |mut c: C<'_>, _t: u32| -> u32 {
         let state = c.data_mut();
-        if state.stream_loaded && state.effective == state.current {
-            state.stream.closed = true;
+        if state.stream_loaded() && state.effective == state.current {
+            state.stream_mut().closed = true;
             OK
         } else {
             BAD_ARGUMENT
