@@ -2,14 +2,16 @@
 //! carries: exact, without a provider prefix, without a snapshot date (the rules of the module
 //! documentation of `price_table`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::price::ModelPrice;
 
-/// Prices by model name (atto-USD per token).
+/// Prices by model name (atto-USD per token). Hashed with FxHash, not SipHash: the names come
+/// from the configuration and the price file only, so a client chooses only what is looked
+/// up, never what collides in the table (a lookup is as long as the configured names make it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PriceTable {
-    pub(super) models: HashMap<String, ModelPrice>,
+    pub(super) models: FxHashMap<String, ModelPrice>,
 }
 
 impl PriceTable {
