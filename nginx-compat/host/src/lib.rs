@@ -9,7 +9,7 @@
 //!   contexts of the plugins that use that module and the HTTP contexts of live streams.
 //! - [`Stream`] is the per-request state shared by every filter of a chain (header maps, body
 //!   buffers, properties set by filters, the local response). It is lent to the `Store` for
-//!   the duration of a callback, by pointer (a move in and out cost about 160 instructions a
+//!   the duration of a callback, by pointer (a move in and out cost about 150 instructions a
 //!   call): `abi::store`'s `LentStream` ends the loan when the call returns.
 //! - [`Host`] is what the embedding provides per worker: logging, shared data, metrics, shared
 //!   queues, HTTP and unary gRPC calls, timers. Lazily computed properties come from [`Stream::properties`]'s
