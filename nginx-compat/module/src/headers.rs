@@ -89,6 +89,37 @@ const IN_FIELDS: &[(&[u8], usize)] = &[
     (b"date", offset_of!(ngx_http_headers_in_t, date)),
 ];
 
+/// For each name length, the set of [`IN_FIELDS`] entries of that length (bit `i`: entry `i`),
+/// so that [`in_field`] compares at most three names instead of scanning the list.
+const IN_FIELDS_BY_LEN: [u32; 20] = by_length(IN_FIELDS);
+
+/// [`IN_FIELDS_BY_LEN`] of `fields`. Evaluated at compile time: more than 32 entries, or a
+/// name of 20 bytes or more, fails the build.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+const fn by_length(fields: &[(&[u8], usize)]) -> [u32; 20] {
+    let mut out = [0u32; 20];
+    let mut rest = fields;
+    let mut i = 0u32;
+    while let [(name, _), tail @ ..] = rest {
+        out[name.len()] |= 1 << i;
+        i += 1;
+        rest = tail;
+    }
+    out
+}
+
+/// The offset in `headers_in` of the typed pointer of field `name` (lower-case), if it has one.
+fn in_field(name: &[u8]) -> Option<usize> {
+    let mut set = IN_FIELDS_BY_LEN.get(name.len()).copied().unwrap_or(0);
+    while set != 0 {
+        match IN_FIELDS.get(set.trailing_zeros() as usize) {
+            Some((n, offset)) if *n == name => return Some(*offset),
+            _ => set &= set.wrapping_sub(1),
+        }
+    }
+    None
+}
+
 /// Typed `ngx_table_elt_t *` fields of `headers_out`.
 const OUT_FIELDS: &[(&[u8], usize)] = &[
     (b"server", offset_of!(ngx_http_headers_out_t, server)),
@@ -474,8 +505,8 @@ pub(crate) unsafe fn link_request_field(
             array_push_ptr(&raw mut (*hin).cookies, pool, h);
         } else if name == b"x-forwarded-for" {
             array_push_ptr(&raw mut (*hin).x_forwarded_for, pool, h);
-        } else if let Some((_, off)) = IN_FIELDS.iter().find(|(n, _)| *n == name) {
-            let field = hin.cast::<u8>().add(*off).cast::<*mut ngx_table_elt_t>();
+        } else if let Some(off) = in_field(name) {
+            let field = hin.cast::<u8>().add(off).cast::<*mut ngx_table_elt_t>();
             if (*field).is_null() {
                 *field = h;
             }
