@@ -63,6 +63,7 @@ pub mod props;
 pub mod request;
 pub mod response_filters;
 pub mod timers;
+pub mod typed_fields;
 pub mod upstreams;
 pub mod util;
 pub mod wake;
