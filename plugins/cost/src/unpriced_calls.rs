@@ -122,6 +122,23 @@ fn encodes_a_separator(target: &[u8]) -> bool {
 }
 
 fn classify_normal(normal: &[u8]) -> Target {
+    // Without `.` or `;` every non-empty segment is kept as it is, so the last one is the path's
+    // last non-empty run: most paths (`/v1/chat/completions`) end in none of the endpoints'
+    // names and need no list of segments.
+    if !normal.iter().any(|&b| b == b'.' || b == b';') {
+        let last = normal.rsplit(|&b| b == b'/').find(|s| !s.is_empty());
+        if !matches!(
+            last,
+            Some(b"batches" | b"runs" | b"responses" | b"submit_tool_outputs")
+        ) {
+            return Target::Other;
+        }
+    }
+    classify_segments(normal)
+}
+
+/// [`classify_normal`] from the path's list of segments.
+fn classify_segments(normal: &[u8]) -> Target {
     let segments = segments(normal);
     let last = |n: usize| -> Option<&[u8]> {
         segments
@@ -153,14 +170,21 @@ fn classify_normal(normal: &[u8]) -> Target {
 /// `\` only when `decode_slash`), ASCII letters lowered, `\` turned to `/`. Borrowed when
 /// that changes nothing (no `%`, `\` or capital letter: the usual API path).
 fn normal_form(target: &[u8], decode_slash: bool) -> Cow<'_, [u8]> {
-    let path = target
-        .split(|&b| b == b'?' || b == b'#')
-        .next()
-        .unwrap_or_default();
-    if !path
-        .iter()
-        .any(|&b| b == b'%' || b == b'\\' || b.is_ascii_uppercase())
-    {
+    // One pass: where the path ends, and whether it holds a byte the normal form changes.
+    let mut end = target.len();
+    let mut plain = true;
+    for (at, &b) in target.iter().enumerate() {
+        match b {
+            b'?' | b'#' => {
+                end = at;
+                break;
+            }
+            b'%' | b'\\' | b'A'..=b'Z' => plain = false,
+            _ => {}
+        }
+    }
+    let path = target.get(..end).unwrap_or_default();
+    if plain {
         return Cow::Borrowed(path);
     }
     Cow::Owned(decoded(path, decode_slash))
@@ -348,6 +372,42 @@ mod tests {
             }
         }
         assert!(borrowed > 100, "{borrowed}");
+    }
+
+    /// The rejection on the last segment never changes a result: every normal form built from
+    /// these pieces is classified as its list of segments classifies it.
+    #[test]
+    fn the_last_segment_rejects_only_what_the_segments_reject() {
+        let pieces = [
+            "/v1",
+            "/",
+            "/batches",
+            "/runs",
+            "/threads",
+            "/messages",
+            "/responses",
+            "/.",
+            "/..",
+            ";p",
+            "/submit_tool_outputs",
+            "/x",
+            "batches",
+            ".",
+        ];
+        let mut rejected = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let path = format!("{a}{b}{c}{d}");
+                        let fast = classify_normal(path.as_bytes());
+                        assert_eq!(fast, classify_segments(path.as_bytes()), "{path}");
+                        rejected += usize::from(fast == Target::Other);
+                    }
+                }
+            }
+        }
+        assert!(rejected > 1000, "{rejected}");
     }
 
     /// `classify` reads a target a second time only when it encodes a separator: every target
