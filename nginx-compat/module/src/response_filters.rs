@@ -59,6 +59,11 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         if eos {
             ctx.resp_eos = true;
         }
+        // The length as the upstream (or nginx's content handler) declared it: a module that
+        // changes the body before this one clears it in its header filter, which ran first.
+        ctx.resp_body_left = u64::try_from((*r).headers_out.content_length_n)
+            .ok()
+            .filter(|_| !eos && r == (*r).main);
         if ctx.wants_response_headers || ctx.wants_response_body {
             ctx.stream.response_trailers = crate::headers::trailers_map(r);
         }
@@ -169,21 +174,28 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
             }
             return call_next(r, chain);
         }
+        // The end of the stream for the filters: nginx's last buffer, or the body complete by
+        // its Content-Length (an HTTP/1.x response with a length has no trailers to wait for).
+        let ended = eos
+            || ctx.resp_body_left.as_mut().is_some_and(|left| {
+                *left = left.saturating_sub(u64::try_from(data.len()).unwrap_or(u64::MAX));
+                *left == 0
+            });
         if ctx.resp_buffering {
             ctx.stream.response_body.extend_from_slice(&data);
         } else {
             ctx.stream.response_body = data;
         }
-        if eos {
+        if ended {
             ctx.resp_eos = true;
             // The trailers nginx has by the last buffer: an upstream's (grpc_pass) or a filter's
             // earlier writes (`add_trailer`'s are added after this filter).
             ctx.stream.response_trailers = crate::headers::trailers_map(r);
         }
-        let trailers_follow = eos && !ctx.stream.response_trailers.is_empty();
+        let trailers_follow = ended && !ctx.stream.response_trailers.is_empty();
         let was_buffering = ctx.resp_buffering;
         ctx.resp_buffering = false;
-        let mut out = run_chain(|w| ctx.response_body(w, eos));
+        let mut out = run_chain(|w| ctx.response_body(w, ended));
         if trailers_follow && !matches!(out, Outcome::Failed) {
             out = run_chain(|w| ctx.response_trailers(w));
         }
@@ -200,7 +212,7 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
             return rc::ERROR;
         }
         apply_trailers_if_changed(r, ctx);
-        if ctx.resp_buffering && !eos {
+        if ctx.resp_buffering && !ended {
             // Keep the bytes; nothing goes out until the end of the stream.
             crate::body::consume(chain);
             return rc::OK;
@@ -212,6 +224,8 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         }
         let body = std::mem::take(&mut ctx.stream.response_body);
         crate::body::consume(chain);
+        // nginx's last buffer only where nginx gave one: after a body complete by its length,
+        // nginx still sends its own.
         let Some(out_chain) = crate::body::memory_chain(r, &body, eos, flush) else {
             return rc::ERROR;
         };

@@ -93,6 +93,11 @@ pub struct RequestCtx {
     pub resp_buffering: bool,
     /// The response's end of stream was seen.
     pub resp_eos: bool,
+    /// Bytes of the main request's response body still to come by the Content-Length it had
+    /// when its header filter ran, before the filters' callbacks (`None`: no length). The chunk
+    /// that brings it to 0 ends the stream for the filters, as Envoy's codec ends it with the
+    /// last data; nginx's own empty last buffer that follows is passed on without a callback.
+    pub resp_body_left: Option<u64>,
     /// Some filter's module exports `proxy_on_request_body`: the client body is read into
     /// memory for it. Otherwise nginx streams the body to the upstream as without the chain.
     pub wants_request_body: bool,

@@ -111,6 +111,7 @@ impl RequestCtx {
             refused: false,
             resp_buffering: false,
             resp_eos: false,
+            resp_body_left: None,
             wants_request_body: false,
             wants_response_body: false,
             wants_response_headers: false,
