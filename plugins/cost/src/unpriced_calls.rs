@@ -137,7 +137,10 @@ fn classify_normal(normal: &[u8]) -> Target {
     classify_segments(normal)
 }
 
-/// [`classify_normal`] from the path's list of segments.
+/// [`classify_normal`] from the path's list of segments. Every endpoint's last segment here is
+/// also in `classify_normal`'s rejection list: a new endpoint goes into both, and its segments
+/// into the pieces of `the_last_segment_rejects_only_what_the_segments_reject`, which then
+/// compares the two.
 fn classify_segments(normal: &[u8]) -> Target {
     let segments = segments(normal);
     let last = |n: usize| -> Option<&[u8]> {
