@@ -9,8 +9,8 @@ the same worker count):
 - tollgate-metrics: the metrics filter with three routes and a tenant header capped at 100 (the
   benchmark's tenant is admitted on the first request; later requests hit the per-VM caches:
   one host-clock read at the request headers, then at on_log the request headers it labels by,
-  the response code and sizes, and the other filters' signals (absent here), one counter update
-  per series and one histogram record).
+  the response code and sizes, and the other filters' signals (absent here), the counters summed
+  in the VM (handed to the host once a second, `flush_interval_ms`) and one histogram record).
 
 Scenario `get`: GET /v1/chat/completions-like path /bench with x-tenant: bench. Target of issue 5:
 tollgate-metrics / proxy-only >= 0.97.

@@ -212,14 +212,15 @@ def test_prometheus_scrapes_exact_counts(host, upstream, gateways, prometheus_bi
     if kong_differs(host, "no-stats"):
         return  # the statuses are what Kong shows: the families stay in its Lua-only metrics
 
-    # Histograms reach /stats/prometheus at Envoy's stats flush (5 s by default): wait for them.
+    # Histograms reach /stats/prometheus at Envoy's stats flush (5 s by default), counters at
+    # each worker's next flush (`flush_interval_ms`, 1 s): wait for both.
     duration, ten_s = duration_family(host, "tollgate_request_duration")
     exposition = ""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         exposition = requests.get(g.admin + "/stats/prometheus", timeout=5).text
         counts = re.findall(rf'^{duration}_count\{{[^}}]*\}} (\d+)', exposition, re.M)
-        if sum(map(int, counts)) == len(MIX):
+        if sum(map(int, counts)) == len(MIX) and sum(map(float, re.findall(r'^tollgate_requests_total\{[^}]*\} (\S+)$', exposition, re.M))) == len(MIX):
             break
         time.sleep(0.5)
 
@@ -251,7 +252,8 @@ def test_prometheus_scrapes_exact_counts(host, upstream, gateways, prometheus_bi
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             done = prom.query("sum(tollgate_requests_total)") and prom.query(f"sum({duration}_count)")
-            if done and round(float(prom.query(f"sum({duration}_count)")[0]["value"][1])) == len(MIX):
+            if done and all(round(float(prom.query(f"sum({family})")[0]["value"][1])) == len(MIX)
+                            for family in (f"{duration}_count", "tollgate_requests_total")):
                 break
             time.sleep(1)
         assert prom.vector("sum by (route, status_class) (tollgate_requests_total)", ("route", "status_class")) == EXPECTED_BY_ROUTE_CLASS
@@ -331,11 +333,12 @@ def test_llm_tokens_spend_and_time_to_first_token(host, upstream, gateways):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         exposition = requests.get(g.admin + "/stats/prometheus", timeout=5).text
-        # The last request's log phase may still be running when its answer arrives, and a
-        # scrape reads the series one by one: wait for its histogram sample and its counters.
+        # The last request's log phase may still be running when its answer arrives, and each
+        # worker hands its counters over at its next flush (`flush_interval_ms`): wait for the
+        # histogram samples and the counters' values.
         if (sum(series(exposition, f"{ttft}_count", ("model",)).values()) == len(LLM_CALLS)
-                and series(exposition, "tollgate_llm_tokens_total", ("model", "type", "tenant")).keys()
-                == EXPECTED_TOKENS.keys()):
+                and series(exposition, "tollgate_llm_tokens_total", ("model", "type", "tenant")) == EXPECTED_TOKENS
+                and series(exposition, "tollgate_llm_cost_nano_usd_total", ("model", "tenant")) == EXPECTED_SPEND):
             break
         time.sleep(0.5)
     tokens = series(exposition, "tollgate_llm_tokens_total", ("model", "type", "tenant"))

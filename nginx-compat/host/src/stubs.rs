@@ -8,6 +8,13 @@
 //! (`proxy_on_done`: the context may be deleted) or empty (`proxy_on_log`). Skipping one is
 //! exactly what calling it would do, and spares the host the work that only feeds it (a body
 //! no filter reads is never buffered).
+//!
+//! A module may also carry a custom section [`HTTP_CALLBACKS_SECTION`]: the stream callbacks
+//! its HTTP contexts implement, as comma-separated names without `proxy_on_` (`request_headers,
+//! log`). Every other stream callback it exports is then skipped for HTTP contexts too. The
+//! build writes it for a filter that keeps `proxy_on_done` for its root context only (metrics:
+//! its counters at shutdown), which the host calls at the worker's exit (`Vm::on_root_done`)
+//! and never per request.
 
 use std::collections::HashMap;
 
@@ -22,7 +29,12 @@ fn default_answer(cb: StreamCallback) -> Option<i32> {
     }
 }
 
-/// The stream callbacks `wasm` exports as stubs. A module that does not parse yields none
+/// The custom section naming the stream callbacks a module's HTTP contexts implement (see the
+/// module's documentation).
+pub const HTTP_CALLBACKS_SECTION: &str = "tollgate.http_callbacks";
+
+/// The stream callbacks `wasm` exports as stubs, or leaves out of its
+/// [`HTTP_CALLBACKS_SECTION`]. A module that does not parse yields none
 /// (wasmtime has already refused it).
 pub(crate) fn stub_callbacks(wasm: &[u8]) -> Vec<StreamCallback> {
     stubs(wasm).unwrap_or_default()
@@ -34,8 +46,26 @@ fn stubs(wasm: &[u8]) -> Result<Vec<StreamCallback>, wasmparser::BinaryReaderErr
     let mut imported: u32 = 0;
     let mut defined: u32 = 0;
     let mut out = Vec::new();
+    // The callbacks the custom section names, when there is one.
+    let mut declared: Option<Vec<StreamCallback>> = None;
     for payload in wasmparser::Parser::new(0).parse_all(wasm) {
         match payload? {
+            wasmparser::Payload::CustomSection(reader)
+                if reader.name() == HTTP_CALLBACKS_SECTION =>
+            {
+                let text = String::from_utf8_lossy(reader.data());
+                let names: Vec<&str> = text.split(',').map(str::trim).collect();
+                declared = Some(
+                    StreamCallback::ALL
+                        .into_iter()
+                        .filter(|cb| {
+                            cb.name()
+                                .strip_prefix("proxy_on_")
+                                .is_some_and(|n| names.contains(&n))
+                        })
+                        .collect(),
+                );
+            }
             wasmparser::Payload::ImportSection(reader) => {
                 for import in reader.into_imports() {
                     if matches!(import?.ty, wasmparser::TypeRef::Func(_)) {
@@ -70,6 +100,13 @@ fn stubs(wasm: &[u8]) -> Result<Vec<StreamCallback>, wasmparser::BinaryReaderErr
                 }
             }
             _ => {}
+        }
+    }
+    if let Some(declared) = declared {
+        for cb in wanted.values().flatten() {
+            if !declared.contains(cb) && !out.contains(cb) {
+                out.push(*cb);
+            }
         }
     }
     Ok(out)
@@ -128,6 +165,33 @@ mod tests {
         for cb in [RequestBody, ResponseBody, Log, Done] {
             assert!(got.contains(&cb), "{cb:?} in {got:?}");
         }
+    }
+
+    #[test]
+    fn a_declared_list_skips_the_exports_it_leaves_out() {
+        let funcs = r#"(func $work (param i32 i32 i32) (result i32) (local i32) (i32.const 0))
+               (func $done (param i32) (result i32) (local i32) (i32.const 1))
+               (func $log (param i32) (nop))
+               (export "proxy_on_request_headers" (func $work))
+               (export "proxy_on_response_body" (func $work))
+               (export "proxy_on_done" (func $done))
+               (export "proxy_on_log" (func $log))"#;
+        assert_eq!(
+            stub_callbacks(&module(funcs)),
+            vec![],
+            "no section: all called"
+        );
+        let mut m = module(funcs);
+        // A custom section: id 0, size, name, data.
+        let name = super::HTTP_CALLBACKS_SECTION.as_bytes();
+        let data = b"request_headers, log";
+        let size = u8::try_from(1 + name.len() + data.len()).unwrap();
+        m.extend([0, size, u8::try_from(name.len()).unwrap()]);
+        m.extend_from_slice(name);
+        m.extend_from_slice(data);
+        let mut got = stub_callbacks(&m);
+        got.sort_by_key(|cb| cb.name());
+        assert_eq!(got, vec![Done, ResponseBody]);
     }
 
     #[test]

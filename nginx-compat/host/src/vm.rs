@@ -41,6 +41,9 @@ struct Exports {
     on_response_trailers: Option<OnTrailers>,
     on_log: Option<TypedFunc<u32, ()>>,
     on_done: Option<TypedFunc<u32, u32>>,
+    /// `proxy_on_done` for root contexts: the export even where HTTP contexts skip it (a stub, or
+    /// left out of the module's `tollgate.http_callbacks`, `stubs.rs`).
+    on_root_done: Option<TypedFunc<u32, u32>>,
     on_delete: Option<TypedFunc<u32, ()>>,
     on_http_call_response: Option<OnHttpCallResponse>,
     on_queue_ready: Option<TypedFunc<(u32, u32), ()>>,
@@ -239,6 +242,7 @@ impl Vm {
             on_response_trailers: typed(&mut store, &instance, "proxy_on_response_trailers")?,
             on_log: typed(&mut store, &instance, "proxy_on_log")?,
             on_done: typed(&mut store, &instance, "proxy_on_done")?,
+            on_root_done: typed(&mut store, &instance, "proxy_on_done")?,
             on_delete: typed(&mut store, &instance, "proxy_on_delete")?,
             on_http_call_response: typed(&mut store, &instance, "proxy_on_http_call_response")?,
             on_queue_ready: typed(&mut store, &instance, "proxy_on_queue_ready")?,
@@ -354,6 +358,16 @@ impl Vm {
     pub fn on_tick(&mut self, root: RootId) -> Result<(), Error> {
         let id = root.0;
         call_export!(self, on_tick, CallKind::Call, id, None, id).unwrap_or(Ok(()))
+    }
+
+    /// `proxy_on_done(root)`: the plugin is shutting down (the worker exits). The root context
+    /// hands over what it holds (the metrics filter its counters); its answer (true: done,
+    /// false: it would call `proxy_done` later) is not waited for: the worker is going.
+    pub fn on_root_done(&mut self, root: RootId) -> Result<(), Error> {
+        let id = root.0;
+        call_export!(self, on_root_done, CallKind::Call, id, None, id)
+            .transpose()
+            .map(|_| ())
     }
 
     /// Whether a root context of this `Vm` registered the shared queue `queue_id`. (Added.)

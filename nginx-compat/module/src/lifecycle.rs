@@ -261,6 +261,7 @@ pub(crate) unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int
 }
 
 pub(crate) unsafe extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
+    crate::worker::with_worker(crate::worker::Worker::done_roots);
     crate::worker::uninstall();
     // SAFETY: the worker's main thread, after its state (and the runners) are gone.
     unsafe { crate::wake::close() };

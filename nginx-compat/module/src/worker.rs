@@ -279,6 +279,27 @@ impl Worker {
         (self.orphaned)(m, orphans);
     }
 
+    /// `proxy_on_done` for every filter's root context, as the worker exits (on a reload or a
+    /// stop too): what a root context holds reaches the host before its VM is gone (the metrics
+    /// filter's counters). A failure is logged; the others still run.
+    pub fn done_roots(&mut self) {
+        for (i, f) in self.filters.iter().enumerate() {
+            let (Some(root), Some(vm)) = (
+                self.roots.get(i).copied().flatten(),
+                self.vms.get_mut(f.module).and_then(|s| s.vm.as_mut()),
+            ) else {
+                continue;
+            };
+            if let Err(e) = vm.on_root_done(root) {
+                log(
+                    level::ERR,
+                    self.log,
+                    &format!("tollgate: filter \"{}\": on_done: {}", f.name, e.0),
+                );
+            }
+        }
+    }
+
     /// Arms the tick timers asked for by the root contexts (`proxy_set_tick_period_milliseconds`).
     pub fn arm_ticks(&mut self, handler: unsafe extern "C" fn(*mut ngx_event_t)) {
         for i in 0..self.filters.len() {

@@ -9,7 +9,8 @@
 //!              "max_age_seconds": 3600},
 //!   "labels": ["method", "status_class", "route", "tenant"],
 //!   "models": ["gpt-4o", "gpt-4o-mini"],
-//!   "paths": {"escaped_slashes": "reject", "path_parameters": "reject"}
+//!   "paths": {"escaped_slashes": "reject", "path_parameters": "reject"},
+//!   "flush_interval_ms": 1000
 //! }
 //! ```
 //!
@@ -29,6 +30,10 @@
 //!   `method`, `status_class`, `route`, `tenant` (default: all; `tenant` needs `tenant`).
 //! - `models`: the model label values of the cost metrics; any other model is `other`.
 //!   At most [`MAX_MODELS`].
+//! - `flush_interval_ms`: how often each worker's VM hands the counters it holds to the host
+//!   (milliseconds, default [`DEFAULT_FLUSH_INTERVAL_MS`], at most [`MAX_FLUSH_INTERVAL_MS`]);
+//!   a scrape sees a counter at most this late (`crate::pending`). `0` hands each request's
+//!   counts over at its end (about ten host calls a request more).
 //!
 //! Histogram buckets are not plugin configuration: the ABI carries no bucket boundaries, Envoy
 //! takes them from `stats_config.histogram_bucket_settings` (see the README).
@@ -50,6 +55,10 @@ pub const MAX_TENANTS: u32 = 10_000;
 pub const DEFAULT_MAX_AGE_SECONDS: u64 = 3_600;
 /// Bounds of `tenant.max_age_seconds` (one minute to 30 days).
 pub const MAX_AGE_SECONDS: std::ops::RangeInclusive<u64> = 60..=2_592_000;
+/// Default `flush_interval_ms`.
+pub const DEFAULT_FLUSH_INTERVAL_MS: u32 = 1_000;
+/// Largest `flush_interval_ms` (one minute).
+pub const MAX_FLUSH_INTERVAL_MS: u32 = 60_000;
 /// Longest route name and registry name (bytes).
 pub const MAX_NAME_BYTES: usize = 32;
 /// Longest model name (bytes).
@@ -72,6 +81,12 @@ struct RawConfig {
     models: Vec<String>,
     #[serde(default)]
     paths: PathPolicy,
+    #[serde(default = "default_flush_interval")]
+    flush_interval_ms: u32,
+}
+
+fn default_flush_interval() -> u32 {
+    DEFAULT_FLUSH_INTERVAL_MS
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,6 +174,9 @@ pub struct Config {
     pub models: Vec<String>,
     /// How request paths are normalised before the routes see them.
     pub paths: PathPolicy,
+    /// Milliseconds between flushes of the counters held in the VM (`crate::pending`); 0:
+    /// each request's counters go to the host at its end.
+    pub flush_interval_ms: u32,
 }
 
 impl Config {
@@ -278,6 +296,12 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             ));
         }
     }
+    if raw.flush_interval_ms > MAX_FLUSH_INTERVAL_MS {
+        return Err(ConfigError::new(
+            "flush_interval_ms",
+            format!("must be between 0 and {MAX_FLUSH_INTERVAL_MS}"),
+        ));
+    }
     if raw.models.len() > MAX_MODELS {
         return Err(ConfigError::new(
             "models",
@@ -310,5 +334,6 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         tenant,
         models,
         paths: raw.paths,
+        flush_interval_ms: raw.flush_interval_ms,
     })
 }

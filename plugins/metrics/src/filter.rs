@@ -6,9 +6,10 @@
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' lines
 //! (`tollgate_common::signals`: the time to first token is the cost filter's `first_byte_us`),
-//! and updates the series. No body callback: the response's chunks never enter this VM. Host
-//! calls go through `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here
-//! traps.
+//! and updates the series: histograms at once, counters summed in the VM (`crate::pending`) and
+//! handed to the host on the root context's tick (`flush_interval_ms`) and at `on_done`. No
+//! body callback: the response's chunks never enter this VM. Host calls go through
+//! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -26,6 +27,7 @@ use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::config::Config;
 use crate::labels::{method_label, route_label, Label};
+use crate::pending::PendingCounters;
 use crate::record::{
     decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
 };
@@ -60,6 +62,11 @@ struct State {
     /// have grown to the longest label (64 bytes at most).
     tenant_label: String,
     cost_tenant_label: String,
+    /// Counter increments not yet handed to the host.
+    pending: PendingCounters,
+    /// Whether counters are held until a flush (`flush_interval_ms` above 0 and the tick set):
+    /// otherwise each request's go to the host at its end.
+    holds_counters: bool,
 }
 
 impl Filter for Metrics {
@@ -78,13 +85,35 @@ impl Filter for Metrics {
         if let Some(t) = &tenants {
             t.ensure_registry(&HostSharedData);
         }
+        let holds_counters = config.flush_interval_ms > 0
+            && match tollgate_common::host_calls::set_tick_period_ms(config.flush_interval_ms) {
+                Ok(()) => true,
+                Err(status) => {
+                    log::warn!(
+                        "the host refused a tick of {} ms (status {status}): counters go to the \
+                         host at the end of each request",
+                        config.flush_interval_ms
+                    );
+                    false
+                }
+            };
         Some(RefCell::new(State {
             config,
             cache: SeriesCache::new(MAX_SERIES),
             tenants,
             tenant_label: String::new(),
             cost_tenant_label: String::new(),
+            pending: PendingCounters::default(),
+            holds_counters,
         }))
+    }
+
+    fn tick(_root: &mut (), shared: &Rc<RefCell<State>>) {
+        flush(shared);
+    }
+
+    fn done(_root: &mut (), shared: &Rc<RefCell<State>>) {
+        flush(shared);
     }
 
     fn request_headers(timing: &mut Timing, _shared: &Rc<RefCell<State>>, _end: bool) -> Action {
@@ -101,6 +130,17 @@ impl Filter for Metrics {
             log::warn!("series cache full ({MAX_SERIES}); further new series are dropped");
         }
     }
+}
+
+/// Hands the counters the VM holds to the host: one `proxy_increment_metric` per series that
+/// changed since the last flush.
+fn flush(shared: &Rc<RefCell<State>>) {
+    let Ok(mut state) = shared.try_borrow_mut() else {
+        return;
+    };
+    state
+        .pending
+        .flush(|id, n| tollgate_common::host_calls::count_n(Some(id), n));
 }
 
 /// A request's start on the host's clock.
@@ -188,10 +228,13 @@ fn define(kind: Kind, name: &str) -> Option<u32> {
     tollgate_common::host_calls::define_metric(t, name)
 }
 
-fn emit(id: Option<u32>, kind: Kind, value: u64) {
-    match kind {
-        Kind::Counter => tollgate_common::host_calls::count_n(id, value),
-        Kind::Histogram => tollgate_common::host_calls::record(id, value),
+/// A series' value for the request: a histogram's sample to the host; a counter's increment
+/// held in `pending`, or to the host at once when the VM does not hold counters.
+fn emit(pending: &mut PendingCounters, holds: bool, id: Option<u32>, kind: Kind, value: u64) {
+    match (kind, id) {
+        (Kind::Counter, Some(id)) if holds => pending.add(id, value),
+        (Kind::Counter, _) => tollgate_common::host_calls::count_n(id, value),
+        (Kind::Histogram, _) => tollgate_common::host_calls::record(id, value),
     }
 }
 
@@ -203,6 +246,8 @@ fn log_request(timing: &Timing, state: &mut State) {
         tenants,
         tenant_label,
         cost_tenant_label,
+        pending,
+        holds_counters,
     } = state;
     // Headers are read only for the labels that use them.
     let method = if config.method {
@@ -314,5 +359,8 @@ fn log_request(timing: &Timing, state: &mut State) {
         },
         cost,
     };
-    record(config, cache, &obs, &mut define, &mut emit);
+    let holds = *holds_counters;
+    record(config, cache, &obs, &mut define, &mut |id, kind, value| {
+        emit(pending, holds, id, kind, value);
+    });
 }

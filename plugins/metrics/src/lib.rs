@@ -8,6 +8,7 @@
 //!
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`labels`]: request → label values (method, status class, route), bounded.
+//! - [`pending`]: counter increments held in the VM between flushes to the host.
 //! - [`record`]: one finished request → series and values (host-free).
 //! - [`series`]: metric families, series keys and the per-VM cache of metric ids.
 //! - [`tenants`]: the gateway-wide cap on distinct tenant values (shared data with CAS).
@@ -15,6 +16,7 @@
 
 pub mod config;
 pub mod labels;
+pub mod pending;
 pub mod record;
 pub mod series;
 pub mod tenants;

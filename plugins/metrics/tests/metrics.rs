@@ -98,6 +98,9 @@ fn refusals_name_the_field() {
         (json!({"models": [""]}), "models[0]"),
         (json!({"models": ["gpt-4o", "GPT-4o"]}), "models[1]"),
         (json!({"models": ["x", "other"]}), "models[1]"),
+        (json!({"flush_interval_ms": 60_001}), "flush_interval_ms"),
+        (json!({"flush_interval_ms": -1}), "flush_interval_ms"),
+        (json!({"flush_interval_ms": 0.5}), "flush_interval_ms"),
     ];
     for (doc, field) in cases {
         assert_eq!(err_field(doc.clone()), field, "{doc}");
@@ -115,6 +118,11 @@ fn defaults() {
     let c = Config::parse(b"{}").unwrap();
     assert!(c.routes.is_empty() && c.tenant.is_none());
     assert!(c.method && c.status_class && c.route && !c.tenant_label);
+    assert_eq!(c.flush_interval_ms, 1_000);
+    for ms in [0, 60_000] {
+        let doc = format!(r#"{{"flush_interval_ms": {ms}}}"#);
+        assert_eq!(Config::parse(doc.as_bytes()).unwrap().flush_interval_ms, ms);
+    }
     let c = Config::parse(br#"{"tenant": {"header": "X-Tenant", "max_tenants": 3}}"#).unwrap();
     assert!(c.tenant_label);
     let t = c.tenant.unwrap();

@@ -19,6 +19,13 @@
 //! call and the work that only feeds it (nginx-compat does: no body buffering for a filter
 //! without a body callback). The SDK's own functions stay in the module, unexported.
 //!
+//! A filter whose root context needs `proxy_on_done` (the host shutting the plugin down) and
+//! whose HTTP contexts do not lists `done` in `root-callbacks`: that export stays the SDK's, and
+//! the module gets a custom section `tollgate.http_callbacks` naming the callbacks its HTTP
+//! contexts implement (`request_headers, log`), so that nginx-compat skips the others per
+//! request and still calls `proxy_on_done` for the root context. Other hosts call it for every
+//! context, as they would without this step.
+//!
 //! `proxy_on_context_create` and `proxy_on_delete` are never touched: the SDK creates and frees
 //! its per-request context there. Root-context callbacks (`proxy_on_tick`,
 //! `proxy_on_http_call_response`, `proxy_on_queue_ready`...) are not stream callbacks.
@@ -39,6 +46,13 @@ pub const HTTP_CALLBACKS: [&str; 8] = [
     "log",
     "done",
 ];
+
+/// The callbacks a root context may keep without its HTTP contexts (`root-callbacks`).
+pub const ROOT_CALLBACKS: [&str; 1] = ["done"];
+
+/// The custom section that names the stream callbacks a module's HTTP contexts implement
+/// (nginx-compat's `host/src/stubs.rs` reads it).
+pub const HTTP_CALLBACKS_SECTION: &str = "tollgate.http_callbacks";
 
 /// The SDK's default answer of stream callback `name` (one of [`HTTP_CALLBACKS`]):
 /// `Some(1)` (`true`, the context may be deleted) for `done`, `None` for `log` (no result),
@@ -158,16 +172,31 @@ fn shape(module: &[u8]) -> Result<Shape, String> {
     Ok(shape)
 }
 
-/// Returns `module` with the exports `proxy_on_<name>` of the [`HTTP_CALLBACKS`] that are not
-/// in `keep` pointed at constant stubs answering [`default_answer`] (see the crate's docs);
-/// callbacks the module does not export stay absent. The result is validated.
+/// Returns `module` with the exports `proxy_on_<name>` of the [`HTTP_CALLBACKS`] that are
+/// neither in `keep` nor in `root_only` pointed at constant stubs answering [`default_answer`]
+/// (see the crate's docs); callbacks the module does not export stay absent. When `root_only`
+/// names a callback `keep` does not, the module also gets the [`HTTP_CALLBACKS_SECTION`] listing
+/// `keep`. The result is validated.
 ///
 /// # Errors
 /// A name in `keep` that is not one of [`HTTP_CALLBACKS`], or that the module does not export
-/// (a typo would otherwise silently switch a callback off); a callback whose signature does not
-/// return what its default answer needs; a module that does not parse or validate.
-pub fn trim(module: &[u8], keep: &[&str]) -> Result<Vec<u8>, String> {
+/// (a typo would otherwise silently switch a callback off); a name in `root_only` not in
+/// [`ROOT_CALLBACKS`]; a callback whose signature does not return what its default answer
+/// needs; a module that does not parse or validate.
+pub fn trim(module: &[u8], keep: &[&str], root_only: &[&str]) -> Result<Vec<u8>, String> {
     let shape = shape(module)?;
+    for name in root_only {
+        if !ROOT_CALLBACKS.contains(name) {
+            return Err(format!(
+                "unknown root callback {name:?}: expected one of {}",
+                ROOT_CALLBACKS.join(", ")
+            ));
+        }
+    }
+    let section = root_only
+        .iter()
+        .any(|n| !keep.contains(n))
+        .then(|| keep.join(", "));
     for name in keep {
         if !HTTP_CALLBACKS.contains(name) {
             return Err(format!(
@@ -186,7 +215,10 @@ pub fn trim(module: &[u8], keep: &[&str]) -> Result<Vec<u8>, String> {
         redirect: HashMap::new(),
         stubs: Vec::new(),
     };
-    for name in HTTP_CALLBACKS.iter().filter(|n| !keep.contains(*n)) {
+    for name in HTTP_CALLBACKS
+        .iter()
+        .filter(|n| !keep.contains(*n) && !root_only.contains(n))
+    {
         let export = format!("proxy_on_{name}");
         let Some(&func) = shape.exports.get(&export) else {
             continue;
@@ -217,13 +249,19 @@ pub fn trim(module: &[u8], keep: &[&str]) -> Result<Vec<u8>, String> {
         });
         stubs.redirect.insert(export, index);
     }
-    if stubs.stubs.is_empty() {
+    if stubs.stubs.is_empty() && section.is_none() {
         return Ok(module.to_vec());
     }
     let mut out = wasm_encoder::Module::new();
     stubs
         .parse_core_module(&mut out, wasmparser::Parser::new(0), module)
         .map_err(|e| format!("cannot re-encode the module: {e}"))?;
+    if let Some(list) = &section {
+        out.section(&wasm_encoder::CustomSection {
+            name: HTTP_CALLBACKS_SECTION.into(),
+            data: list.as_bytes().into(),
+        });
+    }
     let bytes = out.finish();
     wasmparser::Validator::new()
         .validate_all(&bytes)
@@ -240,6 +278,8 @@ pub struct Filter {
     pub file: String,
     /// `[package.metadata.tollgate] http-callbacks`.
     pub callbacks: Vec<String>,
+    /// `[package.metadata.tollgate] root-callbacks` (optional; empty without it).
+    pub root_callbacks: Vec<String>,
 }
 
 /// The filters of a workspace from `cargo metadata --no-deps --format-version 1`: every package
@@ -283,10 +323,23 @@ pub fn filters_from_metadata(json: &[u8]) -> Result<Vec<Filter>, String> {
             .map(|c| c.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| format!("{field} must be an array of callback names"))?;
+        let root_field = format!("{name}: [package.metadata.tollgate] root-callbacks");
+        let root_callbacks = match package.pointer("/metadata/tollgate/root-callbacks") {
+            None => Vec::new(),
+            Some(list) => list
+                .as_array()
+                .and_then(|l| {
+                    l.iter()
+                        .map(|c| c.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| format!("{root_field} must be an array of callback names"))?,
+        };
         filters.push(Filter {
             package: name.to_owned(),
             file: format!("{}.wasm", lib.replace('-', "_")),
             callbacks,
+            root_callbacks,
         });
     }
     Ok(filters)
@@ -415,7 +468,7 @@ mod tests {
     #[test]
     fn stubs_only_the_stream_callbacks_not_kept() {
         let module = sdk_like();
-        let out = trim(&module, &["request_headers", "log"]).unwrap();
+        let out = trim(&module, &["request_headers", "log"], &[]).unwrap();
         assert_eq!(export_names(&out).unwrap(), export_names(&module).unwrap());
         let cbs = callbacks(&out);
         let stubbed: Vec<&str> = cbs.iter().filter(|c| c.2).map(|c| c.0.as_str()).collect();
@@ -433,9 +486,50 @@ mod tests {
         assert_eq!(index("request_headers"), 1);
     }
 
+    /// The custom sections of a module: (name, data).
+    fn custom_sections(module: &[u8]) -> Vec<(String, Vec<u8>)> {
+        wasmparser::Parser::new(0)
+            .parse_all(module)
+            .filter_map(|p| match p.unwrap() {
+                wasmparser::Payload::CustomSection(r) => {
+                    Some((r.name().to_owned(), r.data().to_vec()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_root_only_done_stays_the_sdks_and_the_section_lists_the_http_callbacks() {
+        let module = sdk_like();
+        let out = trim(&module, &["request_headers", "log"], &["done"]).unwrap();
+        let cbs = callbacks(&out);
+        let stubbed: Vec<&str> = cbs.iter().filter(|c| c.2).map(|c| c.0.as_str()).collect();
+        assert_eq!(
+            stubbed,
+            ["request_body", "response_headers", "response_body"]
+        );
+        assert_eq!(
+            custom_sections(&out),
+            vec![(
+                HTTP_CALLBACKS_SECTION.to_owned(),
+                b"request_headers, log".to_vec()
+            )]
+        );
+        // Without root-only callbacks, or with `done` kept for HTTP contexts too: no section.
+        let plain = trim(&module, &["request_headers", "log"], &[]).unwrap();
+        assert!(custom_sections(&plain).is_empty());
+        let both = trim(&module, &["request_headers", "done"], &["done"]).unwrap();
+        assert!(custom_sections(&both).is_empty());
+        assert!(
+            trim(&module, &[], &["log"]).is_err(),
+            "only done is a root callback"
+        );
+    }
+
     #[test]
     fn keeping_nothing_stubs_every_callback_and_leaves_context_create_and_delete() {
-        let out = trim(&sdk_like(), &[]).unwrap();
+        let out = trim(&sdk_like(), &[], &[]).unwrap();
         assert!(callbacks(&out).iter().all(|c| c.2));
         // `log` returns nothing: its stub is an empty body.
         let cbs = callbacks(&out);
@@ -455,7 +549,7 @@ mod tests {
     fn keeping_everything_is_the_same_module() {
         let module = sdk_like();
         assert_eq!(
-            trim(&module, &HTTP_CALLBACKS).err(),
+            trim(&module, &HTTP_CALLBACKS, &[]).err(),
             Some("the module does not export proxy_on_request_trailers".to_owned())
         );
         let exported = [
@@ -466,7 +560,7 @@ mod tests {
             "log",
             "done",
         ];
-        assert_eq!(trim(&module, &exported).unwrap(), module);
+        assert_eq!(trim(&module, &exported, &[]).unwrap(), module);
     }
 
     #[test]
@@ -484,6 +578,7 @@ mod tests {
                 package: "tollgate-rate-limit".into(),
                 file: "tollgate_rate_limit.wasm".into(),
                 callbacks: vec!["request_headers".into(), "response_headers".into()],
+                root_callbacks: vec![],
             }]
         );
     }
@@ -509,12 +604,12 @@ mod tests {
 
     #[test]
     fn unknown_or_missing_names_are_refused() {
-        let err = trim(&sdk_like(), &["request_header"]).unwrap_err();
+        let err = trim(&sdk_like(), &["request_header"], &[]).unwrap_err();
         assert!(
             err.starts_with("unknown callback \"request_header\""),
             "{err}"
         );
-        assert!(trim(&sdk_like(), &["delete"]).is_err());
-        assert!(trim(b"not wasm", &[]).is_err());
+        assert!(trim(&sdk_like(), &["delete"], &[]).is_err());
+        assert!(trim(b"not wasm", &[], &[]).is_err());
     }
 }

@@ -41,7 +41,9 @@ fn run(src: &Path, dst: &Path) -> Result<(), String> {
         }
         let module = std::fs::read(&input).map_err(|e| format!("{}: {e}", input.display()))?;
         let keep: Vec<&str> = filter.callbacks.iter().map(String::as_str).collect();
-        let trimmed = trim(&module, &keep).map_err(|e| format!("{}: {e}", filter.package))?;
+        let root: Vec<&str> = filter.root_callbacks.iter().map(String::as_str).collect();
+        let trimmed =
+            trim(&module, &keep, &root).map_err(|e| format!("{}: {e}", filter.package))?;
         if std::fs::read(&output).ok().as_deref() == Some(trimmed.as_slice()) {
             continue;
         }

@@ -21,7 +21,8 @@ use base64::Engine as _;
 use hmac::Mac;
 use tollgate_host::testing::MemoryHost;
 use tollgate_host::{
-    Action, Engine, HeaderMap, HttpCallResponse, Module, PropertySource, Stream, StreamCallback, Vm,
+    Action, Engine, HeaderMap, HttpCallResponse, Module, PropertySource, RootId, Stream,
+    StreamCallback, Vm,
 };
 
 fn wasm_path(filter: &str) -> PathBuf {

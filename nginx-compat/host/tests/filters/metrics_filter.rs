@@ -2,12 +2,83 @@
 
 use super::*;
 
+/// One request through the metrics filter: a GET of /api/x answered 200 with 42 bytes, after
+/// jwt-auth's `outcome=ok`.
+fn api_request(vm: &mut Vm, root: RootId) {
+    let id = vm.create_http(root).unwrap();
+    let mut s = request("GET", "/api/x", &[]);
+    s.property_source = Some(Box::new(Props(HashMap::from([
+        (b"response\0code".to_vec(), 200i64.to_le_bytes().to_vec()),
+        (b"request\0size".to_vec(), 0i64.to_le_bytes().to_vec()),
+        (b"response\0size".to_vec(), 42i64.to_le_bytes().to_vec()),
+    ]))));
+    s.properties
+        .insert(b"wasmx.tollgate.jwt_auth".to_vec(), b"outcome=ok".to_vec());
+    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+        .unwrap();
+    s.response_headers = h(&[(":status", "200")]);
+    vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
+        .unwrap();
+    vm.on_log_and_delete(id, &mut s).unwrap();
+}
+
+/// Counters are summed in the VM and reach the host on the root context's tick (one
+/// `flush_interval_ms`, 1 s by default), each sum once, and at `proxy_on_done`; histograms at
+/// once.
+#[test]
+fn metrics_holds_counters_until_the_tick_or_on_done() {
+    let host = Rc::new(MemoryHost::new());
+    let mut vm = vm("metrics", &host);
+    let root = vm.create_root("metrics", b"{}").unwrap();
+    assert_eq!(vm.tick_period_ms(root), 1_000);
+    let requests = "tollgate_requests_total.method.get.status_class.2xx.route.other";
+    let auth = "tollgate_auth_total.outcome.ok";
+    for _ in 0..3 {
+        api_request(&mut vm, root);
+    }
+    assert_eq!(
+        host.metric(requests),
+        Some(0),
+        "held: {:?}",
+        host.metric_names()
+    );
+    assert_eq!(host.metric(auth), Some(0));
+    let samples = |host: &MemoryHost| {
+        host.metrics
+            .borrow()
+            .iter()
+            .find(|m| m.name.starts_with("tollgate_request_duration_microseconds"))
+            .map(|m| m.samples)
+    };
+    assert_eq!(samples(&host), Some(3), "histograms are recorded at once");
+    vm.on_tick(root).unwrap();
+    assert_eq!(host.metric(requests), Some(3));
+    assert_eq!(host.metric(auth), Some(3));
+    vm.on_tick(root).unwrap();
+    assert_eq!(
+        host.metric(requests),
+        Some(3),
+        "each sum is handed over once"
+    );
+    api_request(&mut vm, root);
+    assert_eq!(host.metric(requests), Some(3));
+    vm.on_root_done(root).unwrap();
+    assert_eq!(
+        host.metric(requests),
+        Some(4),
+        "on_done hands over what is held"
+    );
+    assert_eq!(host.metric(auth), Some(4));
+}
+
 #[test]
 fn metrics_defines_and_increments_counters() {
     let host = Rc::new(MemoryHost::new());
     let mut vm = vm("metrics", &host);
-    let config = r#"{"routes": [{"name": "api", "prefix": "/api"}]}"#;
+    // 0: each request's counters reach the host at its end.
+    let config = r#"{"routes": [{"name": "api", "prefix": "/api"}], "flush_interval_ms": 0}"#;
     let root = vm.create_root("metrics", config.as_bytes()).unwrap();
+    assert_eq!(vm.tick_period_ms(root), 0);
     for _ in 0..2 {
         let id = vm.create_http(root).unwrap();
         let mut s = request("GET", "/api/x", &[]);
@@ -65,7 +136,7 @@ fn metrics_defines_and_increments_counters() {
 fn metrics_reads_the_cost_filters_line() {
     let host = Rc::new(MemoryHost::new());
     let mut vm = vm("metrics", &host);
-    let config = r#"{"models": ["gpt-4o-mini"]}"#;
+    let config = r#"{"models": ["gpt-4o-mini"], "flush_interval_ms": 0}"#;
     let root = vm.create_root("metrics", config.as_bytes()).unwrap();
     let id = vm.create_http(root).unwrap();
     let mut s = request("POST", "/v1/chat/completions", &[]);

@@ -128,6 +128,12 @@ pub trait Filter: Sized + 'static {
     /// `on_tick` of the root context.
     fn tick(_root: &mut Self::Root, _shared: &Rc<Self::Shared>) {}
 
+    /// `on_done` of the root context: the host is shutting the plugin down (Envoy: the
+    /// plugin's configuration is removed or the worker stops; nginx: the worker exits, on a
+    /// reload too). The last chance to hand the host what the VM still holds; the skeleton then
+    /// answers that the context is done (proxy-wasm ABI: `proxy_on_done` returns true).
+    fn done(_root: &mut Self::Root, _shared: &Rc<Self::Shared>) {}
+
     /// The reply of an HTTP call made by the root context (`body_size` bytes of body).
     fn root_http_reply(
         _root: &mut Self::Root,
@@ -201,6 +207,13 @@ impl<F: Filter> Context for Root<F> {
                 response_size,
             );
         }
+    }
+
+    fn on_done(&mut self) -> bool {
+        if let Some(shared) = &self.shared {
+            F::done(&mut self.state, shared);
+        }
+        true
     }
 }
 
