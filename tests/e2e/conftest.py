@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lab import HOSTS, DemoUpstream, selected_hosts  # noqa: E402
+from lab import HOSTS, DemoUpstream, RawNginx, selected_hosts, selected_nginx_hosts  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +48,24 @@ def pytest_runtest_logreport(report):
 @pytest.fixture(scope="session", params=selected_hosts())
 def host(request, workdir):
     return HOSTS[request.param](workdir)
+
+
+@pytest.fixture(params=selected_nginx_hosts())
+def raw_nginx(request, tmp_path):
+    """`start(wasm, http, workers=1, **kw)`: a RawNginx (lab/nginx.py) on this parameter's nginx
+    build, each in a directory of its own under tmp_path; all stopped after the test."""
+    started = []
+
+    def start(wasm: str, http: str, workers: int = 1, **kw) -> RawNginx:
+        d = tmp_path / f"n{len(started)}"
+        d.mkdir()
+        n = RawNginx(d, wasm, http, workers, host=request.param, **kw)
+        started.append(n)
+        return n
+
+    yield start
+    for n in started:
+        n.stop()
 
 
 @pytest.fixture(scope="session")

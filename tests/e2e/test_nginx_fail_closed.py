@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from lab import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import PROBE_WASM, nginx_quote, selected_nginx_hosts
 from test_nginx_module import compile_wat
 
 pytestmark = pytest.mark.skipif(not selected_nginx_hosts(), reason="nginx host tests (TOLLGATE_HOSTS has no nginx build)")
@@ -25,20 +25,10 @@ def probe(**config) -> str:
     return nginx_quote(json.dumps(config))
 
 
-@pytest.fixture(params=selected_nginx_hosts())
-def nginx(request, tmp_path):
-    started = []
-
-    def start(wasm: str, http: str, workers: int = 1, **kw) -> RawNginx:
-        d = tmp_path / f"n{len(started)}"
-        d.mkdir()
-        n = RawNginx(d, wasm, http, workers, host=request.param, **kw)
-        started.append(n)
-        return n
-
-    yield start
-    for n in started:
-        n.stop()
+@pytest.fixture
+def nginx(raw_nginx):
+    """conftest's `raw_nginx`: `start(wasm, http, workers=1, **kw)` on each nginx build."""
+    return raw_nginx
 
 
 def test_a_guard_whose_http_context_cannot_be_created_refuses_instead_of_passing(nginx):

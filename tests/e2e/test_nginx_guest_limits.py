@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from lab import PROBE_WASM, RawNginx, nginx_quote, selected_nginx_hosts
+from lab import PROBE_WASM, nginx_quote, selected_nginx_hosts
 
 # The guests' CPU deadlines (fuel, epochs): run alone, in the serial pass of scripts/test.sh (conftest.py).
 pytestmark = [pytest.mark.serial,
@@ -28,20 +28,10 @@ def probe(**config) -> str:
     return nginx_quote(json.dumps(config))
 
 
-@pytest.fixture(params=selected_nginx_hosts())
-def nginx(request, tmp_path):
-    started = []
-
-    def start(wasm: str, http: str, workers: int = 1, **kw) -> RawNginx:
-        d = tmp_path / f"n{len(started)}"
-        d.mkdir()
-        n = RawNginx(d, wasm, http, workers, host=request.param, **kw)
-        started.append(n)
-        return n
-
-    yield start
-    for n in started:
-        n.stop()
+@pytest.fixture
+def nginx(raw_nginx):
+    """conftest's `raw_nginx`: `start(wasm, http, workers=1, **kw)` on each nginx build."""
+    return raw_nginx
 
 
 def rss_kib(pid: int) -> int:

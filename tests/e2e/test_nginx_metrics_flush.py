@@ -17,20 +17,14 @@ MODULES = f"    module metrics {WASM_DIR / 'tollgate_metrics.wasm'};"
 REQUESTS = 12
 
 
-@pytest.fixture(params=selected_nginx_hosts())
-def nginx(request, tmp_path):
-    started = []
-
+@pytest.fixture
+def nginx(raw_nginx):
     def start(config: dict, workers: int = 2) -> RawNginx:
         http = f"""        location /api {{ proxy_wasm metrics {nginx_quote(json.dumps(config))}; return 200 api; }}
         location /metrics {{ tollgate_metrics; }}"""
-        n = RawNginx(tmp_path, MODULES, http, workers, host=request.param)
-        started.append(n)
-        return n
+        return raw_nginx(MODULES, http, workers)
 
-    yield start
-    for n in started:
-        n.stop()
+    return start
 
 
 def requests_total(n: RawNginx) -> int:

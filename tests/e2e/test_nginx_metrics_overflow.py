@@ -28,18 +28,12 @@ MODULES = f"""    module probe {PROBE_WASM};
 FILL = nginx_quote(json.dumps({"request_headers": "define_metrics:400"}))
 
 
-@pytest.fixture(params=selected_nginx_hosts())
-def nginx(request, tmp_path):
-    started = []
-
+@pytest.fixture
+def nginx(raw_nginx):
     def start(http: str, workers: int = 2) -> RawNginx:
-        n = RawNginx(tmp_path, MODULES, http, workers, host=request.param)
-        started.append(n)
-        return n
+        return raw_nginx(MODULES, http, workers)
 
-    yield start
-    for n in started:
-        n.stop()
+    return start
 
 
 def token() -> str:

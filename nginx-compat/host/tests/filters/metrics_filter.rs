@@ -3,7 +3,7 @@
 use super::*;
 
 /// One request through the metrics filter: a GET of /api/x answered 200 with 42 bytes, after
-/// jwt-auth's `outcome=ok`.
+/// jwt-auth's `outcome=ok` (a signal of an earlier filter); both header callbacks continue.
 fn api_request(vm: &mut Vm, root: RootId) {
     let id = vm.create_http(root).unwrap();
     let mut s = request("GET", "/api/x", &[]);
@@ -14,11 +14,17 @@ fn api_request(vm: &mut Vm, root: RootId) {
     ]))));
     s.properties
         .insert(b"wasmx.tollgate.jwt_auth".to_vec(), b"outcome=ok".to_vec());
-    vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
-        .unwrap();
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
     s.response_headers = h(&[(":status", "200")]);
-    vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
-        .unwrap();
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
+            .unwrap(),
+        Action::Continue
+    );
     vm.on_log_and_delete(id, &mut s).unwrap();
 }
 
@@ -80,28 +86,7 @@ fn metrics_defines_and_increments_counters() {
     let root = vm.create_root("metrics", config.as_bytes()).unwrap();
     assert_eq!(vm.tick_period_ms(root), 0);
     for _ in 0..2 {
-        let id = vm.create_http(root).unwrap();
-        let mut s = request("GET", "/api/x", &[]);
-        s.property_source = Some(Box::new(Props(HashMap::from([
-            (b"response\0code".to_vec(), 200i64.to_le_bytes().to_vec()),
-            (b"request\0size".to_vec(), 0i64.to_le_bytes().to_vec()),
-            (b"response\0size".to_vec(), 42i64.to_le_bytes().to_vec()),
-        ]))));
-        // A signal of an earlier filter.
-        s.properties
-            .insert(b"wasmx.tollgate.jwt_auth".to_vec(), b"outcome=ok".to_vec());
-        assert_eq!(
-            vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
-                .unwrap(),
-            Action::Continue
-        );
-        s.response_headers = h(&[(":status", "200")]);
-        assert_eq!(
-            vm.on_stream(StreamCallback::ResponseHeaders, id, &mut s, true)
-                .unwrap(),
-            Action::Continue
-        );
-        vm.on_log_and_delete(id, &mut s).unwrap();
+        api_request(&mut vm, root);
     }
     let names = host.metric_names();
     let requests = names
