@@ -21,7 +21,7 @@ use base64::Engine as _;
 use hmac::Mac;
 use tollgate_host::testing::MemoryHost;
 use tollgate_host::{
-    Action, Engine, HeaderMap, HttpCallResponse, Module, PropertySource, RootId, Stream,
+    Action, Engine, HeaderMap, HttpCallResponse, HttpId, Module, PropertySource, RootId, Stream,
     StreamCallback, Vm,
 };
 
@@ -82,6 +82,23 @@ fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> Stream {
         request_headers: headers,
         ..Default::default()
     }
+}
+
+/// Runs request `s` through context `id`: its request headers, a `:status 200` response's
+/// headers (both must continue), then the log and the context's deletion.
+fn pass_through(vm: &mut Vm, id: HttpId, s: &mut Stream) {
+    assert_eq!(
+        vm.on_stream(StreamCallback::RequestHeaders, id, s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    s.response_headers = h(&[(":status", "200")]);
+    assert_eq!(
+        vm.on_stream(StreamCallback::ResponseHeaders, id, s, true)
+            .unwrap(),
+        Action::Continue
+    );
+    vm.on_log_and_delete(id, s).unwrap();
 }
 
 fn header<'a>(map: &'a HeaderMap, name: &str) -> Option<&'a str> {
