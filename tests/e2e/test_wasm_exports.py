@@ -5,7 +5,10 @@ scripts/build.sh runs tools/trim-callbacks on every module with the list in its 
 [package.metadata.tollgate] http-callbacks: a callback not in the list stays exported (Kong's
 ngx_wasm_module calls every one without checking it exists) but points at a function whose whole
 body is the SDK's default answer (`i32.const 0`, Continue; `i32.const 1` for proxy_on_done;
-nothing for proxy_on_log), which nginx-compat's host recognises and skips. These tests read the
+nothing for proxy_on_log), which nginx-compat's host recognises and skips. A callback in the
+crate's `root-callbacks` (`done`: metrics' root context flushes its counters at proxy_on_done)
+stays the SDK's, and the module carries a custom section `tollgate.http_callbacks` listing the
+callbacks its HTTP contexts implement, so that nginx-compat still skips it per request. These tests read the
 modules the gateway loads with a parser of their own (not the tool's or the host's wasmparser),
 so a build that skipped the step, stubbed the wrong names or broke a module fails here; that the
 filters still behave is what every other e2e suite shows, on every host.
@@ -55,18 +58,21 @@ def limits(data: bytes, i: int) -> int:
     return i
 
 
-def parse(path: pathlib.Path) -> tuple[dict[str, int], dict[int, bytes]]:
-    """A core module's function exports (name: function index) and its defined functions' bodies
-    (function index: body bytes), from sections 2 (imports), 7 (exports) and 10 (code) of the
-    WebAssembly core spec (5.5)."""
+def parse(path: pathlib.Path) -> tuple[dict[str, int], dict[int, bytes], dict[str, bytes]]:
+    """A core module's function exports (name: function index), its defined functions' bodies
+    (function index: body bytes) and its custom sections (name: data), from sections 0 (custom),
+    2 (imports), 7 (exports) and 10 (code) of the WebAssembly core spec (5.5)."""
     data = path.read_bytes()
     assert data[:8] == b"\0asm\1\0\0\0", f"{path} is not a wasm module"
-    i, names, bodies, imported = 8, {}, {}, 0
+    i, names, bodies, custom, imported = 8, {}, {}, {}, 0
     while i < len(data):
         section, i = data[i], i + 1
         size, i = uleb(data, i)
         j = i
-        if section == 2:
+        if section == 0:
+            n, j = uleb(data, j)
+            custom[data[j:j + n].decode()] = data[j + n:i + size]
+        elif section == 2:
             count, j = uleb(data, j)
             for _ in range(count):
                 for _ in range(2):  # module and field names
@@ -100,12 +106,14 @@ def parse(path: pathlib.Path) -> tuple[dict[str, int], dict[int, bytes]]:
                 bodies[imported + k] = data[j:j + n]
                 j += n
         i += size
-    return names, bodies
+    return names, bodies, custom
 
 
-def declared(crate: pathlib.Path) -> tuple[str, set[str]]:
+def declared(crate: pathlib.Path) -> tuple[str, set[str], set[str]]:
+    """The module's name, its `http-callbacks` and its `root-callbacks`."""
     package = tomllib.loads((crate / "Cargo.toml").read_text())["package"]
-    return package["name"].replace("-", "_"), set(package["metadata"]["tollgate"]["http-callbacks"])
+    meta = package["metadata"]["tollgate"]
+    return package["name"].replace("-", "_"), set(meta["http-callbacks"]), set(meta.get("root-callbacks", []))
 
 
 def test_every_filter_declares_its_callbacks():
@@ -117,9 +125,10 @@ def test_every_filter_declares_its_callbacks():
 
 @pytest.mark.parametrize("crate", CRATES, ids=lambda c: c.name)
 def test_every_callback_is_exported_and_the_undeclared_ones_are_stubs(crate):
-    name, keep = declared(crate)
+    name, keep, root = declared(crate)
     assert keep <= STREAM_CALLBACKS, keep - STREAM_CALLBACKS
-    exports, bodies = parse(WASM_DIR / f"{name}.wasm")
+    assert root <= {"done"}, root
+    exports, bodies, custom = parse(WASM_DIR / f"{name}.wasm")
     assert ALWAYS <= exports.keys(), ALWAYS - exports.keys()
     # The filters allocate with Rust's dlmalloc (plugins/common/src/lib.rs), a heap apart from
     # wasi-libc's `malloc`. Kong's ngx_wasm_module prefers a `malloc` export to
@@ -130,13 +139,19 @@ def test_every_callback_is_exported_and_the_undeclared_ones_are_stubs(crate):
         assert f"proxy_on_{callback}" in exports, f"{name} does not export proxy_on_{callback}"
     stubs = {c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in exports
              and bodies.get(exports[f"proxy_on_{c}"]) == STUB_BODY.get(c, CONTINUE_BODY)}
-    assert stubs == {c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in exports} - keep
+    assert stubs == {c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in exports} - keep - root
+    # Kept for the root context only: the section names what the HTTP contexts implement.
+    section = custom.get("tollgate.http_callbacks")
+    if root - keep:
+        assert section is not None and set(section.decode().split(", ")) == keep, section
+    else:
+        assert section is None, section
 
 
 def test_the_sdks_callbacks_are_not_stubs():
     """The parser tells a stub from real code: cargo's untrimmed module has none."""
     untrimmed = WASM_DIR / "tollgate_wasm_floor_all_callbacks.wasm"
-    exports, bodies = parse(untrimmed)
+    exports, bodies, _ = parse(untrimmed)
     assert not [c for c in STREAM_CALLBACKS if f"proxy_on_{c}" in exports
                 and bodies.get(exports[f"proxy_on_{c}"]) == STUB_BODY.get(c, CONTINUE_BODY)]
 
