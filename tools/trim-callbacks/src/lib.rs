@@ -282,12 +282,24 @@ pub struct Filter {
     pub root_callbacks: Vec<String>,
 }
 
+/// A metadata list of callback names; `Err` naming `field` when it is not an array of strings.
+fn names(list: &serde_json::Value, field: &str) -> Result<Vec<String>, String> {
+    list.as_array()
+        .and_then(|l| {
+            l.iter()
+                .map(|c| c.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| format!("{field} must be an array of callback names"))
+}
+
 /// The filters of a workspace from `cargo metadata --no-deps --format-version 1`: every package
-/// with a `cdylib` target, with its `[package.metadata.tollgate] http-callbacks` list.
+/// with a `cdylib` target, with its `[package.metadata.tollgate] http-callbacks` list and its
+/// optional `root-callbacks` list.
 ///
 /// # Errors
-/// JSON that is not cargo's metadata; a `cdylib` package without the list (every filter must
-/// say what it implements), or a list that is not an array of strings.
+/// JSON that is not cargo's metadata; a `cdylib` package without `http-callbacks` (every filter
+/// must say what it implements), or either list not an array of strings.
 pub fn filters_from_metadata(json: &[u8]) -> Result<Vec<Filter>, String> {
     let meta: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("cargo metadata: {e}"))?;
@@ -310,30 +322,19 @@ pub fn filters_from_metadata(json: &[u8]) -> Result<Vec<Filter>, String> {
             });
         let Some(cdylib) = cdylib else { continue };
         let lib = cdylib.get("name").and_then(|n| n.as_str()).unwrap_or(name);
-        let field = format!("{name}: [package.metadata.tollgate] http-callbacks");
-        let list = package
+        let field = |key: &str| format!("{name}: [package.metadata.tollgate] {key}");
+        let callbacks = package
             .pointer("/metadata/tollgate/http-callbacks")
             .ok_or_else(|| {
-                format!("{field} is missing (the stream callbacks the filter implements)")
-            })?
-            .as_array()
-            .ok_or_else(|| format!("{field} must be an array of callback names"))?;
-        let callbacks = list
-            .iter()
-            .map(|c| c.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| format!("{field} must be an array of callback names"))?;
-        let root_field = format!("{name}: [package.metadata.tollgate] root-callbacks");
+                format!(
+                    "{} is missing (the stream callbacks the filter implements)",
+                    field("http-callbacks")
+                )
+            })
+            .and_then(|list| names(list, &field("http-callbacks")))?;
         let root_callbacks = match package.pointer("/metadata/tollgate/root-callbacks") {
             None => Vec::new(),
-            Some(list) => list
-                .as_array()
-                .and_then(|l| {
-                    l.iter()
-                        .map(|c| c.as_str().map(str::to_owned))
-                        .collect::<Option<Vec<_>>>()
-                })
-                .ok_or_else(|| format!("{root_field} must be an array of callback names"))?,
+            Some(list) => names(list, &field("root-callbacks"))?,
         };
         filters.push(Filter {
             package: name.to_owned(),
@@ -570,16 +571,27 @@ mod tests {
              "metadata": null},
             {"name": "tollgate-rate-limit",
              "targets": [{"name": "tollgate_rate_limit", "crate_types": ["cdylib", "rlib"]}],
-             "metadata": {"tollgate": {"http-callbacks": ["request_headers", "response_headers"]}}}
+             "metadata": {"tollgate": {"http-callbacks": ["request_headers", "response_headers"]}}},
+            {"name": "tollgate-metrics",
+             "targets": [{"name": "tollgate_metrics", "crate_types": ["cdylib"]}],
+             "metadata": {"tollgate": {"http-callbacks": ["log"], "root-callbacks": ["done"]}}}
         ]}"#;
         assert_eq!(
             filters_from_metadata(meta).unwrap(),
-            [Filter {
-                package: "tollgate-rate-limit".into(),
-                file: "tollgate_rate_limit.wasm".into(),
-                callbacks: vec!["request_headers".into(), "response_headers".into()],
-                root_callbacks: vec![],
-            }]
+            [
+                Filter {
+                    package: "tollgate-rate-limit".into(),
+                    file: "tollgate_rate_limit.wasm".into(),
+                    callbacks: vec!["request_headers".into(), "response_headers".into()],
+                    root_callbacks: vec![],
+                },
+                Filter {
+                    package: "tollgate-metrics".into(),
+                    file: "tollgate_metrics.wasm".into(),
+                    callbacks: vec!["log".into()],
+                    root_callbacks: vec!["done".into()],
+                }
+            ]
         );
     }
 
@@ -599,6 +611,14 @@ mod tests {
         assert!(filters_from_metadata(not_strings)
             .unwrap_err()
             .contains("array of callback names"));
+        let root_not_strings =
+            br#"{"packages": [{"name": "f", "targets": [{"name": "f", "crate_types": ["cdylib"]}],
+            "metadata": {"tollgate": {"http-callbacks": [], "root-callbacks": "done"}}}]}"#;
+        let err = filters_from_metadata(root_not_strings).unwrap_err();
+        assert!(
+            err.starts_with("f: [package.metadata.tollgate] root-callbacks must be an array"),
+            "{err}"
+        );
         assert!(filters_from_metadata(b"[]").is_err());
     }
 
