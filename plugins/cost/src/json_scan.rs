@@ -34,7 +34,7 @@
 
 mod capture;
 mod fields;
-mod lex;
+pub(crate) mod lex;
 mod nesting;
 mod tokens;
 

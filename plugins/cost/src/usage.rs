@@ -23,6 +23,8 @@
 //! `cache_read_input_tokens` / `cache_creation_input_tokens` field means Anthropic; otherwise
 //! OpenAI (with neither cache fields nor details both read the same).
 
+mod plain;
+
 use serde::Deserialize;
 
 use crate::json_scan::{Captured, Field};
@@ -45,7 +47,7 @@ pub struct Usage {
 }
 
 /// `{"cached_tokens": N}` / `{"reasoning_tokens": N}` (other members ignored).
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct Details {
     /// OpenAI `*_tokens_details.cached_tokens`.
     #[serde(default)]
@@ -57,7 +59,7 @@ pub struct Details {
 
 /// The `usage` object of any supported API, every member optional (unknown members ignored;
 /// `null` reads as absent). Negative or fractional counts fail to deserialize.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct RawUsage {
     /// OpenAI Chat/Embeddings.
     #[serde(default)]
@@ -213,10 +215,17 @@ impl Body {
     /// reads them from the whole document: `None` when one does not have its type (a `model`
     /// that is not a string, counts that are not whole numbers, ...).
     pub fn from_captured(c: &Captured) -> Option<Body> {
-        fn read<T: serde::de::DeserializeOwned>(raw: Option<&[u8]>) -> Option<Option<T>> {
+        /// `plain`'s reading, or serde's where it declines (see [`plain`]).
+        fn read<T: serde::de::DeserializeOwned>(
+            raw: Option<&[u8]>,
+            plain: fn(&[u8]) -> Option<Option<T>>,
+        ) -> Option<Option<T>> {
             let Some(raw) = raw else {
                 return Some(None);
             };
+            if let Some(value) = plain(raw) {
+                return Some(value);
+            }
             // Valid UTF-8 (the usual case) is read as text: `serde_json` then checks no string
             // again (one check of the whole value, not one per member name); the same result.
             match std::str::from_utf8(raw) {
@@ -230,14 +239,14 @@ impl Body {
                 return Some(None);
             }
             Some(Some(Inner {
-                model: read(model)?,
-                usage: read(usage)?,
+                model: read(model, plain::string)?,
+                usage: read(usage, plain::usage)?,
             }))
         };
         Some(Body {
-            model: read(c.get(Field::Model))?,
-            kind: read(c.get(Field::Type))?,
-            usage: read(c.get(Field::Usage))?,
+            model: read(c.get(Field::Model), plain::string)?,
+            kind: read(c.get(Field::Type), plain::string)?,
+            usage: read(c.get(Field::Usage), plain::usage)?,
             message: inner(Field::MessageModel, Field::MessageUsage)?,
             response: inner(Field::ResponseModel, Field::ResponseUsage)?,
         })
