@@ -19,7 +19,7 @@
 //! input (tests below on generated documents; `fuzz/fuzz_targets/usage_json.rs` on arbitrary
 //! bodies through the scanner).
 
-use super::{Details, RawUsage};
+use super::counts::{Details, RawUsage};
 use crate::json_scan::lex::ascii_run;
 
 /// How deep an unknown member's value may nest before the reader declines it.
