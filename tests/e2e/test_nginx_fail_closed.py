@@ -41,7 +41,7 @@ def test_a_guard_whose_http_context_cannot_be_created_refuses_instead_of_passing
     assert 200 not in codes, codes
     assert codes[:3] == [418, 500, 418], codes
     log = n.log.read_text()
-    assert 'tollgate: filter "probe" cannot run on this request: proxy_on_context_create: wasm trap' in log
+    assert 'tollgate: filter "probe" (module "probe") failed in proxy_on_request_headers: proxy_on_context_create: wasm trap' in log
     assert 'module "probe" trapped: replacing its instance' in log
 
 

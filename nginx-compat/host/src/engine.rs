@@ -3,6 +3,7 @@
 use wasmtime::InstancePre;
 
 use crate::abi::store::State;
+use crate::combined_calls::Plan;
 use crate::compiled_cache::{CacheNote, CompiledCache};
 use crate::error::Error;
 use crate::limits::EpochTicker;
@@ -34,6 +35,10 @@ pub struct Module {
     abi: AbiVersion,
     /// The stream callbacks exported as constant stubs, skipped like missing ones (stubs.rs).
     pub(crate) stubs: Vec<crate::stream::StreamCallback>,
+    /// The HTTP callbacks it implements, and the adapter that calls them back to back
+    /// (combined_calls.rs).
+    pub(crate) plan: Plan,
+    pub(crate) adapter: wasmtime::Module,
 }
 
 impl Engine {
@@ -189,10 +194,15 @@ impl Engine {
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| Error::wasm("cannot link the module", &e))?;
+        let stubs = stubs::stub_callbacks(wasm);
+        let plan = Plan::of(&module, &stubs);
+        let adapter = plan.compile(&self.engine)?;
         Ok(Module {
             pre,
             abi,
-            stubs: stubs::stub_callbacks(wasm),
+            stubs,
+            plan,
+            adapter,
         })
     }
 }

@@ -21,6 +21,7 @@ mod abi;
 // Loading compiled code is loading native code (wasmtime's `Module::deserialize`), and the
 // entries' owner is checked against `geteuid`. With the lent stream (`State::stream`), the only
 // `unsafe` of this crate, each block with its SAFETY comment.
+mod combined_calls;
 #[allow(unsafe_code)]
 mod compiled_cache;
 mod context_ids;
@@ -28,6 +29,7 @@ mod deferred_headers;
 mod embedder;
 mod engine;
 mod error;
+mod guest_call;
 mod header_map;
 mod limits;
 mod link;

@@ -123,8 +123,9 @@ impl wasmtime::ResourceLimiter for Limiter {
         Ok(true)
     }
 
+    /// The filter's instance and its callbacks' adapter (`combined_calls.rs`).
     fn instances(&self) -> usize {
-        1
+        2
     }
 
     fn tables(&self) -> usize {

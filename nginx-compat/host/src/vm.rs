@@ -5,11 +5,13 @@ use std::rc::Rc;
 
 use wasmtime::{Instance, Store, TypedFunc};
 
-use crate::abi::store::{LentStream, State};
+use crate::abi::store::State;
+use crate::combined_calls::{Combined, Plan};
 use crate::context_ids::{HttpId, RootId};
 use crate::embedder::{GrpcCallResult, Host, HttpCallResponse};
 use crate::engine::Module;
 use crate::error::Error;
+use crate::guest_call::{enter, poisoned_error, trap_reason, Guest};
 use crate::limits::{self, CallKind, GuestLimits};
 use crate::stream::{Action, Stream, StreamCallback};
 
@@ -44,7 +46,6 @@ struct Exports {
     /// `proxy_on_done` for root contexts: the export even where HTTP contexts skip it (a stub, or
     /// left out of the module's `tollgate.http_callbacks`, `stubs.rs`).
     on_root_done: Option<TypedFunc<u32, u32>>,
-    on_delete: Option<TypedFunc<u32, ()>>,
     on_http_call_response: Option<OnHttpCallResponse>,
     on_queue_ready: Option<TypedFunc<(u32, u32), ()>>,
     /// `proxy_on_grpc_receive(context, token, response_size)`.
@@ -97,6 +98,10 @@ pub struct Vm {
     /// The epoch deadlines of `limits` in ticks (`Call`, `Startup`), computed once: the
     /// conversion divides 128-bit integers, on every call into the guest otherwise.
     ticks: (u64, u64),
+    /// The callbacks the module implements for HTTP contexts, and the adapter that calls them
+    /// back to back in one entry (`combined_calls.rs`).
+    plan: Plan,
+    combined: Combined,
 }
 
 fn action(v: u32) -> Action {
@@ -104,36 +109,6 @@ fn action(v: u32) -> Action {
         Action::Continue
     } else {
         Action::Pause
-    }
-}
-
-/// A call into the guest: the export's name, its deadline (and in epoch ticks) and the context
-/// it runs for.
-struct Guest {
-    name: &'static str,
-    deadline: std::time::Duration,
-    ticks: u64,
-    ctx: u32,
-}
-
-impl Guest {
-    fn new(
-        name: &'static str,
-        limits: &GuestLimits,
-        ticks: (u64, u64),
-        kind: CallKind,
-        ctx: u32,
-    ) -> Guest {
-        let (deadline, ticks) = match kind {
-            CallKind::Startup => (limits.configure_deadline, ticks.1),
-            CallKind::Call => (limits.call_deadline, ticks.0),
-        };
-        Guest {
-            name,
-            deadline,
-            ticks,
-            ctx,
-        }
     }
 }
 
@@ -243,13 +218,13 @@ impl Vm {
             on_log: typed(&mut store, &instance, "proxy_on_log")?,
             on_done: typed(&mut store, &instance, "proxy_on_done")?,
             on_root_done: typed(&mut store, &instance, "proxy_on_done")?,
-            on_delete: typed(&mut store, &instance, "proxy_on_delete")?,
             on_http_call_response: typed(&mut store, &instance, "proxy_on_http_call_response")?,
             on_queue_ready: typed(&mut store, &instance, "proxy_on_queue_ready")?,
             on_grpc_receive: typed(&mut store, &instance, "proxy_on_grpc_receive")?,
             on_grpc_close: typed(&mut store, &instance, "proxy_on_grpc_close")?,
         };
         exports.skip_stubs(&module.stubs);
+        let combined = Combined::instantiate(&mut store, &instance, &module.plan, &module.adapter)?;
         let start = match typed::<(), ()>(&mut store, &instance, "_initialize")? {
             Some(f) => Some(f),
             None => typed::<(), ()>(&mut store, &instance, "_start")?,
@@ -271,6 +246,8 @@ impl Vm {
                 limits::ticks(limits.call_deadline),
                 limits::ticks(limits.configure_deadline),
             ),
+            plan: module.plan,
+            combined,
         })
     }
 
@@ -526,7 +503,10 @@ impl Vm {
         r.unwrap_or(Ok(()))
     }
 
-    /// `proxy_on_context_create(id, root)`.
+    /// A new HTTP context of `root`. Its `proxy_on_context_create(id, root)` runs with its first
+    /// callback, in the same guest entry where that is `proxy_on_request_headers`, or with
+    /// its end ([`Vm::on_log_and_delete`]) when it gets none (`combined_calls.rs`); so a trap
+    /// in it is that callback's error.
     pub fn create_http(&mut self, root: RootId) -> Result<HttpId, Error> {
         if self.poisoned {
             return Err(poisoned_error());
@@ -535,8 +515,14 @@ impl Vm {
             return Err(Error(format!("unknown root context {}", root.0)));
         }
         let id = self.new_context_id()?;
-        self.store.data_mut().add_http(id, root.0);
-        let parent = root.0;
+        let pending_create = self.plan.creates();
+        self.store.data_mut().add_http(id, root.0, pending_create);
+        Ok(HttpId(id))
+    }
+
+    /// `proxy_on_context_create(id, parent)` in an entry of its own; the context is forgotten
+    /// when it fails.
+    fn create_now(&mut self, id: u32, parent: u32) -> Result<(), Error> {
         let r = call_export!(
             self,
             on_context_create,
@@ -549,7 +535,7 @@ impl Vm {
             self.store.data_mut().contexts.remove(&id);
             return Err(e);
         }
-        Ok(HttpId(id))
+        Ok(())
     }
 
     /// The stream callback `cb` of HTTP context `id`: `proxy_on_<cb>(id, n, end_of_stream)`,
@@ -582,6 +568,30 @@ impl Vm {
             StreamCallback::Done => return Ok(Action::Continue),
         };
         let n = len32(n)?;
+        if self.exports.stream(cb).is_some() {
+            if let Some(root) = self.store.data_mut().take_pending_create(ctx) {
+                if cb == StreamCallback::RequestHeaders {
+                    let Vm {
+                        store,
+                        poisoned,
+                        limits,
+                        ticks,
+                        combined,
+                        ..
+                    } = &mut *self;
+                    if let Some(f) = &combined.create_request_headers {
+                        let guest = Guest::new(cb.name(), limits, *ticks, CallKind::Call, ctx)
+                            .through(combined);
+                        let eos = u32::from(end_of_stream);
+                        return enter(store, poisoned, &guest, Some(stream), |s| {
+                            f.call(s, (ctx, root, n, eos))
+                        })
+                        .map(action);
+                    }
+                }
+                self.create_now(ctx, root)?;
+            }
+        }
         let Vm {
             store,
             exports,
@@ -621,12 +631,35 @@ impl Vm {
         r
     }
 
+    /// One entry through the adapter's `end` (`combined_calls.rs`): the context's creation if it
+    /// is still pending, then the log, done and delete callbacks the module implements.
     fn log_and_delete(&mut self, id: HttpId, stream: &mut Stream) -> Result<(), Error> {
         let ctx = id.0;
-        call_export!(self, on_log, CallKind::Call, ctx, Some(&mut *stream), ctx).transpose()?;
-        call_export!(self, on_done, CallKind::Call, ctx, Some(&mut *stream), ctx).transpose()?;
-        call_export!(self, on_delete, CallKind::Call, ctx, Some(stream), ctx).transpose()?;
-        Ok(())
+        let (create, root) = match self.store.data_mut().take_pending_create(ctx) {
+            Some(root) => (1, root),
+            None => (0, 0),
+        };
+        if !self.plan.ends(create == 1) {
+            return if self.poisoned {
+                Err(poisoned_error())
+            } else {
+                Ok(())
+            };
+        }
+        let Vm {
+            store,
+            poisoned,
+            limits,
+            ticks,
+            combined,
+            ..
+        } = self;
+        let guest =
+            Guest::new("proxy_on_log", limits, *ticks, CallKind::Call, ctx).through(combined);
+        let end = &combined.end;
+        enter(store, poisoned, &guest, Some(stream), |s| {
+            end.call(s, (ctx, create, root))
+        })
     }
 
     /// HTTP contexts whose stream is not loaded (e.g. the filter called `proxy_set_effective_context`
@@ -659,80 +692,8 @@ impl Drop for Vm {
     }
 }
 
-fn poisoned_error() -> Error {
-    Error("the Vm trapped before and is poisoned: instantiate a new one".into())
-}
-
 fn len32(n: usize) -> Result<u32, Error> {
     u32::try_from(n).map_err(|_| Error(format!("size {n} does not fit the 32-bit ABI")))
-}
-
-/// Why a call failed, for the error log: the deadline, a refused growth, or wasmtime's trap.
-fn trap_reason(
-    store: &mut Store<State>,
-    deadline: std::time::Duration,
-    e: &wasmtime::Error,
-) -> String {
-    if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return format!(
-            "deadline of {} ms exceeded (the guest was interrupted)",
-            deadline.as_millis()
-        );
-    }
-    let mut msg = Error::wasm("wasm trap", e).0;
-    if let Some(refused) = store.data_mut().limiter.refused.take() {
-        msg.push_str(" (");
-        msg.push_str(&refused);
-        msg.push(')');
-    }
-    msg
-}
-
-/// Runs one guest callback: loads `stream` into the store (or an empty one), sets the current
-/// and effective context and the epoch deadline, calls, moves the stream back, and turns a trap
-/// into `Err` naming the callback (poisoning the `Vm`).
-fn enter<R>(
-    store: &mut Store<State>,
-    poisoned: &mut bool,
-    guest: &Guest,
-    stream: Option<&mut Stream>,
-    call: impl FnOnce(&mut Store<State>) -> wasmtime::Result<R>,
-) -> Result<R, Error> {
-    if *poisoned {
-        return Err(poisoned_error());
-    }
-    let data = store.data_mut();
-    let Some(&root_index) = data.contexts.get(&guest.ctx) else {
-        return Err(Error(format!("unknown context {}", guest.ctx)));
-    };
-    data.current = guest.ctx;
-    data.effective = guest.ctx;
-    data.root_index = root_index;
-    if !cfg!(feature = "unbounded-guests") {
-        store.set_epoch_deadline(guest.ticks);
-    }
-    let result = match stream {
-        Some(stream) => {
-            // Lent for the call, not moved: no stream is built, copied or dropped per callback.
-            let lent = LentStream::new(store, stream);
-            call(&mut *lent.store)
-        }
-        None => {
-            let result = call(&mut *store);
-            // A root callback may have written into the idle stream: clear it.
-            store.data_mut().idle_stream = Stream::default();
-            result
-        }
-    };
-    let data = store.data_mut();
-    data.current = 0;
-    data.effective = 0;
-    result.map_err(|e| {
-        *poisoned = true;
-        store.data_mut().flush_stdio();
-        let why = trap_reason(store, guest.deadline, &e);
-        Error(format!("{}: {why}", guest.name))
-    })
 }
 
 #[cfg(test)]

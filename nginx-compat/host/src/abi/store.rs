@@ -43,6 +43,16 @@ pub(crate) struct RootInfo {
     pub(crate) tick_ms: u32,
 }
 
+/// A context's entry in [`State::contexts`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextEntry {
+    /// The index of its root in `roots` (a root's own).
+    pub(crate) root_index: usize,
+    /// An HTTP context whose `proxy_on_context_create` has not run yet: it runs with the
+    /// context's first callback (`combined_calls.rs`).
+    pub(crate) pending_create: bool,
+}
+
 /// The `Store`'s data: everything host functions see.
 pub(crate) struct State {
     pub(crate) host: Rc<dyn Host>,
@@ -58,8 +68,8 @@ pub(crate) struct State {
     pub(crate) vm_id: String,
     pub(crate) vm_config: Vec<u8>,
     pub(crate) roots: Vec<RootInfo>,
-    /// Context id to the index of its root in `roots` (roots map to themselves).
-    pub(crate) contexts: FxHashMap<u32, usize>,
+    /// Every live context, root and HTTP, by id.
+    pub(crate) contexts: FxHashMap<u32, ContextEntry>,
     /// The context of the running callback (0: none).
     pub(crate) current: u32,
     /// The effective context (`proxy_set_effective_context`), initially `current`.
@@ -169,7 +179,13 @@ impl State {
             tick_ms: 0,
         });
         let index = self.roots.len().saturating_sub(1);
-        self.contexts.insert(id, index);
+        self.contexts.insert(
+            id,
+            ContextEntry {
+                root_index: index,
+                pending_create: false,
+            },
+        );
     }
 
     /// Forgets a root whose creation failed (its slot in `roots` stays, renamed, so indexes
@@ -186,15 +202,35 @@ impl State {
         }
     }
 
-    pub(crate) fn add_http(&mut self, id: u32, root: u32) {
-        if let Some(&index) = self.contexts.get(&root) {
-            self.contexts.insert(id, index);
+    /// Registers HTTP context `id` of root `root`; `pending_create`: its
+    /// `proxy_on_context_create` is still to run.
+    pub(crate) fn add_http(&mut self, id: u32, root: u32, pending_create: bool) {
+        if let Some(&ContextEntry { root_index, .. }) = self.contexts.get(&root) {
+            self.contexts.insert(
+                id,
+                ContextEntry {
+                    root_index,
+                    pending_create,
+                },
+            );
         }
+    }
+
+    /// The root id of HTTP context `id` when its `proxy_on_context_create` is pending, which
+    /// it no longer is after this call (the caller runs it).
+    pub(crate) fn take_pending_create(&mut self, id: u32) -> Option<u32> {
+        let entry = self.contexts.get_mut(&id)?;
+        if !entry.pending_create {
+            return None;
+        }
+        entry.pending_create = false;
+        let index = entry.root_index;
+        self.roots.get(index).map(|r| r.id)
     }
 
     pub(crate) fn is_root(&self, id: u32) -> bool {
         match self.contexts.get(&id) {
-            Some(&index) => self.roots.get(index).is_some_and(|r| r.id == id),
+            Some(e) => self.roots.get(e.root_index).is_some_and(|r| r.id == id),
             None => false,
         }
     }

@@ -93,9 +93,9 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         |mut c: C<'_>, id: u32| -> u32 {
             let state = c.data_mut();
             match state.contexts.get(&id) {
-                Some(&index) => {
+                Some(e) => {
                     state.effective = id;
-                    state.root_index = index;
+                    state.root_index = e.root_index;
                     OK
                 }
                 None => BAD_ARGUMENT,
