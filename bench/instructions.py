@@ -525,10 +525,12 @@ def raw_objects(p: Profile) -> dict[str, int]:
 
 def filter_of(names: list[str]) -> str:
     """The filter a compiled module belongs to, from its functions' (mangled) names: the most
-    frequent `tollgate_<crate>` other than the shared `common`."""
+    frequent `tollgate_<crate>` other than the shared `common`; "unnamed" for code without
+    such names (nginx-compat's generated callbacks' adapters, host/src/combined_calls.rs, when
+    mapped below every filter)."""
     crates = collections.Counter(m.group(1) for n in names for m in re.finditer(r"tollgate_([a-z]+(?:_[a-z]+)*)", n)
                                  if m.group(1) != "common")
-    return crates.most_common(1)[0][0].replace("_", "-") if crates else "?"
+    return crates.most_common(1)[0][0].replace("_", "-") if crates else "unnamed"
 
 
 def wasm_by_filter(p: Profile, perf_map: pathlib.Path) -> dict[str, int]:
