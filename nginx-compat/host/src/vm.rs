@@ -570,24 +570,13 @@ impl Vm {
         let n = len32(n)?;
         if self.exports.stream(cb).is_some() {
             if let Some(root) = self.store.data_mut().take_pending_create(ctx) {
-                if cb == StreamCallback::RequestHeaders {
-                    let Vm {
-                        store,
-                        poisoned,
-                        limits,
-                        ticks,
-                        combined,
-                        ..
-                    } = &mut *self;
-                    if let Some(f) = &combined.create_request_headers {
-                        let guest = Guest::new(cb.name(), limits, *ticks, CallKind::Call, ctx)
-                            .through(combined);
-                        let eos = u32::from(end_of_stream);
-                        return enter(store, poisoned, &guest, Some(stream), |s| {
-                            f.call(s, (ctx, root, n, eos))
-                        })
+                if let (StreamCallback::RequestHeaders, Some(f)) =
+                    (cb, self.combined.create_request_headers.clone())
+                {
+                    let eos = u32::from(end_of_stream);
+                    return self
+                        .enter_combined(cb.name(), ctx, stream, |s| f.call(s, (ctx, root, n, eos)))
                         .map(action);
-                    }
                 }
                 self.create_now(ctx, root)?;
             }
@@ -646,6 +635,22 @@ impl Vm {
                 Ok(())
             };
         }
+        let end = self.combined.end.clone();
+        self.enter_combined("proxy_on_log", ctx, stream, |s| {
+            end.call(s, (ctx, create, root))
+        })
+    }
+
+    /// A call through the callbacks' adapter for HTTP context `ctx`, with its stream (see
+    /// [`enter`]; `name`: the callback it stands for, before the adapter names the one that
+    /// failed).
+    fn enter_combined<R>(
+        &mut self,
+        name: &'static str,
+        ctx: u32,
+        stream: &mut Stream,
+        call: impl FnOnce(&mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, Error> {
         let Vm {
             store,
             poisoned,
@@ -654,12 +659,8 @@ impl Vm {
             combined,
             ..
         } = self;
-        let guest =
-            Guest::new("proxy_on_log", limits, *ticks, CallKind::Call, ctx).through(combined);
-        let end = &combined.end;
-        enter(store, poisoned, &guest, Some(stream), |s| {
-            end.call(s, (ctx, create, root))
-        })
+        let guest = Guest::new(name, limits, *ticks, CallKind::Call, ctx).through(combined);
+        enter(store, poisoned, &guest, Some(stream), call)
     }
 
     /// HTTP contexts whose stream is not loaded (e.g. the filter called `proxy_set_effective_context`
