@@ -126,7 +126,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--name", default=None)
     ap.add_argument("--smoke", action="store_true", help="one round (startup.smoke.*): checks that it runs")
+    ap.add_argument("--wasm", action="append", default=[], metavar="LABEL=DIR",
+                    help="a build of the filters (repeatable): builds compared in the same rounds, interleaved "
+                         "(default: the built filters alone)")
     a = ap.parse_args()
+    builds = [tuple(w.split("=", 1)) for w in a.wasm] or [("built", None)]
+    if any(len(b) != 2 for b in builds):
+        raise SystemExit("--wasm wants LABEL=DIR")
+    default_wasm = lab.paths.WASM_DIR
+    # One build: rows named by variant (as before); several: "LABEL VARIANT".
+    row_name = (lambda label, v: v) if len(builds) == 1 else (lambda label, v: f"{label} {v}")
     if a.smoke:
         a.rounds = 1
     a.name = a.name or ("startup.smoke" if a.smoke else "startup")
@@ -136,20 +145,24 @@ def main() -> int:
     keys = jwt_auth.make_keys(ttl=86400)
     request = instructions.stack_full_request(keys)
     upstreams = {}
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    runs: dict[str, list[dict]] = {row_name(label, v): [] for label, _ in builds for v in VARIANTS}
     try:
         for name in sticky_upstream.UPSTREAMS:
             upstreams[name] = lab.DemoUpstream(name, workdir)
         ports = {k: u.port for k, u in upstreams.items()}
         spec = instructions.variant_spec("full", keys, ports)
-        warm = workdir / "warm-cache"
-        cell("cache-warm", a.workers, spec, request, workdir / "fill", warm)  # fills `warm` (its -t)
+        for label, wasm in builds:
+            lab.paths.WASM_DIR = pathlib.Path(wasm) if wasm else default_wasm
+            cell("cache-warm", a.workers, spec, request, workdir / f"fill-{label}", workdir / f"warm-cache-{label}")  # fills it (its -t)
         for r in range(a.rounds):
-            for v in VARIANTS:
-                row = cell(v, a.workers, spec, request, workdir / f"{v}-{r + 1}", warm)
-                runs[v].append(row)
-                print(f"round {r + 1} {v}: nginx -t {row['nginx_t']:.2f} s, start {row['start']:.2f} s, "
-                      f"reload {row['reload']:.2f} s (modules reused {row['reused']}, stored {row['compiled']})", flush=True)
+            for label, wasm in builds:
+                lab.paths.WASM_DIR = pathlib.Path(wasm) if wasm else default_wasm
+                for v in VARIANTS:
+                    name = row_name(label, v)
+                    row = cell(v, a.workers, spec, request, workdir / f"{label}-{v}-{r + 1}", workdir / f"warm-cache-{label}")
+                    runs[name].append(row)
+                    print(f"round {r + 1} {name}: nginx -t {row['nginx_t']:.2f} s, start {row['start']:.2f} s, "
+                          f"reload {row['reload']:.2f} s (modules reused {row['reused']}, stored {row['compiled']})", flush=True)
     finally:
         for u in upstreams.values():
             u.stop()
@@ -157,7 +170,8 @@ def main() -> int:
                        "max": max(x[k] for x in rs)} for k in ("nginx_t", "start", "reload")} for v, rs in runs.items()}
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": machine(),
               "workers": a.workers, "rounds": a.rounds, "runs": runs, "summary": summary,
-              "command": f"python3 bench/startup.py --workers {a.workers} --rounds {a.rounds}"}
+              "command": f"python3 bench/startup.py --workers {a.workers} --rounds {a.rounds}"
+                         + "".join(f" --wasm {label}={wasm}" for label, wasm in builds if wasm)}
     out = BENCH / "results"
     (out / f"{a.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
@@ -167,8 +181,7 @@ def main() -> int:
              "Seconds, median (min–max) of the rounds: `nginx -t`; `start`, from spawning nginx to the first 200 "
              "through the chain; `reload`, from SIGHUP to the first 200 from a new worker.", "",
              "| variant | nginx -t | start | reload |", "|---|---|---|---|"]
-    for v in VARIANTS:
-        s = summary[v]
+    for v, s in summary.items():
         lines.append(f"| {v} | {fmt(s['nginx_t'])} | {fmt(s['start'])} | {fmt(s['reload'])} |")
     (out / f"{a.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

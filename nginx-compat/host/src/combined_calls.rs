@@ -19,13 +19,17 @@
 //! So [`crate::Vm::create_http`] only registers the context; the guest creates it on the
 //! context's first callback, in the same entry where that is `proxy_on_request_headers` (the
 //! order Envoy and the SDKs see is unchanged: creation, then the stream's callbacks, then log,
-//! done, delete). What the combined callbacks share: one deadline (the call deadline, for all of
-//! them together: stricter, never looser), and the effective context (one a callback sets with
-//! `proxy_set_effective_context` stays for the next callback of the entry; it is reset after the
-//! entry). A trap names the callback it happened in: the adapter writes its step into its
-//! exported global `stage` before each call.
+//! done, delete). The combined callbacks share one deadline (the call deadline, for all of them
+//! together: stricter, never looser). Each starts from its own context as the effective one, as
+//! in an entry of its own: `proxy_set_effective_context` raises the adapter's imported flag
+//! `effective_moved`, and the adapter then calls the host's `reset_effective` before its next
+//! callback (a paused request would otherwise have its call's response delivered to another
+//! context, and hang: the nginx ABI fuzzer found it). A trap names the callback it happened in:
+//! the adapter writes its step into its exported global `stage` before each call.
 
-use wasmtime::{Extern, Global, Instance, Store, TypedFunc};
+use wasmtime::{
+    Caller, Extern, Func, Global, GlobalType, Instance, Mutability, Store, TypedFunc, Val, ValType,
+};
 
 use crate::abi::store::State;
 use crate::error::Error;
@@ -90,6 +94,8 @@ impl Plan {
             "(param i32)",
         ];
         let mut out = String::from("(module\n");
+        out.push_str("  (import \"host\" \"effective_moved\" (global $moved (mut i32)))\n");
+        out.push_str("  (import \"host\" \"reset_effective\" (func $reset_effective))\n");
         for ((name, ty), live) in STEPS.iter().zip(TYPES).zip(self.steps()) {
             if live {
                 out.push_str(&format!(
@@ -98,8 +104,11 @@ impl Plan {
             }
         }
         out.push_str("  (global $stage (export \"stage\") (mut i32) (i32.const 0))\n");
-        let step =
-            |n: usize, call: &str| format!("    (global.set $stage (i32.const {n})) {call}\n");
+        let step = |n: usize, call: &str| {
+            format!(
+                "    (if (global.get $moved) (then (call $reset_effective)))\n    (global.set $stage (i32.const {n})) {call}\n"
+            )
+        };
         if self.create && self.request_headers {
             out.push_str("  (func (export \"create_request_headers\") (param $ctx i32) (param $root i32) (param $n i32) (param $eos i32) (result i32)\n");
             out.push_str(&step(
@@ -172,7 +181,25 @@ impl Combined {
         plan: &Plan,
         adapter: &wasmtime::Module,
     ) -> Result<Combined, Error> {
-        let mut imports = Vec::new();
+        let moved = Global::new(
+            &mut *store,
+            GlobalType::new(ValType::I32, Mutability::Var),
+            Val::I32(0),
+        )
+        .map_err(|e| Error::wasm("the callbacks' adapter's flag", &e))?;
+        store.data_mut().effective_moved = Some(moved);
+        let reset = Func::wrap(&mut *store, |mut c: Caller<'_, State>| {
+            let data = c.data_mut();
+            data.effective = data.current;
+            if let Some(e) = data.contexts.get(&data.current) {
+                data.root_index = e.root_index;
+            }
+            if let Some(moved) = data.effective_moved {
+                // This store's i32 global: setting it cannot fail.
+                let _ = moved.set(&mut c, Val::I32(0));
+            }
+        });
+        let mut imports = vec![Extern::Global(moved), Extern::Func(reset)];
         for (name, live) in STEPS.iter().zip(plan.steps()) {
             if live {
                 let f = filter
@@ -321,6 +348,57 @@ mod tests {
         vm.on_stream(StreamCallback::RequestBody, id, &mut s, true)
             .unwrap();
         assert_eq!(logged(&host), ["context_create", "request_body"]);
+    }
+
+    /// A context the guest makes effective in one callback of a combined call does not carry
+    /// into the next (each starts from its own, as in an entry of its own): here the creation
+    /// switches to the other plugin's root and logs under it; the request headers then log
+    /// under their own plugin again.
+    #[test]
+    fn each_callback_starts_from_its_own_effective_context() {
+        let imports = format!(
+            r#"{LOG} (import "env" "proxy_set_effective_context" (func $eff (param i32) (result i32)))"#
+        );
+        let m = compile(&wat(
+            "0_2_1",
+            &imports,
+            r#"(data (i32.const 100) "create")
+               (data (i32.const 110) "headers")
+               (func (export "proxy_on_context_create") (param i32 i32)
+                 (if (local.get 1) (then
+                   (drop (call $eff (i32.const 2)))
+                   (drop (call $log (i32.const 2) (i32.const 100) (i32.const 6))))))
+               (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                 (drop (call $log (i32.const 2) (i32.const 110) (i32.const 7)))
+                 (i32.const 0))
+               (func (export "proxy_on_delete") (param i32))"#,
+        ))
+        .unwrap();
+        let host = Rc::new(MemoryHost::new());
+        let mut vm = Vm::new(&m, host.clone(), "vm", b"").unwrap();
+        let p = vm.create_root("p", b"").unwrap();
+        vm.create_root("q", b"").unwrap();
+        let id = vm.create_http(p).unwrap();
+        let mut s = Stream::default();
+        for _ in 0..2 {
+            vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
+                .unwrap();
+        }
+        let lines: Vec<(String, String)> = host
+            .logs
+            .borrow()
+            .iter()
+            .map(|l| (l.plugin.clone(), l.message.clone()))
+            .collect();
+        let want = |p: &str, m: &str| (p.to_string(), m.to_string());
+        assert_eq!(
+            lines,
+            [
+                want("q", "create"),
+                want("p", "headers"),
+                want("p", "headers")
+            ]
+        );
     }
 
     /// A trap in a combined call names the callback it happened in, and poisons the instance.

@@ -65,6 +65,9 @@ pub(crate) struct State {
     pub(crate) idle_stream: Stream,
     pub(crate) memory: Option<Memory>,
     pub(crate) malloc: Option<Rc<TypedFunc<u32, u32>>>,
+    /// The callbacks' adapter's flag (`combined_calls.rs`): set to 1 when the guest changes its
+    /// effective context, so that the adapter has the host reset it before its next callback.
+    pub(crate) effective_moved: Option<wasmtime::Global>,
     pub(crate) vm_id: String,
     pub(crate) vm_config: Vec<u8>,
     pub(crate) roots: Vec<RootInfo>,
@@ -121,6 +124,7 @@ impl State {
             idle_stream: Stream::default(),
             memory: None,
             malloc: None,
+            effective_moved: None,
             vm_id: vm_id.to_owned(),
             vm_config: vm_config.to_vec(),
             roots: Vec::new(),
