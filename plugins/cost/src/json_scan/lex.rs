@@ -2,7 +2,7 @@
 //! ([`Num`]), and the runs of plain string bytes and of whitespace read in tight loops.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Num {
+pub(crate) enum Num {
     Minus,
     Zero,
     Int,
@@ -14,8 +14,18 @@ pub(super) enum Num {
 }
 
 impl Num {
+    /// The state after a number's first byte `b`, or `None` when no number starts with it.
+    pub(crate) fn start(b: u8) -> Option<Num> {
+        match b {
+            b'-' => Some(Num::Minus),
+            b'0' => Some(Num::Zero),
+            b'1'..=b'9' => Some(Num::Int),
+            _ => None,
+        }
+    }
+
     /// The state after `b`, or `None` when `b` is not part of the number.
-    pub(super) fn next(self, b: u8) -> Option<Num> {
+    pub(crate) fn next(self, b: u8) -> Option<Num> {
         let digit = b.is_ascii_digit();
         match (self, b) {
             (Num::Minus, b'0') => Some(Num::Zero),
@@ -30,12 +40,12 @@ impl Num {
     }
 
     /// Whether a number can end in this state.
-    pub(super) fn complete(self) -> bool {
+    pub(crate) fn complete(self) -> bool {
         matches!(self, Num::Zero | Num::Int | Num::Frac | Num::ExpDigits)
     }
 }
 
-pub(super) fn is_ws(b: u8) -> bool {
+pub(crate) fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
@@ -95,7 +105,7 @@ fn string_run<const ASCII: bool>(bytes: &[u8]) -> usize {
 }
 
 /// The length of the run of whitespace `bytes` starts with.
-pub(super) fn ws_run(bytes: &[u8]) -> usize {
+pub(crate) fn ws_run(bytes: &[u8]) -> usize {
     bytes.iter().position(|&c| !is_ws(c)).unwrap_or(bytes.len())
 }
 

@@ -146,11 +146,7 @@ impl JsonScan {
             }
             b'0'..=b'9' | b'-' => {
                 self.value_start(at);
-                self.num = match b {
-                    b'-' => Num::Minus,
-                    b'0' => Num::Zero,
-                    _ => Num::Int,
-                };
+                self.num = Num::start(b).unwrap_or(Num::Int);
                 self.number(chunk, next)
             }
             b'{' | b'[' => {
