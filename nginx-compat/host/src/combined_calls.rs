@@ -190,10 +190,7 @@ impl Combined {
         store.data_mut().effective_moved = Some(moved);
         let reset = Func::wrap(&mut *store, |mut c: Caller<'_, State>| {
             let data = c.data_mut();
-            data.effective = data.current;
-            if let Some(e) = data.contexts.get(&data.current) {
-                data.root_index = e.root_index;
-            }
+            data.set_effective(data.current);
             if let Some(moved) = data.effective_moved {
                 // This store's i32 global: setting it cannot fail.
                 let _ = moved.set(&mut c, Val::I32(0));

@@ -4,7 +4,7 @@
 
 use wasmtime::Store;
 
-use crate::abi::store::{ContextEntry, LentStream, State};
+use crate::abi::store::{LentStream, State};
 use crate::combined_calls::Combined;
 use crate::error::Error;
 use crate::limits::{CallKind, GuestLimits};
@@ -100,12 +100,10 @@ pub(crate) fn enter<R>(
         return Err(poisoned_error());
     }
     let data = store.data_mut();
-    let Some(&ContextEntry { root_index, .. }) = data.contexts.get(&guest.ctx) else {
+    if !data.set_effective(guest.ctx) {
         return Err(Error(format!("unknown context {}", guest.ctx)));
-    };
+    }
     data.current = guest.ctx;
-    data.effective = guest.ctx;
-    data.root_index = root_index;
     if !cfg!(feature = "unbounded-guests") {
         store.set_epoch_deadline(guest.ticks);
     }

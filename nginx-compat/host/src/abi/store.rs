@@ -232,6 +232,19 @@ impl State {
         self.roots.get(index).map(|r| r.id)
     }
 
+    /// Makes context `id` the effective one (its root's index with it); false, and nothing
+    /// changed, when there is no such context.
+    pub(crate) fn set_effective(&mut self, id: u32) -> bool {
+        match self.contexts.get(&id) {
+            Some(e) => {
+                self.effective = id;
+                self.root_index = e.root_index;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(crate) fn is_root(&self, id: u32) -> bool {
         match self.contexts.get(&id) {
             Some(e) => self.roots.get(e.root_index).is_some_and(|r| r.id == id),

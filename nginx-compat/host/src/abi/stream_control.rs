@@ -92,20 +92,16 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
         "proxy_set_effective_context",
         |mut c: C<'_>, id: u32| -> u32 {
             let state = c.data_mut();
-            match state.contexts.get(&id) {
-                Some(e) => {
-                    state.effective = id;
-                    state.root_index = e.root_index;
-                    // Within a combined call the next callback must start from its own
-                    // context again (combined_calls.rs).
-                    if let Some(moved) = state.effective_moved {
-                        // The flag is this store's i32 global: setting it cannot fail.
-                        let _ = moved.set(&mut c, wasmtime::Val::I32(1));
-                    }
-                    OK
-                }
-                None => BAD_ARGUMENT,
+            if !state.set_effective(id) {
+                return BAD_ARGUMENT;
             }
+            // Within a combined call the next callback must start from its own context again
+            // (combined_calls.rs).
+            if let Some(moved) = state.effective_moved {
+                // The flag is this store's i32 global: setting it cannot fail.
+                let _ = moved.set(&mut c, wasmtime::Val::I32(1));
+            }
+            OK
         },
     )?;
     Ok(())
