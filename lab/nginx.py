@@ -42,7 +42,7 @@ DEFAULT_KV_ZONES = {"ratelimit": "4m eviction=none", "cost": "4m eviction=none"}
 
 def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admin_port: int, error_log: pathlib.Path,
                  log_level: str = "info", module: pathlib.Path | None = None, kong: bool = False,
-                 h2_port: int | None = None) -> str:
+                 h2_port: int | None = None, compiled_cache: pathlib.Path | None = None) -> str:
     """nginx.conf for a GatewaySpec: the Tollgate module, one `module` per plugin, the chain as
     `proxy_wasm` directives (`tollgate_proxy_wasm_file` with a file under `prefix` for
     configurations over NGINX_INLINE_CONFIG_MAX bytes), upstreams as `upstream {}` blocks (routed
@@ -57,7 +57,10 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     namespace"), so that zone is declared here.
 
     `h2_port`: the port of the cleartext HTTP/2 listener (`listen ... http2;`) that
-    `spec.http2_listener` asks for (RuntimeError without one)."""
+    `spec.http2_listener` asks for (RuntimeError without one).
+
+    `compiled_cache`: a `tollgate_compiled_cache` directory (not with `kong`, which has no such
+    directive)."""
     module = module or NGINX_MODULE
     if spec.http2_listener and h2_port is None:
         raise RuntimeError("spec.http2_listener needs an h2_port")
@@ -101,7 +104,8 @@ def nginx_config(spec: GatewaySpec, prefix: pathlib.Path, listen_port: int, admi
     kv_zones = {name: args for name, args in {**DEFAULT_KV_ZONES, **(spec.kv_zones or {})}.items() if args is not None}
     if kong:
         kv_zones.setdefault("*", "4m eviction=lru")
-    modules_conf = "\n".join([f"    module {n} {p};" for n, p in modules.items()]
+    cache = [f"    tollgate_compiled_cache {compiled_cache};"] if compiled_cache and not kong else []
+    modules_conf = "\n".join(cache + [f"    module {n} {p};" for n, p in modules.items()]
                              + [f"    shm_kv {n} {args};" for n, args in kv_zones.items()])
     # As in nginx-compat/conf/*.conf: proxy the URI nginx normalised, not the raw target.
     rewrite = "            rewrite ^ $uri break;\n" if spec.normalize_paths else ""
@@ -168,6 +172,12 @@ http {{
 # runs the nginx module's suites once more so: the debug log reads events' data, and once
 # crashed workers on the module's timers).
 NGINX_LOG_LEVEL = os.environ.get("TOLLGATE_NGINX_LOG_LEVEL", "")
+
+# TOLLGATE_E2E_COMPILED_CACHE=DIR: every gateway NginxHost renders keeps its modules' compiled
+# code in DIR (`tollgate_compiled_cache`), so that the suites compile each distinct .wasm once
+# instead of at every start (scripts/test.sh sets it for the main e2e runs; the debug run and
+# RawNginx's own configurations compile as a production start without a cache does).
+E2E_COMPILED_CACHE = pathlib.Path(os.environ["TOLLGATE_E2E_COMPILED_CACHE"]) if os.environ.get("TOLLGATE_E2E_COMPILED_CACHE") else None
 
 
 class NginxGateway(Gateway):
@@ -248,7 +258,8 @@ class NginxHost(Host):
     def config(self, spec: GatewaySpec, prefix: pathlib.Path, listen: int, admin: int, error_log: pathlib.Path,
                log_level: str, h2_port: int | None) -> str:
         """The nginx.conf this host runs `spec` with."""
-        return nginx_config(spec, prefix, listen, admin, error_log, log_level, self.module, h2_port=h2_port)
+        return nginx_config(spec, prefix, listen, admin, error_log, log_level, self.module, h2_port=h2_port,
+                            compiled_cache=E2E_COMPILED_CACHE)
 
     def render(self, spec: GatewaySpec, log_level: str = "info", h2_port: int | None = None) -> tuple[pathlib.Path, int, int]:
         listen, admin = free_port(), free_port()

@@ -92,6 +92,13 @@ if [ $# -eq 0 ] && [[ ",$TOLLGATE_HOSTS," == *,nginx,* ]]; then
     test_nginx_module.py test_nginx_guest_limits.py test_nginx_fail_closed.py test_nginx_redirects.py \
     test_nginx_metrics_overflow.py test_abi_compat.py test_shared_queues.py
 fi
+# The gateways of the runs below keep compiled code in one directory (lab/nginx.py,
+# TOLLGATE_E2E_COMPILED_CACHE): each distinct .wasm is compiled once per run, not at each of
+# the hundreds of nginx starts (a start with the likely chain compiles for 2-4 s here). Emptied
+# first, so that every run begins cold; the debug run above and the tests of the cache itself
+# compile as a start without one does.
+export TOLLGATE_E2E_COMPILED_CACHE="$ROOT/target/e2e-compiled-cache"
+rm -rf "$TOLLGATE_E2E_COMPILED_CACHE"
 # Failures reported as they happen, the tracebacks of a test still running after 10 min, and
 # the slowest tests (where the suite's time goes) at the end.
 e2e() { TOLLGATE_REPORT_EARLY=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider -o faulthandler_timeout=600 --durations=15 "$@"; }
