@@ -192,9 +192,10 @@ pub struct ClaimToHeader {
     pub claim: String,
     /// Header name (lower case).
     pub header: String,
-    /// The property that carries the header's value to later filters on verified requests
-    /// (`wasmx.tollgate.jwt_auth.header.<header>`, [`signals::verified_header`]).
-    pub property: String,
+    /// The field of jwt-auth's line (`wasmx.tollgate.jwt_auth`) that carries the header's value
+    /// to later filters on verified requests (`header.<header>`,
+    /// [`signals::field::verified_header`]).
+    pub key: String,
 }
 
 /// One JWT issuer and how to check its tokens.
@@ -558,7 +559,7 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
         let header = header_name(&c.header, &format!("{f}.header"))?;
         claim_to_headers.push(ClaimToHeader {
             claim: c.claim,
-            property: signals::verified_header(&header),
+            key: signals::field::verified_header(&header),
             header,
         });
     }
