@@ -2,8 +2,8 @@
 and the cost filter's tenant trust only what jwt-auth verified on the request, on every host.
 
 A client can send any header, `x-jwt-sub` included. jwt-auth writes it from a verified token and
-publishes the value as the field `header.x-jwt-sub` of its line (the property
-`wasmx.tollgate.jwt_auth`); the other filters read that field (`{"header": "x-jwt-sub"}` in their configurations). A request jwt-auth refused,
+publishes the value as the property `wasmx.tollgate.jwt_auth.header.x-jwt-sub`; the other filters read
+that property (`{"header": "x-jwt-sub"}` in their configurations). A request jwt-auth refused,
 bypassed or never saw is `unauthenticated`, whatever headers it carries.
 """
 from __future__ import annotations

@@ -3,11 +3,10 @@
 //!
 //! A client can send any header, including the ones jwt-auth writes (`x-jwt-sub`). So a value is
 //! trusted only when a verified source set it on this request: jwt-auth publishes each claim
-//! header it writes after verifying the token as the field `header.<name>` of its line, the
-//! property `wasmx.tollgate.jwt_auth` (per-stream state, which a client can neither set nor see;
-//! `crate::signals`), next to `outcome=ok`. A request that jwt-auth refused, bypassed or never
-//! saw has no such line with `outcome=ok` and gets the fixed identity [`UNAUTHENTICATED`], never
-//! the client's string.
+//! header it writes after verifying the token as the property
+//! `wasmx.tollgate.jwt_auth.header.<name>` (per-stream state, which a client can neither set nor see;
+//! `crate::signals`). A request that jwt-auth refused, bypassed or never saw has no such property
+//! and gets the fixed identity [`UNAUTHENTICATED`], never the client's string.
 //!
 //! Configuration: `{"header": NAME}` is the verified value of claim header NAME (the default,
 //! and the only trusted form); `{"unverified_header": NAME}` takes the request header as sent,
@@ -28,12 +27,12 @@ pub const UNAUTHENTICATED: &str = "unauthenticated";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdentitySource {
     /// The value jwt-auth wrote into request header `header` after verifying this request's
-    /// token, read from the field `key` (`header.<header>`) of jwt-auth's line.
+    /// token, read from its property `property` (`wasmx.tollgate.jwt_auth.header.<header>`).
     Verified {
         /// Header name (lower case).
         header: String,
-        /// The field of jwt-auth's line holding the verified value.
-        key: String,
+        /// The property holding the verified value.
+        property: String,
     },
     /// Request header `header` as received (lower case): trusted as is.
     Unverified {
@@ -104,7 +103,7 @@ impl IdentitySource {
     pub fn verified(header: &str) -> Self {
         IdentitySource::Verified {
             header: header.to_string(),
-            key: signals::field::verified_header(header),
+            property: signals::verified_header(header),
         }
     }
 
@@ -124,25 +123,19 @@ impl IdentitySource {
         }
     }
 
-    /// The request's identity: one property read (jwt-auth's line) when verified, one header
-    /// read when unverified.
+    /// The request's identity: one property read for a verified request with the claim (two
+    /// when the claim is absent or the request unverified); one header read when unverified.
     pub fn read(&self, view: &impl IdentityView) -> Identity {
         match self {
-            IdentitySource::Verified { key, .. } => match view.property(signals::JWT_AUTH) {
-                Some(line) => verified_value(&line, key),
-                None => Identity::Unauthenticated,
-            },
-            _ => self.read_with(None, view),
-        }
-    }
-
-    /// [`IdentitySource::read`] for a filter that has already read jwt-auth's line
-    /// (`jwt_auth_line`, `None` when unset): no property read.
-    pub fn read_with(&self, jwt_auth_line: Option<&[u8]>, view: &impl IdentityView) -> Identity {
-        match self {
-            IdentitySource::Verified { key, .. } => match jwt_auth_line {
-                Some(line) => verified_value(line, key),
-                None => Identity::Unauthenticated,
+            IdentitySource::Verified { property, .. } => match view.property(property) {
+                Some(v) if !v.is_empty() => Identity::Value(v),
+                _ if view
+                    .property(signals::JWT_AUTH)
+                    .is_some_and(|line| signals::has_outcome(&line, "ok")) =>
+                {
+                    Identity::Absent
+                }
+                _ => Identity::Unauthenticated,
             },
             IdentitySource::Unverified { header } => match view.header(header) {
                 Some(v) if !v.is_empty() => Identity::Value(v),
@@ -159,25 +152,6 @@ impl IdentitySource {
                 }
             }
         }
-    }
-}
-
-/// The identity in jwt-auth's line `line` under field `key`: its value on `outcome=ok` (absent
-/// when the field is missing or empty), [`Identity::Unauthenticated`] on any other outcome.
-fn verified_value(line: &[u8], key: &str) -> Identity {
-    // Each key's first occurrence, as `crate::logfmt::value` reads it.
-    let (mut outcome, mut value) = (None, None);
-    for (k, v) in crate::logfmt::pairs(line) {
-        if k == signals::field::OUTCOME && outcome.is_none() {
-            outcome = Some(v);
-        } else if k == key && value.is_none() {
-            value = Some(v);
-        }
-    }
-    match value {
-        _ if outcome.as_deref() != Some("ok") => Identity::Unauthenticated,
-        Some(v) if !v.is_empty() => Identity::Value(v.into_owned().into_bytes()),
-        _ => Identity::Absent,
     }
 }
 
@@ -276,69 +250,18 @@ mod tests {
         };
         assert_eq!(sub.read(&refused), Identity::Unauthenticated);
         let verified = View {
-            properties: vec![(signals::JWT_AUTH, b"outcome=ok header.x-jwt-sub=alice")],
+            properties: vec![
+                (signals::JWT_AUTH, b"outcome=ok"),
+                ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+            ],
             headers: vec![("x-jwt-sub", b"victim")],
         };
         assert_eq!(sub.read(&verified), Identity::Value(b"alice".to_vec()));
-        // Only on `ok`: a line of another outcome vouches for nothing, whatever it holds.
-        let not_ok = View {
-            properties: vec![(signals::JWT_AUTH, b"outcome=expired header.x-jwt-sub=alice")],
-            ..View::default()
-        };
-        assert_eq!(sub.read(&not_ok), Identity::Unauthenticated);
-        // Another claim header's field is not this one's.
-        let other = View {
-            properties: vec![(signals::JWT_AUTH, b"outcome=ok header.x-jwt-email=a@b")],
-            ..View::default()
-        };
-        assert_eq!(sub.read(&other), Identity::Absent);
         let without_claim = View {
             properties: vec![(signals::JWT_AUTH, b"outcome=ok")],
             ..View::default()
         };
         assert_eq!(sub.read(&without_claim), Identity::Absent);
-    }
-
-    /// A claim value is written into the line by jwt-auth (`crate::logfmt::Line`) and read back
-    /// exactly, whatever it holds: a value that looks like another field is not one.
-    #[test]
-    fn verified_values_round_trip_through_the_line() {
-        let sub = IdentitySource::verified("x-jwt-sub");
-        for value in [
-            "alice",
-            "a b",
-            "outcome=ok",
-            "x\" header.x-jwt-sub=mallory",
-            "tab\tnew\nline\u{1}",
-            "ünïcödé",
-        ] {
-            let mut line = crate::logfmt::Line::new();
-            line.text(signals::field::OUTCOME, "ok")
-                .text(&signals::field::verified_header("x-jwt-sub"), value);
-            let line = line.as_str().as_bytes().to_vec();
-            assert_eq!(
-                sub.read_with(Some(&line), &View::default()),
-                Identity::Value(value.as_bytes().to_vec()),
-                "{value:?}"
-            );
-        }
-        let mut empty = crate::logfmt::Line::new();
-        empty
-            .text(signals::field::OUTCOME, "ok")
-            .text("header.x-jwt-sub", "");
-        assert_eq!(
-            verified_value(empty.as_str().as_bytes(), "header.x-jwt-sub"),
-            Identity::Absent
-        );
-        // A forged `outcome` inside a value does not make a refused request verified.
-        let mut refused = crate::logfmt::Line::new();
-        refused
-            .text(signals::field::OUTCOME, "expired")
-            .text("header.x-jwt-sub", "y outcome=ok");
-        assert_eq!(
-            verified_value(refused.as_str().as_bytes(), "header.x-jwt-sub"),
-            Identity::Unauthenticated
-        );
     }
 
     #[test]

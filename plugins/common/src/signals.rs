@@ -18,11 +18,12 @@
 //! (`wasmx.tollgate.cost.outcome`, ...: the field `outcome` of `wasmx.tollgate.cost` now).
 
 /// jwt-auth's line. `outcome`: `ok`, `bypass`, `invalid_path`, `invalid_authority`,
-/// `headers_unavailable`, or the refusal reason (`expired`, `bad_signature`, ...). On `ok`, one
-/// field `header.<header name>` ([`field::verified_header`]) per claim header jwt-auth wrote
-/// into the request, holding the value it wrote: how a verified identity reaches later filters
-/// (`crate::identity`).
+/// `headers_unavailable`, or the refusal reason (`expired`, `bad_signature`, ...).
 pub const JWT_AUTH: &str = "wasmx.tollgate.jwt_auth";
+/// The prefix of the properties by which jwt-auth hands a verified claim header to later
+/// filters: `wasmx.tollgate.jwt_auth.header.<header name>` holds the value jwt-auth wrote into that
+/// request header, set only when it verified this request's token (outcome `ok`).
+pub const JWT_AUTH_HEADER_PREFIX: &str = "wasmx.tollgate.jwt_auth.header.";
 /// rate-limit's line. `outcome`: `allowed`, `limited`, `contention_allowed`,
 /// `contention_denied`, `missing_key_denied`, `missing_key_allowed`, `invalid_weight`,
 /// `invalid_credential`, `store_failure_allowed`, `store_failure_denied`,
@@ -63,18 +64,14 @@ pub mod field {
     pub const REASONING_TOKENS: &str = "reasoning_tokens";
     /// cost: the request's price in nano-USD (10^-9 USD), a decimal integer.
     pub const COST_NANO_USD: &str = "cost_nano_usd";
-    /// jwt-auth: the prefix of a verified claim header's field, `header.<header name>`
-    /// ([`verified_header`]).
-    pub const VERIFIED_HEADER_PREFIX: &str = "header.";
     /// cost: microseconds from its request headers to the first response body bytes it passed
     /// on (the metrics filter's time to first token); absent when the response had none.
     pub const FIRST_BYTE_US: &str = "first_byte_us";
+}
 
-    /// The key of verified claim header `header` (lower case) in jwt-auth's line:
-    /// `header.<header>` (`header.x-jwt-sub`).
-    pub fn verified_header(header: &str) -> String {
-        format!("{VERIFIED_HEADER_PREFIX}{header}")
-    }
+/// The property of verified claim header `header` (lower case): see [`JWT_AUTH_HEADER_PREFIX`].
+pub fn verified_header(header: &str) -> String {
+    format!("{JWT_AUTH_HEADER_PREFIX}{header}")
 }
 
 /// Whether a filter's line (as read) has outcome `outcome`.
@@ -86,7 +83,7 @@ pub fn has_outcome(line: &[u8], outcome: &str) -> bool {
 /// [`RATE_LIMIT`], [`COST`]); a host error is logged, never fatal.
 #[cfg(target_arch = "wasm32")]
 pub fn publish(property: &str, line: &crate::logfmt::Line) {
-    set_bytes(property, line.as_str().as_bytes());
+    set(property, line.as_str());
 }
 
 /// Publishes a line with only its outcome ([`publish_fields`]).
@@ -119,6 +116,12 @@ fn set_bytes(name: &str, value: &[u8]) {
     }
 }
 
+/// Sets a property for the current request; a host error is logged, never fatal.
+#[cfg(target_arch = "wasm32")]
+pub fn set(name: &str, value: &str) {
+    set_bytes(name, value.as_bytes());
+}
+
 /// A filter's line published earlier on this request (`None` if unset).
 #[cfg(target_arch = "wasm32")]
 pub fn read(property: &str) -> Option<Vec<u8>> {
@@ -133,10 +136,13 @@ mod tests {
     /// `ngx.*` and its mapped attributes): a signal elsewhere would be lost there.
     #[test]
     fn every_signal_is_under_wasmx_tollgate() {
-        for name in [JWT_AUTH, RATE_LIMIT, COST] {
+        for name in [JWT_AUTH, JWT_AUTH_HEADER_PREFIX, RATE_LIMIT, COST] {
             assert!(name.starts_with("wasmx.tollgate."), "{name}");
         }
-        assert_eq!(field::verified_header("x-jwt-sub"), "header.x-jwt-sub");
+        assert_eq!(
+            verified_header("x-jwt-sub"),
+            "wasmx.tollgate.jwt_auth.header.x-jwt-sub"
+        );
     }
 
     #[test]

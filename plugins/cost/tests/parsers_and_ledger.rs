@@ -356,10 +356,8 @@ fn header_tenants_are_verified_by_jwt_auth() {
     assert_eq!(c.tenant(&refused).unwrap(), "unauthenticated");
     let verified = Request(&[
         ("x-jwt-sub", b"mallory"),
-        (
-            "wasmx.tollgate.jwt_auth",
-            b"outcome=ok header.x-jwt-sub=alice",
-        ),
+        ("wasmx.tollgate.jwt_auth", b"outcome=ok"),
+        ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
     ]);
     assert_eq!(c.tenant(&verified).unwrap(), "alice");
     let no_claim = Request(&[("wasmx.tollgate.jwt_auth", b"outcome=ok")]);

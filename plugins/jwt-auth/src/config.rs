@@ -192,10 +192,9 @@ pub struct ClaimToHeader {
     pub claim: String,
     /// Header name (lower case).
     pub header: String,
-    /// The field of jwt-auth's line (`wasmx.tollgate.jwt_auth`) that carries the header's value
-    /// to later filters on verified requests (`header.<header>`,
-    /// [`signals::field::verified_header`]).
-    pub key: String,
+    /// The property that carries the header's value to later filters on verified requests
+    /// (`wasmx.tollgate.jwt_auth.header.<header>`, [`signals::verified_header`]).
+    pub property: String,
 }
 
 /// One JWT issuer and how to check its tokens.
@@ -559,7 +558,7 @@ fn compile_provider(name: String, p: RawProvider, field: &str) -> Result<Provide
         let header = header_name(&c.header, &format!("{f}.header"))?;
         claim_to_headers.push(ClaimToHeader {
             claim: c.claim,
-            key: signals::field::verified_header(&header),
+            property: signals::verified_header(&header),
             header,
         });
     }

@@ -324,19 +324,18 @@ fn authenticate(shared: &Shared) -> HostAction {
         set_request_header(name, None);
     }
     headers.strip_cgi_aliases(config);
+    // The verified claim headers, for later filters that take an identity from them
+    // (tollgate_common::identity): a property, which a client cannot set.
+    for c in provider.map_or(&[][..], |p| &p.claim_to_headers) {
+        let same = |(n, _): &&(String, String)| same_bytes(n.as_bytes(), c.header.as_bytes());
+        if let Some((_, value)) = verified.headers.iter().find(same) {
+            signals::set(&c.property, value);
+        }
+    }
     if let Some(p) = &request_path {
         forward_normal_path(p);
     }
     count(shared.counters.ok);
-    // The line, with the verified claim headers for later filters that take an identity from
-    // them (tollgate_common::identity): a property, which a client cannot set.
-    let mut fields = vec![(signals::field::OUTCOME, "ok")];
-    for c in provider.map_or(&[][..], |p| &p.claim_to_headers) {
-        let same = |(n, _): &&(String, String)| same_bytes(n.as_bytes(), c.header.as_bytes());
-        if let Some((_, value)) = verified.headers.iter().find(same) {
-            fields.push((c.key.as_str(), value.as_str()));
-        }
-    }
-    signals::publish_fields(signals::JWT_AUTH, &fields);
+    signals::publish_outcome(signals::JWT_AUTH, "ok");
     HostAction::Continue
 }

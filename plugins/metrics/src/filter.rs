@@ -265,15 +265,12 @@ fn log_request(timing: &Timing, state: &mut State) {
     let now_secs = end
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    // The other filters' lines, one property read each (`tollgate_common::signals`).
-    let auth_line = signals::read(signals::JWT_AUTH);
     // The tenant: only a verified identity (or a header configured as trusted) is admitted
     // to the registry; see tollgate_common::identity and crate::tenants.
     let mut identity = None;
     let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
         (Some(t), Some(reg)) => {
-            let read = t.source.read_with(auth_line.as_deref(), &HostIdentityView);
-            let identity = identity.insert(read);
+            let identity = identity.insert(t.source.read(&HostIdentityView));
             let trusted = match t.source {
                 IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
                 IdentitySource::Unverified { .. } | IdentitySource::Credential { .. } => true,
@@ -291,6 +288,8 @@ fn log_request(timing: &Timing, state: &mut State) {
         _ => (None, false),
     };
     let duration_us = micros(timing.start, end);
+    // The other filters' lines, one property read each (`tollgate_common::signals`).
+    let auth_line = signals::read(signals::JWT_AUTH);
     let auth = auth_line
         .as_deref()
         .and_then(|l| logfmt::value(l, field::OUTCOME));

@@ -455,10 +455,10 @@ mod tests {
         );
         let verified = Req {
             headers: vec![("x-jwt-sub", b"victim")],
-            properties: vec![(
-                "wasmx.tollgate.jwt_auth",
-                b"outcome=ok header.x-jwt-sub=alice",
-            )],
+            properties: vec![
+                ("wasmx.tollgate.jwt_auth", b"outcome=ok"),
+                ("wasmx.tollgate.jwt_auth.header.x-jwt-sub", b"alice"),
+            ],
             ..Default::default()
         };
         assert_eq!(client_key(&parts, &verified).as_deref(), Some("5:alice"));

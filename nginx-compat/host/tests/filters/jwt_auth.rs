@@ -125,11 +125,7 @@ fn jwt_auth_valid_hs256_token_sets_claim_headers() {
             None,
             "token header removed"
         );
-        // The verified claim headers ride in the line, for the filters after this one.
-        assert_eq!(
-            property(&s, "wasmx.tollgate.jwt_auth"),
-            Some("outcome=ok header.x-jwt-sub=alice header.x-jwt-role=admin")
-        );
+        assert_eq!(property(&s, "wasmx.tollgate.jwt_auth"), Some("outcome=ok"));
         vm.on_log_and_delete(id, &mut s).unwrap();
     }
 }
