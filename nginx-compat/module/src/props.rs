@@ -12,8 +12,11 @@ use crate::util::bytes;
 pub struct NgxProps {
     /// The request; valid as long as the stream that owns this source (freed with the request).
     pub r: *mut ngx_http_request_t,
-    /// `response.code_details` when the response is a filter's local response.
-    pub local_details: std::rc::Rc<std::cell::RefCell<Option<Vec<u8>>>>,
+    /// `response.code_details` when the response is a filter's local response: the field of
+    /// the request's context (`RequestCtx::local_details`), which owns the stream that owns
+    /// this source, so the field outlives every read through it (a pointer, not an `Rc`: one
+    /// allocation fewer per request).
+    pub local_details: *const std::cell::RefCell<Option<Vec<u8>>>,
 }
 
 /// `ip:port` and port of a socket address, as nginx formats it.
@@ -73,7 +76,9 @@ impl NgxProps {
 
     /// `via_upstream` when the upstream answered; Envoy-like details otherwise.
     fn code_details(&self) -> Option<Vec<u8>> {
-        if let Ok(d) = self.local_details.try_borrow() {
+        // SAFETY: see the field; the context outlives its stream's property source.
+        let local = unsafe { self.local_details.as_ref() };
+        if let Some(Ok(d)) = local.map(std::cell::RefCell::try_borrow) {
             if let Some(d) = d.as_ref() {
                 return Some(d.clone());
             }

@@ -3,12 +3,16 @@
 //! ([`Phase`]), and the way to a context from a worker's handle ([`from_handle`]).
 
 use std::cell::RefCell;
-use std::rc::Rc;
 
 use ngx::ffi::{ngx_event_t, ngx_http_request_t};
+use smallvec::SmallVec;
 use tollgate_host::{HttpId, Stream, Vm};
 
 use crate::worker::{RequestHandle, Worker};
+/// Filters of a chain kept in the request context without an allocation (the shipped chains
+/// have 1-5).
+pub const INLINE_SLOTS: usize = 6;
+
 /// Where a filter's HTTP context lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmRef {
@@ -65,8 +69,9 @@ pub struct RequestCtx {
     /// The location chain (its address) whose filters this context has added: a different
     /// one after an internal redirect adds the new chain's filters.
     pub chain: *const Vec<usize>,
-    /// The filters run on this request, in order.
-    pub slots: Vec<Slot>,
+    /// The filters run on this request, in order (inline up to [`INLINE_SLOTS`]: no allocation
+    /// for a chain of that length).
+    pub slots: SmallVec<[Slot; INLINE_SLOTS]>,
     /// Instances owned by the request (isolation `stream`/`filter`).
     pub own_vms: Vec<Vm>,
     /// The stream shared by the filters.
@@ -109,8 +114,9 @@ pub struct RequestCtx {
     pub wants_response_headers: bool,
     /// Event posted to resume a paused request.
     pub resume_ev: ngx_event_t,
-    /// `response.code_details` of a local response.
-    pub local_details: Rc<RefCell<Option<Vec<u8>>>>,
+    /// `response.code_details` of a local response (read by the stream's `NgxProps` through a
+    /// pointer to this field: the context does not move while it lives).
+    pub local_details: RefCell<Option<Vec<u8>>>,
 }
 
 /// What a response-side failure did to the response.
