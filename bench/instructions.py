@@ -732,7 +732,9 @@ def markdown(res: dict) -> str:
                     return f"{fmt(got)} ({'met' if got <= limit else 'missed'})"
                 if what in CALLS:
                     got = c.get("calls_per_request", {}).get(what)
-                    return "–" if got is None else f"{got:.0f} ({'met' if got <= limit else 'missed'})"
+                    # Two decimals: a tick's entry now and then (the metrics flush) puts an
+                    # average just over a whole number, which ".0f" showed as the target itself.
+                    return "–" if got is None else f"{got:.2f} ({'met' if got <= limit else 'missed'})"
                 got = c["per_request"] / base["per_request"]
                 return f"{got:.2f}x ({'met' if got <= limit else 'missed'})"
             goal = (f"at most +{fmt(limit)} over proxy-only" if what == "minus" else
