@@ -30,7 +30,9 @@ pub const MAX_EDITS: usize = 16;
 
 /// The embedding's header list of one request or response, as the [`HeaderMap`] it would build
 /// (names lower-case, pseudo-headers first). Every method reads the list as it is when called.
-pub trait HeaderSource {
+/// `Any`: an embedding can take its own source back from a map it is done with
+/// ([`DeferredMap::source`]) and reuse its allocation.
+pub trait HeaderSource: std::any::Any {
     /// The entry count of the map (pseudo-headers included): `num_headers` of
     /// `proxy_on_request_headers` / `proxy_on_response_headers`.
     fn len(&self) -> usize;

@@ -42,7 +42,9 @@ impl LocalResponse {
 /// `response.code`). `path` is the property path as the ABI passes it, segments joined by `\0`
 /// (e.g. `b"request\0path"`). Values use Envoy's encodings (strings as bytes, integers as
 /// 8-byte little-endian where Envoy does so; the Tollgate filters parse decimal text too).
-pub trait PropertySource {
+/// `Any`: an embedding can take its own source back from a finished stream and reuse its
+/// allocation.
+pub trait PropertySource: std::any::Any {
     fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
 }
 

@@ -143,8 +143,9 @@ unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx
         if let Some(len) = crate::headers::plain_request_count(r) {
             ctx.stream.request_headers.clear();
             ctx.stream.request_headers_changed = false;
-            ctx.stream.request_headers_deferred =
-                Some(DeferredMap::new(Box::new(RequestSource::new(r, len))));
+            ctx.stream.request_headers_deferred = Some(DeferredMap::new(
+                crate::request::spares::request_source(RequestSource::new(r, len)),
+            ));
         } else {
             let (map, drops) = crate::headers::request_map(r);
             ctx.stream.request_headers = map;

@@ -53,8 +53,9 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // Read in place, built only when a filter needs the whole map (the request's pool,
         // and so `r`, outlives the stream).
         ctx.stream.response_headers.clear();
-        ctx.stream.response_headers_deferred =
-            Some(DeferredMap::new(Box::new(ResponseSource::new(r))));
+        ctx.stream.response_headers_deferred = Some(DeferredMap::new(
+            crate::request::spares::response_source(ResponseSource::new(r)),
+        ));
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {
             ctx.resp_eos = true;

@@ -4,7 +4,6 @@
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::mem::MaybeUninit;
 
 use ngx::ffi::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_pool_cleanup_t};
 use smallvec::SmallVec;
@@ -14,42 +13,6 @@ use super::context::{Phase, RequestCtx};
 use super::resume::resume_handler;
 use crate::base::ctx_slot;
 use crate::props::NgxProps;
-
-/// Most allocations of freed request contexts a worker keeps for its next requests (a context
-/// is about 0.9 KB).
-const SPARE_CONTEXTS: usize = 16;
-
-thread_local! {
-    /// Allocations of freed request contexts (their values dropped), reused by
-    /// [`RequestCtx::create`]: in nginx's heap, glibc serves a context's size from its slow path
-    /// (about 250 instructions to allocate and 120 to free, callgrind), a reuse costs a push and
-    /// a pop. Each is written whole with a new value, so nothing of a request reaches the next.
-    // Boxes, not values: a context's address is its request's handle and must not move.
-    #[allow(clippy::vec_box)]
-    static SPARES: RefCell<Vec<Box<MaybeUninit<RequestCtx>>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Keeps the allocation of a dropped context for [`RequestCtx::create`], or frees it when
-/// [`SPARE_CONTEXTS`] are kept already.
-fn keep_spare(spare: Box<MaybeUninit<RequestCtx>>) {
-    let mut spare = Some(spare);
-    let _ = SPARES.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < SPARE_CONTEXTS {
-                s.extend(spare.take());
-            }
-        }
-    });
-}
-
-/// A kept allocation for a context, or a new one.
-fn spare_or_new() -> Box<MaybeUninit<RequestCtx>> {
-    SPARES
-        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
-        .ok()
-        .flatten()
-        .unwrap_or_else(Box::new_uninit)
-}
 
 /// Whether pool cleanup `c` owns the context of the request `r`: ours are recognised by
 /// their handler (nginx modules find their own cleanups so), then by their request (a
@@ -83,12 +46,7 @@ unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
         if ctx.resume_ev.posted() != 0 {
             nginx_sys::ngx_delete_posted_event(&mut ctx.resume_ev);
         }
-        ctx.stream.property_source = None;
-        let raw = Box::into_raw(ctx);
-        // The value is dropped here, once; its allocation is kept as uninitialised memory of
-        // the same layout (`MaybeUninit<T>` is `T`'s).
-        std::ptr::drop_in_place(raw);
-        keep_spare(Box::from_raw(raw.cast::<MaybeUninit<RequestCtx>>()));
+        super::spares::keep_context(ctx);
     }
 }
 
@@ -129,33 +87,30 @@ impl RequestCtx {
             request_trailers_unavailable: true,
             ..Stream::default()
         };
-        let ctx = Box::write(
-            spare_or_new(),
-            RequestCtx {
-                r,
-                chain: std::ptr::null(),
-                slots: SmallVec::new(),
-                own_vms: Vec::new(),
-                stream,
-                phase: Phase::Fresh,
-                started: 0,
-                body_done: 0,
-                body_read: false,
-                body_loaded: false,
-                finished: false,
-                response_failed: None,
-                refused: false,
-                resp_buffering: false,
-                resp_eos: false,
-                resp_body_left: None,
-                wants_request_body: false,
-                wants_response_body: false,
-                wants_response_headers: false,
-                // SAFETY: a zeroed event is nginx's initial state.
-                resume_ev: unsafe { std::mem::zeroed() },
-                local_details: RefCell::new(None),
-            },
-        );
+        let ctx = super::spares::context(RequestCtx {
+            r,
+            chain: std::ptr::null(),
+            slots: SmallVec::new(),
+            own_vms: Vec::new(),
+            stream,
+            phase: Phase::Fresh,
+            started: 0,
+            body_done: 0,
+            body_read: false,
+            body_loaded: false,
+            finished: false,
+            response_failed: None,
+            refused: false,
+            resp_buffering: false,
+            resp_eos: false,
+            resp_body_left: None,
+            wants_request_body: false,
+            wants_response_body: false,
+            wants_response_headers: false,
+            // SAFETY: a zeroed event is nginx's initial state.
+            resume_ev: unsafe { std::mem::zeroed() },
+            local_details: RefCell::new(None),
+        });
         // SAFETY: the cleanup owns the Box; it runs when the request pool is destroyed.
         unsafe {
             let cln = ngx_pool_cleanup_add((*r).pool, 0);
@@ -164,7 +119,7 @@ impl RequestCtx {
             }
             let p = Box::into_raw(ctx);
             // The Box's contents do not move: the source may point at the context's field.
-            (*p).stream.property_source = Some(Box::new(NgxProps {
+            (*p).stream.property_source = Some(super::spares::props(NgxProps {
                 r,
                 local_details: &raw const (*p).local_details,
             }));

@@ -41,7 +41,9 @@
 //! - `callbacks.rs`: running a callback over the filters, fail closed, and how the run ended
 //!   ([`callbacks::Outcome`]); the log phase's callbacks;
 //! - `resume.rs`: resuming paused requests (a `Vm`'s resume, a replaced instance's orphans);
-//! - `local_response.rs`: sending a filter's local response (HTTP, or gRPC trailers-only).
+//! - `local_response.rs`: sending a filter's local response (HTTP, or gRPC trailers-only);
+//! - `spares.rs`: the allocations a worker keeps from one request for the next (the context and
+//!   its stream's sources).
 
 pub mod callbacks;
 mod chain;
@@ -49,3 +51,4 @@ pub mod context;
 pub mod context_lifetime;
 pub mod local_response;
 pub mod resume;
+pub mod spares;
