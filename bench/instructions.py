@@ -65,6 +65,7 @@ and, through the functions' crate names, its filter.
     scripts/bench.sh instructions --module before=/tmp/old.so --module after=target/nginx/ngx_http_tollgate_wasm_module.so
     scripts/bench.sh instructions --variants proxy-only,full --warmup 20 --requests 100
     scripts/bench.sh instructions --repeat 3                 # three runs per cell: the median run, and the spread
+    scripts/bench.sh instructions --repeat-small 3           # three of proxy-only and the floors only (seconds each)
     scripts/bench.sh instructions --smoke                    # W=3, N=5, proxy-only and floor-1 (~20 s; part of the tests)
     scripts/bench.sh instructions --wasm main=/tmp/main-wasm --wasm branch=target/wasm32-wasip1/release \
         --variants proxy-only,likely,likely-dotted,full      # what the filters' changes cost per request
@@ -131,6 +132,9 @@ PRICE_VARIANTS = ["cost-3", "cost-litellm"]
 NAMED_ONLY = [*PRICE_VARIANTS, "cost-tokens"]
 DOTTED_PATH = "/v1/./chat//completions"
 SMOKE_VARIANTS = ["proxy-only", "floor-1"]
+# The cells whose differences are a few thousand instructions, as large as the spread of nginx's
+# and glibc's malloc paths between starts: `--repeat-small K` runs them K times (cheap: seconds).
+SMALL_VARIANTS = ["proxy-only", "floor-1", "floor-1-all", "floor-5"]
 LAYERS = ["wasm JIT", "host core", "glue", "wasmtime", "services", "kong module", "nginx", "other"]
 READY_TIMEOUT_S = 1800  # the full chain's compilation under valgrind: ~3 min idle, more when the machine is busy
 REQUEST_TIMEOUT_S = 120
@@ -592,6 +596,9 @@ def options() -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up requests (default 50; smoke 3)")
     ap.add_argument("--requests", type=int, default=None, help="measured requests (default 200; smoke 5)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per cell (each from a fresh nginx); the report gives the median run and the spread")
+    ap.add_argument("--repeat-small", type=int, default=1,
+                    help=f"runs per cell of {','.join(SMALL_VARIANTS)} (at least --repeat): the floor's target "
+                         "(+4,000) is within their spread from one nginx start to the next")
     ap.add_argument("--smoke", action="store_true", help="W=3, N=5, proxy-only and floor-1: checks that it runs")
     ap.add_argument("--name", default=None, help="the report's and the work directory's name (default: instructions, "
                     "instructions.smoke or instructions_prices): runs with different names can go on side by side")
@@ -601,8 +608,9 @@ def options() -> argparse.Namespace:
     a.variants = a.variants.split(",") if a.variants else (
         SMOKE_VARIANTS if a.smoke else [v for v in VARIANTS if v not in NAMED_ONLY])
     unknown = set(a.variants) - set(VARIANTS)
-    if unknown or a.warmup < 0 or a.requests < 1 or a.repeat < 1:
-        ap.error(f"unknown variants {sorted(unknown)}" if unknown else "--warmup >= 0, --requests >= 1, --repeat >= 1")
+    if unknown or a.warmup < 0 or a.requests < 1 or a.repeat < 1 or a.repeat_small < 1:
+        ap.error(f"unknown variants {sorted(unknown)}" if unknown else
+                 "--warmup >= 0, --requests >= 1, --repeat >= 1, --repeat-small >= 1")
     a.variants = [v for v in VARIANTS if v in a.variants]  # cheapest first: the sanity order
     return a
 
@@ -695,7 +703,9 @@ def markdown(res: dict) -> str:
              "differs), which moves the small cells by a few percent. "
              + (f"{res['repeat']} runs per cell, each from a fresh nginx: the tables give the median run, the spread is below "
                 "(within this one invocation: separate invocations, with new keys, tokens and ports, have differed more)."
-                if res["repeat"] > 1 else "One run per cell (`--repeat 3` shows the spread)."), "",
+                if res["repeat"] > 1 else
+                f"One run per cell, {res.get('repeat_small', 1)} for {', '.join(SMALL_VARIANTS)} (the median run; the spread is below)."
+                if res.get("repeat_small", 1) > 1 else "One run per cell (`--repeat 3` shows the spread)."), "",
              ("Builds (module and filters): " + "; ".join(
                  f"**{x['label']}** = module `{x['source']}` (sha256 {x['sha256'][:12]}…), filters `{x['wasm_dir'] or res['wasm_dir']}`"
                  for x in res["modules"]) + ". Filters: "
@@ -740,10 +750,11 @@ def markdown(res: dict) -> str:
             goal = (f"at most +{fmt(limit)} over proxy-only" if what == "minus" else
                     f"at most {limit} {what} per request" if what in CALLS else f"at most {limit}x proxy-only")
             lines.append(f"| {v} | {goal} | " + " | ".join(reached(x) for x in labels) + " |")
-    if res["repeat"] > 1:
-        lines += ["", f"## Spread over the {res['repeat']} runs (instructions per request, sorted; max/min − 1)", "",
+    spread_variants = [v for v in variants if runs_of(v, res["repeat"], res.get("repeat_small", 1)) > 1]
+    if spread_variants:
+        lines += ["", "## Spread over the runs (instructions per request, sorted; max/min − 1)", "",
                   "| variant | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
-        for v in variants:
+        for v in spread_variants:
             runs = lambda c: " / ".join(fmt(r["per_request"]) for r in sorted(c["runs"], key=lambda r: r["per_request"]))
             spread = lambda c: f" ({c['per_request_max'] / c['per_request_min'] - 1:.1%})"
             lines.append(f"| {v} | " + " | ".join(runs(get(x, v)) + spread(get(x, v)) if get(x, v) else "–" for x in labels) + " |")
@@ -802,10 +813,15 @@ def median_cell(module: str, variant: str, runs: list[dict]) -> dict:
             "per_request_min": ordered[0]["per_request"], "per_request_max": ordered[-1]["per_request"]}
 
 
+def runs_of(variant: str, repeat: int, repeat_small: int) -> int:
+    """Runs of a cell: `repeat`, or `repeat_small` for SMALL_VARIANTS when it is more."""
+    return max(repeat, repeat_small) if variant in SMALL_VARIANTS else repeat
+
+
 def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int, repeat: int,
-                workdir: pathlib.Path) -> list[dict]:
-    """Every (module, variant) cell `repeat` times (each round runs every cell in turn), with the
-    three demo upstreams up; returns the cells (median runs)."""
+                workdir: pathlib.Path, repeat_small: int = 1) -> list[dict]:
+    """Every (module, variant) cell `runs_of` times (each round runs every cell still due in
+    turn), with the three demo upstreams up; returns the cells (median runs)."""
     keys = jwt_auth.make_keys(ttl=86400 * 7)
     default_wasm = lab.paths.WASM_DIR  # the snapshot of the built filters (snapshot_wasm)
     requests = {v: stack_full_request(keys, DOTTED_PATH if v == "likely-dotted" else "/v1/chat/completions") for v in variants}
@@ -815,9 +831,11 @@ def measure_all(modules: list[Module], variants: list[str], warmup: int, n: int,
         for name in sticky_upstream.UPSTREAMS:
             upstreams[name] = DemoUpstream(name, workdir)
         ports = {k: u.port for k, u in upstreams.items()}
-        for r in range(repeat):
+        for r in range(max(runs_of(v, repeat, repeat_small) for v in variants)):
             for module in modules:
                 for v in variants:
+                    if r >= runs_of(v, repeat, repeat_small):
+                        continue
                     t0 = time.monotonic()
                     prefix = workdir / module.label / v / f"run{r + 1}"
                     lab.paths.WASM_DIR = module.wasm_dir or default_wasm
@@ -869,12 +887,13 @@ def main() -> int:
         wasm.update({f"{label}/{k}": v for k, v in snapshot_wasm(workdir, src, f"wasm-{label}").items()})
         modules[match[0]] = dataclasses.replace(modules[match[0]], wasm_dir=workdir / f"wasm-{label}")
     print(f"modules: {', '.join(f'{m.label}={m.source}' for m in modules)}; variants {a.variants}; W={a.warmup} N={a.requests}", flush=True)
-    cells = measure_all(modules, a.variants, a.warmup, a.requests, a.repeat, workdir)
+    cells = measure_all(modules, a.variants, a.warmup, a.requests, a.repeat, workdir, a.repeat_small)
     labels = [m.label for m in modules]
     ratios, minus = comparisons(cells, labels, a.variants)
     res = {"name": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
            "command": shlex.join(["python3", "bench/instructions.py", *sys.argv[1:]]), "smoke": a.smoke,
-           "warmup": a.warmup, "requests": a.requests, "repeat": a.repeat, "variants": a.variants,
+           "warmup": a.warmup, "requests": a.requests, "repeat": a.repeat, "repeat_small": a.repeat_small,
+           "variants": a.variants,
            "modules": [{"label": m.label, "source": str(m.source), "sha256": m.sha256, "size_bytes": m.size,
                         "wasm_dir": str(m.wasm_dir) if m.wasm_dir else None} for m in modules],
            "wasm_dir": str(wasm_dir.relative_to(ROOT) if wasm_dir.is_relative_to(ROOT) else wasm_dir), "wasm": wasm,
