@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use ngx::ffi::{ngx_event_t, ngx_http_request_t};
+use ngx::ffi::{ngx_event_t, ngx_http_request_t, ngx_pool_cleanup_t};
 use smallvec::SmallVec;
 use tollgate_host::{HttpId, Stream, Vm};
 
@@ -66,6 +66,10 @@ pub enum Phase {
 pub struct RequestCtx {
     /// The request.
     pub r: *mut ngx_http_request_t,
+    /// The pool cleanup that owns this context (set once it is added): unlinked when it runs,
+    /// so that a finished context, whose allocation is kept for another request
+    /// (`spares.rs`), is never found again by its cleanup (`context_lifetime::get_ctx`).
+    pub cleanup: *mut ngx_pool_cleanup_t,
     /// The location chain (its address) whose filters this context has added: a different
     /// one after an internal redirect adds the new chain's filters.
     pub chain: *const Vec<usize>,

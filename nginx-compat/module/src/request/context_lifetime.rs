@@ -21,7 +21,8 @@ use crate::props::NgxProps;
 /// # Safety
 /// `c` must be a live cleanup of a live pool.
 unsafe fn owns_ctx_of(c: *const ngx_pool_cleanup_t, r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: a live cleanup; one with our handler holds a live context (until it runs).
+    // SAFETY: a live cleanup; one with our handler holds a live context (`ctx_cleanup` unsets
+    // the handler when it runs).
     unsafe {
         let ours = (*c)
             .handler
@@ -38,6 +39,12 @@ unsafe extern "C" fn ctx_cleanup(data: *mut c_void) {
     // SAFETY: `data` is the Box created in `RequestCtx::create`, released exactly once here.
     unsafe {
         let mut ctx = Box::from_raw(p);
+        // Never found again through this cleanup (`owns_ctx_of`): its allocation goes back to
+        // the spares, for another request. nginx reads a cleanup's handler before calling it.
+        if let Some(cln) = ctx.cleanup.as_mut() {
+            cln.handler = None;
+            cln.data = std::ptr::null_mut();
+        }
         if !ctx.finished {
             crate::worker::with_worker(|w| ctx.finish(w));
         } else {
@@ -89,6 +96,7 @@ impl RequestCtx {
         };
         let ctx = super::spares::context(RequestCtx {
             r,
+            cleanup: std::ptr::null_mut(),
             chain: std::ptr::null(),
             slots: SmallVec::new(),
             own_vms: Vec::new(),
@@ -125,6 +133,7 @@ impl RequestCtx {
             }));
             (*cln).handler = Some(ctx_cleanup);
             (*cln).data = p.cast();
+            (*p).cleanup = cln;
             // Posted events never read `data` in nginx's debug logging (only timers do).
             (*p).resume_ev.handler = Some(resume_handler);
             (*p).resume_ev.data = p.cast();
