@@ -126,8 +126,10 @@ pub trait Host {
         let _ = path;
         None
     }
-    /// `proxy_get_shared_data`: value and CAS token; `Err(NotFound)` for a missing key.
-    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status>;
+    /// `proxy_get_shared_data`: the key's value, written into `value` (cleared first: the host
+    /// core passes one buffer, reused from call to call, so a read allocates nothing once it
+    /// has grown), and its CAS token; `Err(NotFound)` for a missing key.
+    fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status>;
     /// `proxy_set_shared_data`. CAS semantics are the embedding's to document
     /// ([`testing::MemoryHost`] follows ngx_wasm_module: `Err(CasMismatch)` unless `cas` is
     /// the key's current token; a new key accepts any `cas`).

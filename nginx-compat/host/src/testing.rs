@@ -137,12 +137,12 @@ impl Host for MemoryHost {
         self.level.get()
     }
 
-    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
-        self.shared
-            .borrow()
-            .get(key)
-            .cloned()
-            .ok_or(Status::NotFound)
+    fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
+        let shared = self.shared.borrow();
+        let (v, cas) = shared.get(key).ok_or(Status::NotFound)?;
+        value.clear();
+        value.extend_from_slice(v);
+        Ok(*cas)
     }
 
     fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
@@ -292,14 +292,17 @@ mod tests {
     #[test]
     fn cas_semantics() {
         let h = MemoryHost::new();
-        assert_eq!(h.get_shared_data(b"k"), Err(Status::NotFound));
+        let mut v = b"stale".to_vec();
+        assert_eq!(h.get_shared_data(b"k", &mut v), Err(Status::NotFound));
         h.set_shared_data(b"k", b"v1", 0).unwrap();
-        let (v, cas) = h.get_shared_data(b"k").unwrap();
+        let cas = h.get_shared_data(b"k", &mut v).unwrap();
         assert_eq!((v.as_slice(), cas), (&b"v1"[..], 1));
         assert_eq!(h.set_shared_data(b"k", b"x", 0), Err(Status::CasMismatch));
         assert_eq!(h.set_shared_data(b"k", b"x", 7), Err(Status::CasMismatch));
         h.set_shared_data(b"k", b"v2", 1).unwrap();
-        assert_eq!(h.get_shared_data(b"k").unwrap(), (b"v2".to_vec(), 2));
+        // The buffer is replaced, not appended to.
+        let cas = h.get_shared_data(b"k", &mut v).unwrap();
+        assert_eq!((v.as_slice(), cas), (&b"v2"[..], 2));
     }
 }
 

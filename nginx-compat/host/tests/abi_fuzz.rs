@@ -126,8 +126,8 @@ impl Host for FuzzHost {
     fn log_level(&self) -> LogLevel {
         LogLevel::Trace
     }
-    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
-        self.inner.get_shared_data(key)
+    fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
+        self.inner.get_shared_data(key, value)
     }
     fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
         self.inner.set_shared_data(key, value, cas)

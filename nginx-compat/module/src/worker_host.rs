@@ -390,15 +390,18 @@ impl WorkerHost {
         );
     }
 
-    fn get_shared(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
+    fn get_shared(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
         if let Some(z) = &self.zones {
-            return z.get(key).map_err(|e| kv_status(e, false));
+            return z.get_into(key, value).map_err(|e| kv_status(e, false));
         }
         let m = self
             .local
             .try_borrow()
             .map_err(|_| Status::InternalFailure)?;
-        m.get(key).cloned().ok_or(Status::NotFound)
+        let (v, cas) = m.get(key).ok_or(Status::NotFound)?;
+        value.clear();
+        value.extend_from_slice(v);
+        Ok(*cas)
     }
 
     /// CAS semantics: ngx_wasm_module's, as this host speaks its directives: the write succeeds
@@ -574,8 +577,8 @@ impl tollgate_host::Host for VmHost {
     fn log_level(&self) -> LogLevel {
         wasm_level(self.worker.log_ptr())
     }
-    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
-        self.worker.get_shared(key)
+    fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
+        self.worker.get_shared(key, value)
     }
     fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
         self.worker.set_shared(key, value, cas)
@@ -694,8 +697,8 @@ impl tollgate_host::Host for ConfHost {
     fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
         self.inner.property(path)
     }
-    fn get_shared_data(&self, key: &[u8]) -> Result<(Vec<u8>, u32), Status> {
-        self.inner.get_shared(key)
+    fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
+        self.inner.get_shared(key, value)
     }
     fn set_shared_data(&self, key: &[u8], value: &[u8], cas: u32) -> Result<(), Status> {
         self.inner.set_shared(key, value, cas)

@@ -19,16 +19,19 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(key) = mem::slice(mem, kp, kl) else {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
-            match state.host.get_shared_data(key) {
-                Ok((value, cas)) => {
-                    let s = return_bytes(&mut c, ret_ptr, ret_size, &value)?;
-                    if s != OK {
-                        return Ok(s);
-                    }
-                    Ok(return_u32(&mut c, ret_cas, cas))
-                }
+            // The value goes through a buffer kept in the state: the guest's allocator runs
+            // between the read and the copy (and may call the host, which then reads into a
+            // new buffer).
+            let mut value = std::mem::take(&mut state.shared_value);
+            let r = match state.host.get_shared_data(key, &mut value) {
+                Ok(cas) => match return_bytes(&mut c, ret_ptr, ret_size, &value) {
+                    Ok(OK) => Ok(return_u32(&mut c, ret_cas, cas)),
+                    other => other,
+                },
                 Err(s) => Ok(code(s)),
-            }
+            };
+            c.data_mut().shared_value = value;
+            r
         },
     )?;
     d.env(

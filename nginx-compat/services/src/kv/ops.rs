@@ -15,23 +15,33 @@ impl KvZone {
     /// # Errors
     /// [`KvError::NotFound`]; [`KvError::Corrupt`] (see its documentation).
     pub fn get(&self, key: &[u8]) -> Result<(Vec<u8>, u32), KvError> {
+        let mut value = Vec::new();
+        let cas = self.get_into(key, &mut value)?;
+        Ok((value, cas))
+    }
+
+    /// [`KvZone::get`] into `value` (cleared first; its allocation is reused when large
+    /// enough, so a caller that keeps one buffer allocates nothing per read). After an error
+    /// its contents are unspecified.
+    ///
+    /// # Errors
+    /// As [`KvZone::get`].
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, KvError> {
+        value.clear();
         let (stripe, head_off, tag) = self.locate(key)?;
         let _g = self.lock_stripe(stripe)?;
         let Some((_, entry)) = self.find(head_off, tag, key)? else {
             return Err(KvError::NotFound);
         };
         let vlen = self.fld(entry, E_VLEN)? as usize;
-        let mut value = Vec::new();
-        value
-            .try_reserve_exact(vlen)
-            .map_err(|_| KvError::Corrupt)?;
+        value.try_reserve(vlen).map_err(|_| KvError::Corrupt)?;
         value.resize(vlen, 0);
-        self.read_stream(entry, key.len(), &mut value)?;
+        self.read_stream(entry, key.len(), value)?;
         let cas = self.fld(entry, E_CAS)?;
         if self.eviction == Eviction::Lru {
             self.stamp(entry)?.store(now_ms(), Ordering::Relaxed);
         }
-        Ok((value, cas))
+        Ok(cas)
     }
 
     /// `proxy_set_shared_data` with ngx_wasm_module's CAS rules (module documentation): `cas`

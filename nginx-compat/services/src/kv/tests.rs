@@ -335,6 +335,25 @@ fn large_values_round_trip_and_resize() {
 }
 
 #[test]
+fn get_into_replaces_what_the_buffer_held() {
+    // One buffer read into again and again (the host core's): each read gives exactly the
+    // value, longer or shorter than the last, and a missing key leaves nothing of the last.
+    let z = zone(256 * 1024, Eviction::None);
+    let long: Vec<u8> = (0..5000).map(|i| (i % 251) as u8).collect();
+    z.set(b"a", &long, 0).unwrap();
+    z.set(b"b", b"short", 0).unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(z.get_into(b"a", &mut buf), Ok(1));
+    assert_eq!(buf, long);
+    assert_eq!(z.get_into(b"b", &mut buf), Ok(1));
+    assert_eq!(buf, b"short");
+    assert_eq!(z.get_into(b"missing", &mut buf), Err(KvError::NotFound));
+    assert!(buf.is_empty());
+    assert_eq!(z.get_into(b"a", &mut buf), Ok(1));
+    assert_eq!(buf, long);
+}
+
+#[test]
 fn random_operations_match_a_model() {
     let z = zone(32 * 1024, Eviction::None);
     let initial_free = z.stats().free_blocks;

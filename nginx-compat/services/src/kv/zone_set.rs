@@ -84,6 +84,14 @@ impl ZoneSet {
         self.route(key).ok_or(KvError::NoZone)?.get(key)
     }
 
+    /// [`KvZone::get_into`] on the key's zone.
+    ///
+    /// # Errors
+    /// [`KvError::NoZone`] and those of [`KvZone::get_into`].
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, KvError> {
+        self.route(key).ok_or(KvError::NoZone)?.get_into(key, value)
+    }
+
     /// [`KvZone::set`] on the key's zone.
     ///
     /// # Errors
