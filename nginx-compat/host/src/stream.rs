@@ -45,7 +45,9 @@ impl LocalResponse {
 /// `Any`: an embedding can take its own source back from a finished stream and reuse its
 /// allocation.
 pub trait PropertySource: std::any::Any {
-    fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
+    /// Writes the value of `path` into `value` (cleared first: the host core passes one buffer,
+    /// reused from read to read); false when the source has no such property.
+    fn property(&self, path: &[u8], value: &mut Vec<u8>) -> bool;
 }
 
 /// Per-request state shared by the filters of a chain.
@@ -74,7 +76,9 @@ pub struct Stream {
     pub request_body_changed: bool,
     pub response_body_changed: bool,
     /// Properties set by filters (`proxy_set_property`), keyed by `\0`-joined path; read first.
-    pub properties: rustc_hash::FxHashMap<Vec<u8>, Vec<u8>>,
+    /// An embedding may start a stream with a cleared store of an earlier one (its
+    /// allocations reused).
+    pub properties: crate::PropertyStore,
     /// Fallback for properties the filters did not set.
     pub property_source: Option<Box<dyn PropertySource>>,
     /// Set by `proxy_send_local_response`; the embedding sends it and stops the chain.

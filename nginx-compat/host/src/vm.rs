@@ -740,10 +740,7 @@ mod tests {
         let mut s = Stream::default();
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();
-        assert_eq!(
-            s.properties.get(b"k".as_slice()).map(Vec::as_slice),
-            Some(b"v".as_slice())
-        );
+        assert_eq!(s.properties.get(b"k"), Some(b"v".as_slice()));
         vm.on_tick(root).unwrap();
     }
 

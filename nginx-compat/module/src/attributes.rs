@@ -117,8 +117,8 @@ pub fn parse(path: &[u8]) -> Option<Attribute<'_>> {
 }
 
 /// An integer attribute: 8 bytes, little-endian.
-pub fn int(v: i64) -> Vec<u8> {
-    v.to_le_bytes().to_vec()
+pub fn int(v: i64) -> [u8; 8] {
+    v.to_le_bytes()
 }
 
 /// `request.url_path` of a request target: everything before the first `?`.
@@ -203,8 +203,8 @@ mod tests {
 
     #[test]
     fn encodings() {
-        assert_eq!(int(200), vec![200, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(int(-1), vec![0xff; 8]);
+        assert_eq!(int(200), [200, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(int(-1), [0xff; 8]);
         assert_eq!(url_path(b"/v1/chat?x=1?y"), b"/v1/chat");
         assert_eq!(url_path(b""), b"");
         assert_eq!(time_ns(1_700_000_000, 250), 1_700_000_000_250_000_000);

@@ -104,50 +104,57 @@ impl NgxProps {
 
     // C integer types (time_t, off_t, ...) differ across platforms: conversions are explicit.
     #[allow(clippy::useless_conversion)]
-    fn get(&self, attribute: Attribute<'_>) -> Option<Vec<u8>> {
+    fn get(&self, attribute: Attribute<'_>, out: &mut Vec<u8>) -> Option<()> {
         let r = self.r;
         // SAFETY: `r` is live while the stream holding this source is (both are freed with the
         // request's pool cleanup, the source first).
         unsafe {
             let c: *mut ngx_connection_t = (*r).connection;
             match attribute {
-                Attribute::RequestPath => Some(bytes(&(*r).unparsed_uri).to_vec()),
-                Attribute::RequestUrlPath => Some(url_path(bytes(&(*r).unparsed_uri)).to_vec()),
-                Attribute::RequestQuery => Some(bytes(&(*r).args).to_vec()),
-                Attribute::RequestHost => Some(crate::headers::authority(r).to_vec()),
-                Attribute::RequestMethod => Some(bytes(&(*r).method_name).to_vec()),
-                Attribute::RequestScheme => Some(if c.is_null() || (*c).ssl.is_null() {
-                    b"http".to_vec()
-                } else {
-                    b"https".to_vec()
-                }),
-                Attribute::RequestProtocol => Some(bytes(&(*r).http_protocol).to_vec()),
-                Attribute::RequestId => self.var(b"request_id"),
-                Attribute::RequestTime => Some(int(time_ns(
-                    i64::try_from((*r).start_sec).unwrap_or(0),
-                    i64::try_from((*r).start_msec).unwrap_or(0),
-                ))),
-                Attribute::RequestSize => {
-                    Some(int(i64::try_from((*r).headers_in.content_length_n)
+                Attribute::RequestPath => put(out, bytes(&(*r).unparsed_uri)),
+                Attribute::RequestUrlPath => put(out, url_path(bytes(&(*r).unparsed_uri))),
+                Attribute::RequestQuery => put(out, bytes(&(*r).args)),
+                Attribute::RequestHost => put(out, crate::headers::authority(r)),
+                Attribute::RequestMethod => put(out, bytes(&(*r).method_name)),
+                Attribute::RequestScheme => put(
+                    out,
+                    if c.is_null() || (*c).ssl.is_null() {
+                        b"http"
+                    } else {
+                        b"https"
+                    },
+                ),
+                Attribute::RequestProtocol => put(out, bytes(&(*r).http_protocol)),
+                Attribute::RequestId => put(out, &self.var(b"request_id")?),
+                Attribute::RequestTime => put_int(
+                    out,
+                    time_ns(
+                        i64::try_from((*r).start_sec).unwrap_or(0),
+                        i64::try_from((*r).start_msec).unwrap_or(0),
+                    ),
+                ),
+                Attribute::RequestSize => put_int(
+                    out,
+                    i64::try_from((*r).headers_in.content_length_n)
                         .unwrap_or(0)
-                        .max(0)))
-                }
+                        .max(0),
+                ),
                 Attribute::RequestTotalSize => {
-                    Some(int(i64::try_from((*r).request_length).unwrap_or(0)))
+                    put_int(out, i64::try_from((*r).request_length).unwrap_or(0))
                 }
-                Attribute::RequestUserAgent => self.header_in(b"user-agent"),
-                Attribute::RequestReferer => self.header_in(b"referer"),
-                Attribute::RequestHeader(name) => self.header_in(name),
+                Attribute::RequestUserAgent => put(out, &self.header_in(b"user-agent")?),
+                Attribute::RequestReferer => put(out, &self.header_in(b"referer")?),
+                Attribute::RequestHeader(name) => put(out, &self.header_in(name)?),
                 Attribute::SourceAddress | Attribute::SourcePort => {
                     if c.is_null() {
                         return None;
                     }
                     let (addr, port) = sockaddr_parts((*c).sockaddr, (*c).socklen)?;
-                    Some(if attribute == Attribute::SourcePort {
-                        int(port)
+                    if attribute == Attribute::SourcePort {
+                        put_int(out, port)
                     } else {
-                        addr
-                    })
+                        put(out, &addr)
+                    }
                 }
                 Attribute::DestinationAddress | Attribute::DestinationPort => {
                     if c.is_null() {
@@ -162,55 +169,74 @@ impl NgxProps {
                         return None;
                     }
                     let (addr, port) = sockaddr_parts((*c).local_sockaddr, (*c).local_socklen)?;
-                    Some(if attribute == Attribute::DestinationPort {
-                        int(port)
+                    if attribute == Attribute::DestinationPort {
+                        put_int(out, port)
                     } else {
-                        addr
-                    })
+                        put(out, &addr)
+                    }
                 }
                 Attribute::ConnectionId => {
                     if c.is_null() {
                         return None;
                     }
-                    Some(int(i64::try_from((*c).number).unwrap_or(0)))
+                    put_int(out, i64::try_from((*c).number).unwrap_or(0))
                 }
-                Attribute::ConnectionMtls => Some(vec![0]),
+                Attribute::ConnectionMtls => put(out, &[0]),
                 Attribute::ResponseCode => {
                     let s: ngx_uint_t = (*r).headers_out.status;
                     if s == 0 {
                         None
                     } else {
-                        Some(int(i64::try_from(s).unwrap_or(0)))
+                        put_int(out, i64::try_from(s).unwrap_or(0))
                     }
                 }
-                Attribute::ResponseCodeDetails => self.code_details(),
+                Attribute::ResponseCodeDetails => put(out, &self.code_details()?),
                 Attribute::ResponseSize => {
                     if c.is_null() {
                         return None;
                     }
-                    Some(int(body_bytes_sent(
-                        i64::try_from((*c).sent).unwrap_or(0),
-                        i64::try_from((*r).header_size).unwrap_or(0),
-                    )))
+                    put_int(
+                        out,
+                        body_bytes_sent(
+                            i64::try_from((*c).sent).unwrap_or(0),
+                            i64::try_from((*r).header_size).unwrap_or(0),
+                        ),
+                    )
                 }
                 Attribute::ResponseTotalSize => {
                     if c.is_null() {
                         return None;
                     }
-                    Some(int(i64::try_from((*c).sent).unwrap_or(0)))
+                    put_int(out, i64::try_from((*c).sent).unwrap_or(0))
                 }
-                Attribute::NgxVariable(name) => self.var(name),
+                Attribute::NgxVariable(name) => put(out, &self.var(name)?),
             }
         }
     }
 }
 
+/// Appends `bytes` to `out`.
+fn put(out: &mut Vec<u8>, bytes: &[u8]) -> Option<()> {
+    out.extend_from_slice(bytes);
+    Some(())
+}
+
+/// Appends an integer attribute's value ([`int`]).
+fn put_int(out: &mut Vec<u8>, v: i64) -> Option<()> {
+    put(out, &int(v))
+}
+
 impl PropertySource for NgxProps {
-    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+    fn property(&self, path: &[u8], value: &mut Vec<u8>) -> bool {
+        value.clear();
         if self.r.is_null() {
-            return None;
+            return false;
         }
         let path = joined(path);
-        self.get(parse(&path)?)
+        let found = parse(&path).and_then(|a| self.get(a, value)).is_some();
+        if !found {
+            value.clear();
+        }
+        found
     }
 }

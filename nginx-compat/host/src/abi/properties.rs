@@ -23,7 +23,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             };
             // Set by a filter: copied straight from the state (the path is kept in a reused
             // buffer while the guest allocates).
-            if let Some(len) = state.stream().properties.get(path).map(Vec::len) {
+            if let Some(len) = state.stream().properties.get(path).map(<[u8]>::len) {
                 let mut key = std::mem::take(&mut state.scratch);
                 key.clear();
                 key.extend_from_slice(path);
@@ -39,17 +39,23 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                     mem::copy(dst, s.builtin(which))
                 });
             }
-            let value = match state.host.property(path) {
-                Some(v) => Some(v),
-                None => match &state.stream().property_source {
-                    Some(source) => source.property(path),
-                    None => None,
-                },
-            };
-            match value {
-                Some(v) => return_bytes(&mut c, ret_ptr, ret_size, &v),
-                None => Ok(NOT_FOUND),
+            if let Some(v) = state.host.property(path) {
+                return return_bytes(&mut c, ret_ptr, ret_size, &v);
             }
+            // The stream's source writes into a buffer kept in the state (taken while the guest
+            // allocates: an allocator calling the host reads into a new one).
+            let mut value = std::mem::take(&mut state.property_value);
+            let found = match &state.stream().property_source {
+                Some(source) => source.property(path, &mut value),
+                None => false,
+            };
+            let r = if found {
+                return_bytes(&mut c, ret_ptr, ret_size, &value)
+            } else {
+                Ok(NOT_FOUND)
+            };
+            c.data_mut().property_value = value;
+            r
         },
     )?;
     d.env(
@@ -68,25 +74,12 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 // The embedding's own (read-only): a filter cannot change what the host says.
                 return BAD_ARGUMENT;
             }
-            let held = state.stream().properties.iter().fold(0usize, |n, (k, v)| {
-                n.saturating_add(k.len()).saturating_add(v.len())
-            });
+            let held = state.stream().properties.held();
             let extra = path.len().saturating_add(value.len());
             if let Some(code) = refused_growth(state, "proxy_set_property", held, extra) {
                 return code;
             }
-            match state.stream_mut().properties.get_mut(path) {
-                Some(v) => {
-                    v.clear();
-                    v.extend_from_slice(value);
-                }
-                None => {
-                    state
-                        .stream_mut()
-                        .properties
-                        .insert(path.to_vec(), value.to_vec());
-                }
-            }
+            state.stream_mut().properties.set(path, value);
             OK
         },
     )?;

@@ -103,6 +103,8 @@ pub(crate) struct State {
     pub(crate) scratch: Vec<u8>,
     /// A reused buffer: the value `proxy_get_shared_data` returns.
     pub(crate) shared_value: Vec<u8>,
+    /// A reused buffer: a value `proxy_get_property` reads from the stream's property source.
+    pub(crate) property_value: Vec<u8>,
     /// The lower-case name of the header `proxy_get_header_map_value` returns from a deferred
     /// map (read again after the guest's allocator ran).
     pub(crate) header_key: Vec<u8>,
@@ -147,6 +149,7 @@ impl State {
             stderr: Vec::new(),
             scratch: Vec::new(),
             shared_value: Vec::new(),
+            property_value: Vec::new(),
             header_key: Vec::new(),
             pairs: crate::mem::Pairs::default(),
         }

@@ -118,8 +118,15 @@ fn property<'a>(stream: &'a Stream, name: &str) -> Option<&'a str> {
 struct Props(HashMap<Vec<u8>, Vec<u8>>);
 
 impl PropertySource for Props {
-    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
-        self.0.get(path).cloned()
+    fn property(&self, path: &[u8], value: &mut Vec<u8>) -> bool {
+        value.clear();
+        match self.0.get(path) {
+            Some(v) => {
+                value.extend_from_slice(v);
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -12,8 +12,7 @@ fn api_request(vm: &mut Vm, root: RootId) {
         (b"request\0size".to_vec(), 0i64.to_le_bytes().to_vec()),
         (b"response\0size".to_vec(), 42i64.to_le_bytes().to_vec()),
     ]))));
-    s.properties
-        .insert(b"wasmx.tollgate.jwt_auth".to_vec(), b"outcome=ok".to_vec());
+    s.properties.set(b"wasmx.tollgate.jwt_auth", b"outcome=ok");
     pass_through(vm, id, &mut s);
 }
 
@@ -118,15 +117,14 @@ fn metrics_reads_the_cost_filters_line() {
         b"response\0code".to_vec(),
         200i64.to_le_bytes().to_vec(),
     )]))));
-    s.properties.insert(
-        b"wasmx.tollgate.cost".to_vec(),
+    s.properties.set(
+        b"wasmx.tollgate.cost",
         b"outcome=priced tenant=\"a b\" model=gpt-4o-mini input_tokens=1000 \
-          output_tokens=500 reasoning_tokens=20 cost_nano_usd=450000 first_byte_us=1500"
-            .to_vec(),
+          output_tokens=500 reasoning_tokens=20 cost_nano_usd=450000 first_byte_us=1500",
     );
-    s.properties.insert(
-        b"wasmx.tollgate.rate_limit".to_vec(),
-        b"outcome=allowed rule=\"per tenant\"".to_vec(),
+    s.properties.set(
+        b"wasmx.tollgate.rate_limit",
+        b"outcome=allowed rule=\"per tenant\"",
     );
     vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
         .unwrap();
