@@ -66,20 +66,47 @@ pub trait HeaderSource: std::any::Any {
     fn edits_applied(&mut self);
 }
 
+/// A name or value an edit holds: inline up to [`INLINE_BYTES`] bytes (most names and the
+/// values filters write), so an edit is usually no allocation.
+pub type EditBytes = smallvec::SmallVec<[u8; INLINE_BYTES]>;
+
+/// Bytes of a name or value an edit holds without an allocation.
+pub const INLINE_BYTES: usize = 24;
+
 /// One write to a map, names lower-case (proxy-wasm ABI 0.2.1, the semantics of Envoy's
 /// `HeaderMap`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderEdit {
     /// `proxy_add_header_map_value`: a new entry at the end (Envoy's `addCopy`).
-    Add(Vec<u8>, Vec<u8>),
+    Add(EditBytes, EditBytes),
     /// `proxy_replace_header_map_value` (Envoy's `setCopy`): the first entry of the name takes
     /// the value and the later ones go; without one, a new entry at the end.
-    Replace(Vec<u8>, Vec<u8>),
+    Replace(EditBytes, EditBytes),
     /// `proxy_remove_header_map_value`: every entry of the name goes.
-    Remove(Vec<u8>),
+    Remove(EditBytes),
+}
+
+/// `name` in lower case.
+fn lower(name: &[u8]) -> EditBytes {
+    name.iter().map(u8::to_ascii_lowercase).collect()
 }
 
 impl HeaderEdit {
+    /// [`HeaderEdit::Add`] of `name` (lower-cased) and `value`.
+    pub fn add(name: &[u8], value: &[u8]) -> HeaderEdit {
+        HeaderEdit::Add(lower(name), value.into())
+    }
+
+    /// [`HeaderEdit::Replace`] of `name` (lower-cased) with `value`.
+    pub fn replace(name: &[u8], value: &[u8]) -> HeaderEdit {
+        HeaderEdit::Replace(lower(name), value.into())
+    }
+
+    /// [`HeaderEdit::Remove`] of `name` (lower-cased).
+    pub fn remove(name: &[u8]) -> HeaderEdit {
+        HeaderEdit::Remove(lower(name))
+    }
+
     /// The name the edit writes (lower-case).
     pub fn name(&self) -> &[u8] {
         match self {
@@ -91,7 +118,7 @@ impl HeaderEdit {
     /// functions do on maps a guest may have set with `proxy_set_header_map_pairs`).
     pub fn apply(&self, map: &mut HeaderMap) {
         match self {
-            HeaderEdit::Add(key, value) => map.push((key.clone(), value.clone())),
+            HeaderEdit::Add(key, value) => map.push((key.to_vec(), value.to_vec())),
             HeaderEdit::Replace(key, value) => {
                 let mut found = false;
                 map.retain_mut(|(k, v)| {
@@ -102,11 +129,12 @@ impl HeaderEdit {
                         return false;
                     }
                     found = true;
-                    v.clone_from(value);
+                    v.clear();
+                    v.extend_from_slice(value);
                     true
                 });
                 if !found {
-                    map.push((key.clone(), value.clone()));
+                    map.push((key.to_vec(), value.to_vec()));
                 }
             }
             HeaderEdit::Remove(key) => map.retain(|(k, _)| !k.eq_ignore_ascii_case(key)),
@@ -139,11 +167,26 @@ pub struct DeferredMap {
 impl DeferredMap {
     /// A map that is its source, unedited.
     pub fn new(source: Box<dyn HeaderSource>) -> DeferredMap {
+        DeferredMap::with_edits(source, Vec::new())
+    }
+
+    /// [`DeferredMap::new`], keeping its edits in `edits` (cleared first): a list an embedding
+    /// took back from an earlier map ([`DeferredMap::into_parts`]), its allocation reused.
+    pub fn with_edits(source: Box<dyn HeaderSource>, mut edits: Vec<HeaderEdit>) -> DeferredMap {
+        edits.clear();
         DeferredMap {
             source,
-            edits: Vec::new(),
+            edits,
             len: Cell::new(None),
         }
+    }
+
+    /// The source, and the list the edits were kept in (cleared), for an embedding that
+    /// reuses their allocations.
+    pub fn into_parts(self) -> (Box<dyn HeaderSource>, Vec<HeaderEdit>) {
+        let mut edits = self.edits;
+        edits.clear();
+        (self.source, edits)
     }
 
     /// The edits made since the source was last read, in order.
@@ -505,9 +548,9 @@ mod tests {
         ])));
         let applied = std::rc::Rc::new(std::cell::Cell::new(0));
         let mut d = DeferredMap::new(Box::new(LiveList(list.clone(), applied.clone())));
-        d.push(HeaderEdit::Remove(b"x".to_vec()));
+        d.push(HeaderEdit::remove(b"x"));
         assert_eq!(d.len(), 1);
-        d.push(HeaderEdit::Add(b"z".to_vec(), b"4".to_vec()));
+        d.push(HeaderEdit::add(b"z", b"4"));
         let result = d.apply_in_place(|edits| {
             for e in edits {
                 e.apply(&mut list.borrow_mut());
@@ -520,7 +563,7 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(d.len(), list.borrow().len());
         // An embedding that cannot: the edits stay for the built map, and are counted.
-        d.push(HeaderEdit::Remove(b"y".to_vec()));
+        d.push(HeaderEdit::remove(b"y"));
         assert_eq!(d.apply_in_place(|_| Ok::<bool, ()>(false)), Ok(false));
         assert_eq!(d.edits().len(), 1);
         assert_eq!(applied.get(), 1);
@@ -602,14 +645,14 @@ mod tests {
         // names in mixed case and on one with none of them: the listing after each edit is the
         // built map's, without building it.
         let alphabet = [
-            HeaderEdit::Add(b"a".to_vec(), b"n1".to_vec()),
-            HeaderEdit::Add(b"zz".to_vec(), b"n2".to_vec()),
-            HeaderEdit::Replace(b"a".to_vec(), b"r1".to_vec()),
-            HeaderEdit::Replace(b"b".to_vec(), b"r2".to_vec()),
-            HeaderEdit::Replace(b"zz".to_vec(), b"r3".to_vec()),
-            HeaderEdit::Remove(b"a".to_vec()),
-            HeaderEdit::Remove(b"zz".to_vec()),
-            HeaderEdit::Add(b":path".to_vec(), b"/x".to_vec()),
+            HeaderEdit::add(b"a", b"n1"),
+            HeaderEdit::add(b"zz", b"n2"),
+            HeaderEdit::replace(b"a", b"r1"),
+            HeaderEdit::replace(b"b", b"r2"),
+            HeaderEdit::replace(b"zz", b"r3"),
+            HeaderEdit::remove(b"a"),
+            HeaderEdit::remove(b"zz"),
+            HeaderEdit::add(b":path", b"/x"),
         ];
         let bases = [
             pairs(&[
@@ -656,13 +699,45 @@ mod tests {
         for i in 0..=MAX_EDITS {
             let v = i.to_string().into_bytes();
             d.push(match i % 3 {
-                0 => HeaderEdit::Add(b"a".to_vec(), v),
-                1 => HeaderEdit::Replace(b"b".to_vec(), v),
-                _ => HeaderEdit::Remove(b"a".to_vec()),
+                0 => HeaderEdit::add(b"a", &v),
+                1 => HeaderEdit::replace(b"b", &v),
+                _ => HeaderEdit::remove(b"a"),
             });
         }
         let built = d.build();
         assert_pairs_are(&d, &built, &builds);
+    }
+
+    #[test]
+    fn long_names_and_values_and_reused_lists() {
+        // Names and values past the inline size are held whole; names are lower-cased either
+        // way; a list taken back from a finished map starts the next one empty.
+        let long_name = "X-Tollgate-A-Name-Longer-Than-The-Inline-Bytes";
+        let long_value = "v".repeat(3 * INLINE_BYTES + 1);
+        assert!(long_name.len() > INLINE_BYTES);
+        let lower = long_name.to_ascii_lowercase();
+        let source = MapSource::new(pairs(&[(":path", "/"), (&lower, "old")]));
+        let builds = source.builds.clone();
+        let mut d = DeferredMap::new(Box::new(source));
+        d.push(HeaderEdit::replace(
+            long_name.as_bytes(),
+            long_value.as_bytes(),
+        ));
+        d.push(HeaderEdit::add(b"Short", long_value.as_bytes()));
+        assert_eq!(d.first(lower.as_bytes()), Some(long_value.as_bytes()));
+        assert_eq!(d.first(b"short"), Some(long_value.as_bytes()));
+        assert_eq!(d.len(), 3);
+        assert_eq!(builds.get(), 0);
+        let (source, edits) = d.into_parts();
+        assert!(edits.is_empty() && edits.capacity() >= 2);
+        let again = DeferredMap::with_edits(source, edits);
+        assert_eq!(again.first(b"short"), None);
+        assert_eq!(again.len(), 2);
+        // A list handed over with edits still in it is emptied too.
+        let stale = vec![HeaderEdit::remove(b":path")];
+        let fresh =
+            DeferredMap::with_edits(Box::new(MapSource::new(pairs(&[(":path", "/")]))), stale);
+        assert_eq!(fresh.first(b":path"), Some(&b"/"[..]));
     }
 
     #[test]
@@ -671,15 +746,15 @@ mod tests {
         // names, in an order that re-adds removed names and replaces added ones.
         let base = pairs(&[(":path", "/"), ("a", "1"), ("b", "2"), ("a", "3")]);
         let edits = [
-            HeaderEdit::Add(b"c".to_vec(), b"4".to_vec()),
-            HeaderEdit::Replace(b"a".to_vec(), b"5".to_vec()),
-            HeaderEdit::Remove(b"b".to_vec()),
-            HeaderEdit::Add(b"b".to_vec(), b"6".to_vec()),
-            HeaderEdit::Add(b"b".to_vec(), b"7".to_vec()),
-            HeaderEdit::Replace(b"zz".to_vec(), b"8".to_vec()),
-            HeaderEdit::Remove(b"a".to_vec()),
-            HeaderEdit::Add(b"a".to_vec(), b"9".to_vec()),
-            HeaderEdit::Replace(b"b".to_vec(), b"10".to_vec()),
+            HeaderEdit::add(b"c", b"4"),
+            HeaderEdit::replace(b"a", b"5"),
+            HeaderEdit::remove(b"b"),
+            HeaderEdit::add(b"b", b"6"),
+            HeaderEdit::add(b"b", b"7"),
+            HeaderEdit::replace(b"zz", b"8"),
+            HeaderEdit::remove(b"a"),
+            HeaderEdit::add(b"a", b"9"),
+            HeaderEdit::replace(b"b", b"10"),
         ];
         let source = MapSource::new(base.clone());
         let builds = source.builds.clone();
@@ -712,7 +787,7 @@ mod tests {
         let source = MapSource::new(base);
         let builds = source.builds.clone();
         let mut d = DeferredMap::new(Box::new(source));
-        d.push(HeaderEdit::Add(b"b".to_vec(), b"2".to_vec()));
+        d.push(HeaderEdit::add(b"b", b"2"));
         assert_eq!(d.first(b"a"), Some(&b"1"[..]));
         assert_eq!(d.first(b"b"), Some(&b"2"[..]));
         assert_eq!((d.len(), d.count(b"a"), d.count(b"b")), (3, 1, 1));

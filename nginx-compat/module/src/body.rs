@@ -42,13 +42,13 @@ unsafe fn buf_bytes(b: *mut ngx_buf_t, out: &mut Vec<u8>) {
     }
 }
 
-/// The bytes of a chain, whether it ends the stream (`last_buf`/`last_in_chain`), and whether
-/// it asks for a flush.
+/// Appends the bytes of a chain to `out` (a buffer the caller reuses from request to request);
+/// returns whether the chain ends the stream (`last_buf`/`last_in_chain`), and whether it asks
+/// for a flush.
 ///
 /// # Safety
 /// `chain` must be a live chain.
-pub unsafe fn chain_bytes(chain: *mut ngx_chain_t) -> (Vec<u8>, bool, bool) {
-    let mut out = Vec::new();
+pub unsafe fn chain_bytes(chain: *mut ngx_chain_t, out: &mut Vec<u8>) -> (bool, bool) {
     let (mut eos, mut flush) = (false, false);
     // SAFETY: walking a live chain.
     unsafe {
@@ -56,14 +56,14 @@ pub unsafe fn chain_bytes(chain: *mut ngx_chain_t) -> (Vec<u8>, bool, bool) {
         while !cl.is_null() {
             let b = (*cl).buf;
             if !b.is_null() {
-                buf_bytes(b, &mut out);
+                buf_bytes(b, out);
                 eos |= (*b).last_buf() != 0;
                 flush |= (*b).flush() != 0;
             }
             cl = (*cl).next;
         }
     }
-    (out, eos, flush)
+    (eos, flush)
 }
 
 /// Marks every buffer of `chain` as consumed (its owner may reuse it).
@@ -130,18 +130,19 @@ pub unsafe fn memory_chain(
     }
 }
 
-/// The client body read by `ngx_http_read_client_request_body`.
+/// The client body read by `ngx_http_read_client_request_body`, into `out` (cleared first).
 ///
 /// # Safety
 /// `r` must be a live request whose body has been read.
-pub unsafe fn read_request_body(r: *mut ngx_http_request_t) -> Vec<u8> {
+pub unsafe fn read_request_body(r: *mut ngx_http_request_t, out: &mut Vec<u8>) {
+    out.clear();
     // SAFETY: r->request_body is set once the body is read.
     unsafe {
         let rb = (*r).request_body;
         if rb.is_null() || (*rb).bufs.is_null() {
-            return Vec::new();
+            return;
         }
-        chain_bytes((*rb).bufs).0
+        chain_bytes((*rb).bufs, out);
     }
 }
 

@@ -524,12 +524,21 @@ pub unsafe fn response_map(r: *mut ngx_http_request_t) -> HeaderMap {
 /// The response map's `content-type`: nginx's `content_type` with its `charset` when that is
 /// set and the type does not name one.
 pub(crate) fn content_type_value(out: &ngx_http_headers_out_t) -> Vec<u8> {
-    let mut ct = bytes(&out.content_type).to_vec();
-    if out.charset.len > 0 && !ct.windows(8).any(|w| w.eq_ignore_ascii_case(b"charset=")) {
-        ct.extend_from_slice(b"; charset=");
-        ct.extend_from_slice(bytes(&out.charset));
+    content_type_with_charset(out).unwrap_or_else(|| bytes(&out.content_type).to_vec())
+}
+
+/// [`content_type_value`] when it differs from nginx's `content_type` (a charset appended);
+/// `None` when it is that field as it is.
+pub(crate) fn content_type_with_charset(out: &ngx_http_headers_out_t) -> Option<Vec<u8>> {
+    let ct = bytes(&out.content_type);
+    if out.charset.len == 0 || ct.windows(8).any(|w| w.eq_ignore_ascii_case(b"charset=")) {
+        return None;
     }
-    ct
+    let mut with = Vec::with_capacity(ct.len().saturating_add(10).saturating_add(out.charset.len));
+    with.extend_from_slice(ct);
+    with.extend_from_slice(b"; charset=");
+    with.extend_from_slice(bytes(&out.charset));
+    Some(with)
 }
 
 /// The entry count of [`response_map`], without building it.

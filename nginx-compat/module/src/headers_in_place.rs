@@ -46,7 +46,7 @@ use crate::headers::{
     authority, link_request_field, link_response_field, push_elt, relink_request_fields,
     request_map, request_target, response_map,
 };
-use crate::util::{bytes, pool_str, table_elts};
+use crate::util::{bytes, pool_str, table_elts, Decimal};
 
 /// The request map's pseudo-headers, in [`request_map`]'s order.
 const PSEUDO: [&[u8]; 4] = [b":authority", b":path", b":method", b":scheme"];
@@ -180,9 +180,10 @@ pub struct ResponseSource {
     r: *mut ngx_http_request_t,
     /// The entry count ([`crate::headers::response_count`]), counted on first use.
     len: OnceCell<usize>,
-    status: OnceCell<Vec<u8>>,
+    status: OnceCell<Decimal>,
+    /// `content-type` when nginx's charset is appended to it (else it is read in place).
     content_type: OnceCell<Option<Vec<u8>>>,
-    content_length: OnceCell<Option<Vec<u8>>>,
+    content_length: OnceCell<Option<Decimal>>,
     bytes: OnceCell<usize>,
 }
 
@@ -207,18 +208,27 @@ impl ResponseSource {
         let out = unsafe { &(*self.r).headers_out };
         let status = self
             .status
-            .get_or_init(|| out.status.to_string().into_bytes());
-        let content_type = self.content_type.get_or_init(|| {
-            (out.content_type.len > 0).then(|| crate::headers::content_type_value(out))
+            .get_or_init(|| Decimal::new(u64::try_from(out.status).unwrap_or(0)));
+        let content_type = (out.content_type.len > 0).then(|| {
+            match self
+                .content_type
+                .get_or_init(|| crate::headers::content_type_with_charset(out))
+            {
+                Some(with_charset) => with_charset.as_slice(),
+                None => bytes(&out.content_type),
+            }
         });
         let content_length = self.content_length.get_or_init(|| {
             (out.content_length.is_null() && out.content_length_n >= 0)
-                .then(|| out.content_length_n.to_string().into_bytes())
+                .then(|| Decimal::new(u64::try_from(out.content_length_n).unwrap_or(0)))
         });
         [
-            (b":status", Some(status)),
-            (b"content-type", content_type.as_deref()),
-            (b"content-length", content_length.as_deref()),
+            (b":status", Some(status.as_bytes())),
+            (b"content-type", content_type),
+            (
+                b"content-length",
+                content_length.as_ref().map(Decimal::as_bytes),
+            ),
         ]
     }
 

@@ -109,7 +109,7 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         return code;
                     }
                     if !ctx.body_loaded {
-                        ctx.stream.request_body = crate::body::read_request_body(r);
+                        crate::body::read_request_body(r, &mut ctx.stream.request_body);
                         ctx.body_loaded = true;
                     }
                     let out = run_chain(|w| ctx.request_body(w, from));
@@ -117,8 +117,8 @@ unsafe fn request_phase(r: *mut ngx_http_request_t, access: bool) -> ngx_int_t {
                         return code;
                     }
                     if std::mem::take(&mut ctx.stream.request_body_changed) {
-                        let body = std::mem::take(&mut ctx.stream.request_body);
-                        if crate::body::replace_request_body(r, &body).is_none() {
+                        let body = &ctx.stream.request_body;
+                        if crate::body::replace_request_body(r, body).is_none() {
                             ctx.phase = Phase::Forward;
                             return refuse(r, "cannot replace the request body");
                         }
@@ -143,8 +143,9 @@ unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx
         if let Some(len) = crate::headers::plain_request_count(r) {
             ctx.stream.request_headers.clear();
             ctx.stream.request_headers_changed = false;
-            ctx.stream.request_headers_deferred = Some(DeferredMap::new(
+            ctx.stream.request_headers_deferred = Some(DeferredMap::with_edits(
                 crate::request::spares::request_source(RequestSource::new(r, len)),
+                crate::request::spares::edit_list(),
             ));
         } else {
             let (map, drops) = crate::headers::request_map(r);

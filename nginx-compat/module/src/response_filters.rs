@@ -53,8 +53,9 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // Read in place, built only when a filter needs the whole map (the request's pool,
         // and so `r`, outlives the stream).
         ctx.stream.response_headers.clear();
-        ctx.stream.response_headers_deferred = Some(DeferredMap::new(
+        ctx.stream.response_headers_deferred = Some(DeferredMap::with_edits(
             crate::request::spares::response_source(ResponseSource::new(r)),
+            crate::request::spares::edit_list(),
         ));
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {
@@ -167,8 +168,16 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         if ctx.started == 0 || ctx.finished || ctx.resp_eos && !ctx.resp_buffering {
             return call_next(r, chain);
         }
-        let (data, eos, flush) = crate::body::chain_bytes(chain);
-        if data.is_empty() && !eos {
+        // The chunk is appended to what is buffered, or replaces the last chunk (the buffer
+        // itself is reused).
+        let body = &mut ctx.stream.response_body;
+        if !ctx.resp_buffering {
+            body.clear();
+        }
+        let held = body.len();
+        let (eos, flush) = crate::body::chain_bytes(chain, body);
+        let got = body.len().saturating_sub(held);
+        if got == 0 && !eos {
             if ctx.resp_buffering {
                 crate::body::consume(chain);
                 return rc::OK;
@@ -179,14 +188,9 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         // its Content-Length (an HTTP/1.x response with a length has no trailers to wait for).
         let ended = eos
             || ctx.resp_body_left.as_mut().is_some_and(|left| {
-                *left = left.saturating_sub(u64::try_from(data.len()).unwrap_or(u64::MAX));
+                *left = left.saturating_sub(u64::try_from(got).unwrap_or(u64::MAX));
                 *left == 0
             });
-        if ctx.resp_buffering {
-            ctx.stream.response_body.extend_from_slice(&data);
-        } else {
-            ctx.stream.response_body = data;
-        }
         if ended {
             ctx.resp_eos = true;
             // The trailers nginx has by the last buffer: an upstream's (grpc_pass) or a filter's
@@ -223,11 +227,12 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
             ctx.stream.response_body.clear();
             return call_next(r, chain);
         }
-        let body = std::mem::take(&mut ctx.stream.response_body);
         crate::body::consume(chain);
         // nginx's last buffer only where nginx gave one: after a body complete by its length,
         // nginx still sends its own.
-        let Some(out_chain) = crate::body::memory_chain(r, &body, eos, flush) else {
+        let out_chain = crate::body::memory_chain(r, &ctx.stream.response_body, eos, flush);
+        ctx.stream.response_body.clear();
+        let Some(out_chain) = out_chain else {
             return rc::ERROR;
         };
         call_next(r, out_chain)

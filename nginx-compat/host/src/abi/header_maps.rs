@@ -150,7 +150,7 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_growth(state, F, state.held_bytes(t), extra) {
                 return code;
             }
-            state.edit(t, HeaderEdit::Add(key.to_ascii_lowercase(), value.to_vec()))
+            state.edit(t, HeaderEdit::add(key, value))
         },
     )?;
     d.env(
@@ -171,10 +171,7 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if let Some(code) = refused_growth(state, F, state.held_bytes(t), extra) {
                 return code;
             }
-            state.edit(
-                t,
-                HeaderEdit::Replace(key.to_ascii_lowercase(), value.to_vec()),
-            )
+            state.edit(t, HeaderEdit::replace(key, value))
         },
     )?;
     d.env(
@@ -189,18 +186,17 @@ fn define_writes(d: &mut Def<'_>) -> Result<(), Error> {
             if state.map_unavailable(t) {
                 return BAD_ARGUMENT;
             }
-            let key = key.to_ascii_lowercase();
+            let edit = HeaderEdit::remove(key);
+            let key = edit.name();
             // Only a real change marks the map changed.
             let present = match state.deferred(t) {
-                Some(d) => Some(d.count(&key) > 0),
-                None => state
-                    .map(t)
-                    .map(|m| m.iter().any(|(k, _)| eq_name(k, &key))),
+                Some(d) => Some(d.count(key) > 0),
+                None => state.map(t).map(|m| m.iter().any(|(k, _)| eq_name(k, key))),
             };
             match present {
                 None => NOT_FOUND,
                 Some(false) => OK,
-                Some(true) => state.edit(t, HeaderEdit::Remove(key)),
+                Some(true) => state.edit(t, edit),
             }
         },
     )?;
@@ -481,8 +477,8 @@ mod tests {
         assert_eq!(
             d.edits(),
             [
-                HeaderEdit::Add(b"x-n".to_vec(), b"1".to_vec()),
-                HeaderEdit::Add(b"x-ok".to_vec(), b"0010".to_vec()),
+                HeaderEdit::add(b"x-n", b"1"),
+                HeaderEdit::add(b"x-ok", b"0010"),
             ]
         );
         assert!(s.request_headers.is_empty() && s.request_headers_changed);
@@ -545,10 +541,7 @@ mod tests {
         let d = s.request_headers_deferred.as_ref().unwrap();
         assert_eq!(
             d.edits(),
-            [
-                HeaderEdit::Add(b"x-n".to_vec(), b"37".to_vec()),
-                HeaderEdit::Remove(b"x-b".to_vec())
-            ]
+            [HeaderEdit::add(b"x-n", b"37"), HeaderEdit::remove(b"x-b")]
         );
         assert_eq!(s.headers_len(false), 3);
 

@@ -88,10 +88,14 @@ impl RequestCtx {
     /// # Safety
     /// `r` must be a live request.
     pub unsafe fn create<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
+        let buffers = super::spares::stream_buffers();
         let stream = Stream {
             // nginx 1.22 discards the trailer section of chunked request bodies and HTTP/2
             // request trailers.
             request_trailers_unavailable: true,
+            properties: buffers.properties,
+            request_body: buffers.request_body,
+            response_body: buffers.response_body,
             ..Stream::default()
         };
         let ctx = super::spares::context(RequestCtx {

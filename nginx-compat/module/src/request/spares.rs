@@ -1,18 +1,23 @@
-//! Allocations a worker keeps from one request for the next: the request context and the three
+//! Allocations a worker keeps from one request for the next: the request context, the three
 //! sources its stream reads nginx through (the property source, the request and response header
-//! sources). Each is a fresh allocation of glibc's per request otherwise: the context (about
-//! 0.9 KB) from its slow path in nginx's heap, about 370 instructions to allocate and free, the
-//! sources about 130 each (callgrind, `bench/instructions.py`'s `floor-1`).
+//! sources), its buffers (the properties filters set, the body chunks they see) and the lists
+//! its deferred header maps keep the filters' edits in. Each is a fresh allocation of glibc's
+//! per request otherwise: the context (about 0.9 KB) from its slow
+//! path in nginx's heap, about 370 instructions to allocate and free, the sources about 130
+//! each (callgrind, `bench/instructions.py`'s `floor-1`), the buffers and lists one or more
+//! each.
 //!
 //! A kept allocation holds no value: the old one is dropped when it is kept, and the next
 //! request writes a whole new value into it ([`Box::write`]), so nothing of one request
-//! reaches the next. At most [`KEPT`] of each kind are kept per worker.
+//! reaches the next; buffers and lists are cleared. At most [`KEPT`] of each kind are kept per
+//! worker (twice as many edit lists), no buffers of more than [`KEPT_BUFFER_BYTES`] in all, and
+//! no edit list longer than `MAX_EDITS`.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
-use tollgate_host::Stream;
+use tollgate_host::{DeferredMap, HeaderEdit, PropertyStore, Stream, MAX_EDITS};
 
 use super::context::RequestCtx;
 use crate::headers_in_place::{RequestSource, ResponseSource};
@@ -20,6 +25,44 @@ use crate::props::NgxProps;
 
 /// Most allocations of each kind a worker keeps (requests in flight at once return theirs).
 const KEPT: usize = 16;
+
+/// Largest stream buffers kept (bytes allocated, all together): those a large body or a guest
+/// grew are freed rather than held by the worker.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A finished stream's buffers, cleared.
+#[derive(Default)]
+pub struct StreamBuffers {
+    /// `Stream::properties`.
+    pub properties: PropertyStore,
+    /// `Stream::request_body`.
+    pub request_body: Vec<u8>,
+    /// `Stream::response_body`.
+    pub response_body: Vec<u8>,
+}
+
+impl StreamBuffers {
+    /// Takes `stream`'s buffers, cleared.
+    fn take(stream: &mut Stream) -> StreamBuffers {
+        let mut b = StreamBuffers {
+            properties: std::mem::take(&mut stream.properties),
+            request_body: std::mem::take(&mut stream.request_body),
+            response_body: std::mem::take(&mut stream.response_body),
+        };
+        b.properties.clear();
+        b.request_body.clear();
+        b.response_body.clear();
+        b
+    }
+
+    /// Bytes allocated.
+    fn allocated(&self) -> usize {
+        self.properties
+            .allocated()
+            .saturating_add(self.request_body.capacity())
+            .saturating_add(self.response_body.capacity())
+    }
+}
 
 /// Freed allocations of one kind (their values dropped).
 struct Kept<T>(Vec<Box<MaybeUninit<T>>>);
@@ -50,6 +93,9 @@ struct Spares {
     props: Kept<NgxProps>,
     requests: Kept<RequestSource>,
     responses: Kept<ResponseSource>,
+    buffers: Vec<StreamBuffers>,
+    /// Cleared lists of a deferred header map's edits.
+    edit_lists: Vec<Vec<HeaderEdit>>,
 }
 
 thread_local! {
@@ -59,6 +105,8 @@ thread_local! {
             props: Kept::new(),
             requests: Kept::new(),
             responses: Kept::new(),
+            buffers: Vec::new(),
+            edit_lists: Vec::new(),
         })
     };
 }
@@ -98,19 +146,24 @@ pub fn response_source(value: ResponseSource) -> Box<ResponseSource> {
     boxed(value, |s| &mut s.responses)
 }
 
+/// An empty list for a deferred header map's edits, a kept one where there is one.
+pub fn edit_list() -> Vec<HeaderEdit> {
+    with(|s| s.edit_lists.pop()).flatten().unwrap_or_default()
+}
+
+/// Empty stream buffers, kept ones where there are some.
+pub fn stream_buffers() -> StreamBuffers {
+    with(|s| s.buffers.pop()).flatten().unwrap_or_default()
+}
+
 /// Drops a finished request's context, keeping its allocation and those of its stream's
-/// sources (the ones this module made: recognised by their type).
+/// sources (the ones this module made: recognised by their type) and buffers.
 pub fn keep_context(mut ctx: Box<RequestCtx>) {
     let stream: &mut Stream = &mut ctx.stream;
+    let buffers = StreamBuffers::take(stream);
     let props = stream.property_source.take().map(|p| p as Box<dyn Any>);
-    let request = stream
-        .request_headers_deferred
-        .take()
-        .map(|d| d.source as Box<dyn Any>);
-    let response = stream
-        .response_headers_deferred
-        .take()
-        .map(|d| d.source as Box<dyn Any>);
+    let (request, request_edits) = parts(stream.request_headers_deferred.take());
+    let (response, response_edits) = parts(stream.response_headers_deferred.take());
     // Spares unavailable (thread exit): the closure is dropped, and with it every box.
     let _ = with(|s| {
         if let Some(Ok(p)) = props.map(<Box<dyn Any>>::downcast::<NgxProps>) {
@@ -122,6 +175,22 @@ pub fn keep_context(mut ctx: Box<RequestCtx>) {
         if let Some(Ok(r)) = response.map(<Box<dyn Any>>::downcast::<ResponseSource>) {
             s.responses.keep(r);
         }
+        if s.buffers.len() < KEPT && buffers.allocated() <= KEPT_BUFFER_BYTES {
+            s.buffers.push(buffers);
+        }
+        for edits in [request_edits, response_edits].into_iter().flatten() {
+            if s.edit_lists.len() < 2 * KEPT && edits.capacity() <= MAX_EDITS {
+                s.edit_lists.push(edits);
+            }
+        }
         s.contexts.keep(ctx);
     });
+}
+
+/// A deferred map's source (as `Any`, to be recognised) and its edits' list.
+fn parts(map: Option<DeferredMap>) -> (Option<Box<dyn Any>>, Option<Vec<HeaderEdit>>) {
+    match map.map(DeferredMap::into_parts) {
+        Some((source, edits)) => (Some(source as Box<dyn Any>), Some(edits)),
+        None => (None, None),
+    }
 }
