@@ -1,10 +1,12 @@
 //! The properties a stream's filters set ([`PropertyStore`]): `proxy_set_property` writes them,
 //! `proxy_get_property` reads them before the embedding's own.
 //!
-//! Every path and value lives in one byte buffer, found through a hash table of offsets, so a
-//! stream's properties cost two allocations (the buffer and the table) instead of two a
+//! Every path and value lives in one byte buffer, found through a list of offsets, so a
+//! stream's properties cost two allocations (the buffer and the list) instead of two a
 //! property, and none at all once an embedding reuses a cleared store for its next request
-//! ([`PropertyStore::clear`] keeps both). A value replaced by a longer one is appended anew;
+//! ([`PropertyStore::clear`] keeps both). A stream has a few properties (the Tollgate chain
+//! sets four): up to [`LINEAR`] are found by comparing lengths, then bytes; past that, through
+//! a hash table of the list, so a guest setting thousands stays O(1) a call. A value replaced by a longer one is appended anew;
 //! the bytes it leaves behind are reclaimed when they outgrow the live ones
 //! ([`PropertyStore::held`] counts only live bytes, which is what the host's limit,
 //! `valid::MAX_MAP_BYTES`, bounds), so the buffer stays within twice the live bytes plus
@@ -18,6 +20,9 @@ use hashbrown::HashTable;
 /// Unreclaimed bytes tolerated before a compaction, whatever the live size (bytes).
 pub const SLACK: usize = 4096;
 
+/// Most properties looked up by a walk of the list; more are indexed by a hash table.
+pub const LINEAR: usize = 8;
+
 /// Where one property's path and value are in the buffer.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -30,8 +35,10 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct PropertyStore {
     bytes: Vec<u8>,
-    table: HashTable<Entry>,
-    /// Live bytes: the paths and values the table points at.
+    entries: Vec<Entry>,
+    /// `entries`' positions by path hash, while there are more than [`LINEAR`] (else empty).
+    index: HashTable<usize>,
+    /// Live bytes: the paths and values the entries point at.
     live: usize,
 }
 
@@ -48,49 +55,92 @@ fn at(bytes: &[u8], range: Range<usize>) -> &[u8] {
 }
 
 impl PropertyStore {
+    /// The position of `path`'s entry.
+    fn find(&self, path: &[u8]) -> Option<usize> {
+        let (bytes, entries) = (&self.bytes, &self.entries);
+        let is = |e: &Entry| e.path.len() == path.len() && at(bytes, e.path.clone()) == path;
+        if entries.len() <= LINEAR {
+            return entries.iter().position(is);
+        }
+        self.index
+            .find(hash(path), |&i| entries.get(i).is_some_and(is))
+            .copied()
+    }
+
     /// The value set for `path`.
     pub fn get(&self, path: &[u8]) -> Option<&[u8]> {
-        let bytes = &self.bytes;
-        self.table
-            .find(hash(path), |e| at(bytes, e.path.clone()) == path)
-            .map(|e| at(bytes, e.value.clone()))
+        let e = self.entries.get(self.find(path)?)?;
+        Some(at(&self.bytes, e.value.clone()))
     }
 
     /// Sets `path` to `value` (replacing what it had).
     pub fn set(&mut self, path: &[u8], value: &[u8]) {
-        let PropertyStore { bytes, table, live } = self;
-        let h = hash(path);
-        if let Some(e) = table.find_mut(h, |e| at(bytes, e.path.clone()) == path) {
-            *live = live
-                .saturating_sub(e.value.len())
-                .saturating_add(value.len());
-            let start = e.value.start;
-            let end = start.saturating_add(value.len());
-            // Fits where the old value was: written there; else appended.
-            match bytes.get_mut(start..end) {
-                Some(dst) if value.len() <= e.value.len() => {
-                    dst.copy_from_slice(value);
-                    e.value = start..end;
-                }
-                _ => {
-                    e.value = bytes.len()..bytes.len().saturating_add(value.len());
-                    bytes.extend_from_slice(value);
-                }
-            }
-        } else {
-            let at_path = bytes.len();
-            bytes.extend_from_slice(path);
-            let at_value = bytes.len();
-            bytes.extend_from_slice(value);
-            let entry = Entry {
-                path: at_path..at_value,
-                value: at_value..bytes.len(),
-            };
-            table.insert_unique(h, entry, |e| hash(at(bytes, e.path.clone())));
-            *live = live.saturating_add(path.len()).saturating_add(value.len());
+        match self.find(path) {
+            Some(i) => self.replace(i, value),
+            None => self.insert(path, value),
         }
         if self.bytes.len().saturating_sub(self.live) > self.live.max(SLACK) {
             self.compact();
+        }
+    }
+
+    /// Entry `i` takes `value`: where the old value was when it fits, else appended.
+    fn replace(&mut self, i: usize, value: &[u8]) {
+        let PropertyStore {
+            bytes,
+            entries,
+            live,
+            ..
+        } = self;
+        let Some(e) = entries.get_mut(i) else {
+            return;
+        };
+        *live = live
+            .saturating_sub(e.value.len())
+            .saturating_add(value.len());
+        let start = e.value.start;
+        let end = start.saturating_add(value.len());
+        match bytes.get_mut(start..end) {
+            Some(dst) if value.len() <= e.value.len() => {
+                dst.copy_from_slice(value);
+                e.value = start..end;
+            }
+            _ => {
+                e.value = bytes.len()..bytes.len().saturating_add(value.len());
+                bytes.extend_from_slice(value);
+            }
+        }
+    }
+
+    /// A new entry for `path`.
+    fn insert(&mut self, path: &[u8], value: &[u8]) {
+        let at_path = self.bytes.len();
+        self.bytes.extend_from_slice(path);
+        let at_value = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.entries.push(Entry {
+            path: at_path..at_value,
+            value: at_value..self.bytes.len(),
+        });
+        self.live = self
+            .live
+            .saturating_add(path.len())
+            .saturating_add(value.len());
+        let (bytes, entries) = (&self.bytes, &self.entries);
+        let rehash = |&i: &usize| {
+            let path = entries
+                .get(i)
+                .map_or(&[][..], |e| at(bytes, e.path.clone()));
+            hash(path)
+        };
+        if entries.len() == LINEAR.saturating_add(1) {
+            // Past the walk: every entry indexed.
+            for i in 0..entries.len() {
+                self.index.insert_unique(rehash(&i), i, rehash);
+            }
+        } else if entries.len() > LINEAR {
+            let last = entries.len().saturating_sub(1);
+            self.index.insert_unique(hash(path), last, rehash);
         }
     }
 
@@ -101,33 +151,41 @@ impl PropertyStore {
 
     /// The number of properties set.
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.entries.len()
     }
 
     /// Whether none is set.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.entries.is_empty()
     }
 
     /// Forgets every property, keeping the allocations for the next stream.
     pub fn clear(&mut self) {
         self.bytes.clear();
-        self.table.clear();
+        self.entries.clear();
+        self.index.clear();
         self.live = 0;
     }
 
-    /// Bytes allocated (the buffer's and the table's capacity), for an embedding deciding
-    /// whether a cleared store is worth keeping.
+    /// Bytes allocated (the buffer's, the list's and the index's capacity), for an embedding
+    /// deciding whether a cleared store is worth keeping.
     pub fn allocated(&self) -> usize {
-        self.table
+        let entries = self
+            .entries
             .capacity()
-            .saturating_mul(std::mem::size_of::<Entry>())
+            .saturating_mul(std::mem::size_of::<Entry>());
+        let index = self
+            .index
+            .capacity()
+            .saturating_mul(std::mem::size_of::<usize>());
+        entries
+            .saturating_add(index)
             .saturating_add(self.bytes.capacity())
     }
 
-    /// Every `(path, value)`, in no particular order.
+    /// Every `(path, value)`, in the order first set.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        self.table.iter().map(|e| {
+        self.entries.iter().map(|e| {
             (
                 at(&self.bytes, e.path.clone()),
                 at(&self.bytes, e.value.clone()),
@@ -136,10 +194,10 @@ impl PropertyStore {
     }
 
     /// Copies the live paths and values into a new buffer, dropping what replaced values
-    /// left behind.
+    /// left behind (the entries keep their positions, so the index stays valid).
     fn compact(&mut self) {
         let mut bytes = Vec::with_capacity(self.live);
-        for e in self.table.iter_mut() {
+        for e in &mut self.entries {
             let path = bytes.len();
             bytes.extend_from_slice(at(&self.bytes, e.path.clone()));
             let value = bytes.len();
