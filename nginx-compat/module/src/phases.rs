@@ -145,7 +145,7 @@ unsafe fn defer_request_headers(r: *mut ngx_http_request_t, ctx: &mut RequestCtx
             ctx.stream.request_headers_changed = false;
             ctx.stream.request_headers_deferred = Some(DeferredMap::with_edits(
                 crate::request::spares::request_source(RequestSource::new(r, len)),
-                crate::request::spares::edit_list(),
+                std::mem::take(&mut ctx.spare_edits.0),
             ));
         } else {
             let (map, drops) = crate::headers::request_map(r);

@@ -55,7 +55,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         ctx.stream.response_headers.clear();
         ctx.stream.response_headers_deferred = Some(DeferredMap::with_edits(
             crate::request::spares::response_source(ResponseSource::new(r)),
-            crate::request::spares::edit_list(),
+            std::mem::take(&mut ctx.spare_edits.1),
         ));
         let eos = (*r).header_only() != 0 || (*r).headers_out.content_length_n == 0;
         if eos {

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use ngx::ffi::{ngx_event_t, ngx_http_request_t, ngx_pool_cleanup_t};
 use smallvec::SmallVec;
-use tollgate_host::{HttpId, Stream, Vm};
+use tollgate_host::{HeaderEdit, HttpId, Stream, Vm};
 
 use crate::worker::{RequestHandle, Worker};
 /// Filters of a chain kept in the request context without an allocation (the shipped chains
@@ -80,6 +80,9 @@ pub struct RequestCtx {
     pub own_vms: Vec<Vm>,
     /// The stream shared by the filters.
     pub stream: Stream,
+    /// Empty lists, kept from an earlier request (`spares.rs`), for the edits of the request
+    /// and the response headers' deferred maps: taken when each map is made.
+    pub spare_edits: (Vec<HeaderEdit>, Vec<HeaderEdit>),
     /// Request-side progress.
     pub phase: Phase,
     /// Filters whose `on_request_headers` ran.

@@ -88,23 +88,22 @@ impl RequestCtx {
     /// # Safety
     /// `r` must be a live request.
     pub unsafe fn create<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut RequestCtx> {
-        let buffers = super::spares::stream_buffers();
-        let stream = Stream {
-            // nginx 1.22 discards the trailer section of chunked request bodies and HTTP/2
-            // request trailers.
-            request_trailers_unavailable: true,
-            properties: buffers.properties,
-            request_body: buffers.request_body,
-            response_body: buffers.response_body,
-            ..Stream::default()
-        };
-        let ctx = super::spares::context(RequestCtx {
+        let ctx = super::spares::context(|buffers| RequestCtx {
             r,
             cleanup: std::ptr::null_mut(),
             chain: std::ptr::null(),
             slots: SmallVec::new(),
             own_vms: Vec::new(),
-            stream,
+            stream: Stream {
+                // nginx 1.22 discards the trailer section of chunked request bodies and HTTP/2
+                // request trailers.
+                request_trailers_unavailable: true,
+                properties: buffers.properties,
+                request_body: buffers.request_body,
+                response_body: buffers.response_body,
+                ..Stream::default()
+            },
+            spare_edits: (buffers.request_edits, buffers.response_edits),
             phase: Phase::Fresh,
             started: 0,
             body_done: 0,

@@ -10,8 +10,8 @@
 //! A kept allocation holds no value: the old one is dropped when it is kept, and the next
 //! request writes a whole new value into it ([`Box::write`]), so nothing of one request
 //! reaches the next; buffers and lists are cleared. At most [`KEPT`] of each kind are kept per
-//! worker (twice as many edit lists), no buffers of more than [`KEPT_BUFFER_BYTES`] in all, and
-//! no edit list longer than `MAX_EDITS`.
+//! worker, no buffers of more than [`KEPT_BUFFER_BYTES`] in all, and no edit list longer than
+//! `MAX_EDITS`. A new context and its buffers come out of the spares together.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -30,7 +30,8 @@ const KEPT: usize = 16;
 /// grew are freed rather than held by the worker.
 const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
-/// A finished stream's buffers, cleared.
+/// A finished request's buffers, cleared: its stream's, and the lists its deferred header
+/// maps kept the edits in.
 #[derive(Default)]
 pub struct StreamBuffers {
     /// `Stream::properties`.
@@ -39,28 +40,57 @@ pub struct StreamBuffers {
     pub request_body: Vec<u8>,
     /// `Stream::response_body`.
     pub response_body: Vec<u8>,
+    /// The request headers' edits (`RequestCtx::spare_edits`).
+    pub request_edits: Vec<HeaderEdit>,
+    /// The response headers' edits.
+    pub response_edits: Vec<HeaderEdit>,
 }
 
 impl StreamBuffers {
-    /// Takes `stream`'s buffers, cleared.
-    fn take(stream: &mut Stream) -> StreamBuffers {
+    /// Takes `ctx`'s buffers, cleared (`None` when none of them holds an allocation: a chain
+    /// that reads no body and sets no property leaves nothing to keep), and the sources of its
+    /// deferred maps (as `Any`, to be recognised).
+    fn take(ctx: &mut RequestCtx) -> (Option<StreamBuffers>, [Option<Box<dyn Any>>; 2]) {
+        let stream: &mut Stream = &mut ctx.stream;
+        let (request, request_edits) = parts(
+            stream.request_headers_deferred.take(),
+            &mut ctx.spare_edits.0,
+        );
+        let (response, response_edits) = parts(
+            stream.response_headers_deferred.take(),
+            &mut ctx.spare_edits.1,
+        );
+        let held = stream.properties.allocated() > 0
+            || stream.request_body.capacity() > 0
+            || stream.response_body.capacity() > 0
+            || request_edits.capacity() > 0
+            || response_edits.capacity() > 0;
+        if !held {
+            return (None, [request, response]);
+        }
         let mut b = StreamBuffers {
             properties: std::mem::take(&mut stream.properties),
             request_body: std::mem::take(&mut stream.request_body),
             response_body: std::mem::take(&mut stream.response_body),
+            request_edits,
+            response_edits,
         };
         b.properties.clear();
         b.request_body.clear();
         b.response_body.clear();
-        b
+        (Some(b), [request, response])
     }
 
-    /// Bytes allocated.
-    fn allocated(&self) -> usize {
-        self.properties
+    /// Whether they are worth keeping: within [`KEPT_BUFFER_BYTES`] and `MAX_EDITS`.
+    fn worth_keeping(&self) -> bool {
+        let bytes = self
+            .properties
             .allocated()
             .saturating_add(self.request_body.capacity())
-            .saturating_add(self.response_body.capacity())
+            .saturating_add(self.response_body.capacity());
+        bytes <= KEPT_BUFFER_BYTES
+            && self.request_edits.capacity() <= MAX_EDITS
+            && self.response_edits.capacity() <= MAX_EDITS
     }
 }
 
@@ -94,8 +124,6 @@ struct Spares {
     requests: Kept<RequestSource>,
     responses: Kept<ResponseSource>,
     buffers: Vec<StreamBuffers>,
-    /// Cleared lists of a deferred header map's edits.
-    edit_lists: Vec<Vec<HeaderEdit>>,
 }
 
 thread_local! {
@@ -106,7 +134,6 @@ thread_local! {
             requests: Kept::new(),
             responses: Kept::new(),
             buffers: Vec::new(),
-            edit_lists: Vec::new(),
         })
     };
 }
@@ -126,9 +153,14 @@ fn boxed<T>(value: T, kind: impl FnOnce(&mut Spares) -> &mut Kept<T>) -> Box<T> 
     Box::write(spare.unwrap_or_else(Box::new_uninit), value)
 }
 
-/// A request context in a kept allocation where there is one.
-pub fn context(value: RequestCtx) -> Box<RequestCtx> {
-    boxed(value, |s| &mut s.contexts)
+/// A request context in a kept allocation where there is one, made by `make` from buffers
+/// kept from an earlier request where there are some (one access to the spares for both).
+pub fn context(make: impl FnOnce(StreamBuffers) -> RequestCtx) -> Box<RequestCtx> {
+    let (spare, buffers) = with(|s| (s.contexts.0.pop(), s.buffers.pop())).unwrap_or_default();
+    Box::write(
+        spare.unwrap_or_else(Box::new_uninit),
+        make(buffers.unwrap_or_default()),
+    )
 }
 
 /// A property source in a kept allocation where there is one.
@@ -146,24 +178,11 @@ pub fn response_source(value: ResponseSource) -> Box<ResponseSource> {
     boxed(value, |s| &mut s.responses)
 }
 
-/// An empty list for a deferred header map's edits, a kept one where there is one.
-pub fn edit_list() -> Vec<HeaderEdit> {
-    with(|s| s.edit_lists.pop()).flatten().unwrap_or_default()
-}
-
-/// Empty stream buffers, kept ones where there are some.
-pub fn stream_buffers() -> StreamBuffers {
-    with(|s| s.buffers.pop()).flatten().unwrap_or_default()
-}
-
 /// Drops a finished request's context, keeping its allocation and those of its stream's
 /// sources (the ones this module made: recognised by their type) and buffers.
 pub fn keep_context(mut ctx: Box<RequestCtx>) {
-    let stream: &mut Stream = &mut ctx.stream;
-    let buffers = StreamBuffers::take(stream);
-    let props = stream.property_source.take().map(|p| p as Box<dyn Any>);
-    let (request, request_edits) = parts(stream.request_headers_deferred.take());
-    let (response, response_edits) = parts(stream.response_headers_deferred.take());
+    let (buffers, [request, response]) = StreamBuffers::take(&mut ctx);
+    let props = ctx.stream.property_source.take().map(|p| p as Box<dyn Any>);
     // Spares unavailable (thread exit): the closure is dropped, and with it every box.
     let _ = with(|s| {
         if let Some(Ok(p)) = props.map(<Box<dyn Any>>::downcast::<NgxProps>) {
@@ -175,22 +194,21 @@ pub fn keep_context(mut ctx: Box<RequestCtx>) {
         if let Some(Ok(r)) = response.map(<Box<dyn Any>>::downcast::<ResponseSource>) {
             s.responses.keep(r);
         }
-        if s.buffers.len() < KEPT && buffers.allocated() <= KEPT_BUFFER_BYTES {
-            s.buffers.push(buffers);
-        }
-        for edits in [request_edits, response_edits].into_iter().flatten() {
-            if s.edit_lists.len() < 2 * KEPT && edits.capacity() <= MAX_EDITS {
-                s.edit_lists.push(edits);
-            }
+        if let Some(b) = buffers.filter(|b| s.buffers.len() < KEPT && b.worth_keeping()) {
+            s.buffers.push(b);
         }
         s.contexts.keep(ctx);
     });
 }
 
-/// A deferred map's source (as `Any`, to be recognised) and its edits' list.
-fn parts(map: Option<DeferredMap>) -> (Option<Box<dyn Any>>, Option<Vec<HeaderEdit>>) {
+/// A deferred map's source (as `Any`, to be recognised) and its edits' list; without a map,
+/// the list the context kept for one (`spare`).
+fn parts(
+    map: Option<DeferredMap>,
+    spare: &mut Vec<HeaderEdit>,
+) -> (Option<Box<dyn Any>>, Vec<HeaderEdit>) {
     match map.map(DeferredMap::into_parts) {
-        Some((source, edits)) => (Some(source as Box<dyn Any>), Some(edits)),
-        None => (None, None),
+        Some((source, edits)) => (Some(source as Box<dyn Any>), edits),
+        None => (None, std::mem::take(spare)),
     }
 }
