@@ -4,8 +4,8 @@
 //! `proxy_set_property` (refused with `BadArgument` for the embedding's read-only paths).
 
 use crate::abi::store::{
-    ms, refused_growth, return_bytes, return_with, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
-    INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
+    keep_buffer, ms, refused_growth, return_bytes, return_with, Def, State, BAD_ARGUMENT, C,
+    INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };
 use crate::error::Error;
 use crate::mem;
@@ -54,7 +54,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             } else {
                 Ok(NOT_FOUND)
             };
-            c.data_mut().property_value = value;
+            c.data_mut().property_value = keep_buffer(value);
             r
         },
     )?;

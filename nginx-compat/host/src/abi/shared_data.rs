@@ -2,8 +2,8 @@
 //! `proxy_get_shared_data`, `proxy_set_shared_data`.
 
 use crate::abi::store::{
-    code, ms, return_bytes, return_u32, status_of, Def, C, INTERNAL_FAILURE, INVALID_MEMORY_ACCESS,
-    OK, R,
+    code, keep_buffer, ms, return_bytes, return_u32, status_of, Def, C, INTERNAL_FAILURE,
+    INVALID_MEMORY_ACCESS, OK, R,
 };
 use crate::error::Error;
 use crate::mem;
@@ -30,7 +30,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 },
                 Err(s) => Ok(code(s)),
             };
-            c.data_mut().shared_value = value;
+            c.data_mut().shared_value = keep_buffer(value);
             r
         },
     )?;

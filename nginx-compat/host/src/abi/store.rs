@@ -348,6 +348,19 @@ pub(crate) fn return_with(
     }
 }
 
+/// Largest buffer the store keeps for the next call ([`keep_buffer`]), in bytes.
+pub(crate) const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// `buf` to be kept in the state for the next call: as it is, or an empty one when it grew
+/// past [`KEPT_BUFFER_BYTES`] (one large value read once is not held for the VM's life).
+pub(crate) fn keep_buffer(buf: Vec<u8>) -> Vec<u8> {
+    if buf.capacity() > KEPT_BUFFER_BYTES {
+        Vec::new()
+    } else {
+        buf
+    }
+}
+
 /// Returns owned bytes to the guest (see [`return_with`]).
 pub(crate) fn return_bytes(caller: &mut C<'_>, ret_ptr: u32, ret_size: u32, bytes: &[u8]) -> R {
     return_with(caller, ret_ptr, ret_size, bytes.len(), |dst, _| {
@@ -548,6 +561,18 @@ mod tests {
     use crate::testing::wat_fixtures::compile;
     use crate::testing::MemoryHost;
     use crate::{Stream, StreamCallback, Vm};
+
+    #[test]
+    fn a_large_buffer_is_not_kept() {
+        // A value read once past the bound (a large shared-data entry) is not held by the VM
+        // for its life; one within it is, with its allocation.
+        let small = Vec::<u8>::with_capacity(1024);
+        let at = small.as_ptr();
+        let kept = super::keep_buffer(small);
+        assert_eq!((kept.as_ptr(), kept.capacity() >= 1024), (at, true));
+        let large = Vec::<u8>::with_capacity(super::KEPT_BUFFER_BYTES + 1);
+        assert_eq!(super::keep_buffer(large).capacity(), 0);
+    }
 
     #[test]
     fn an_allocator_that_changes_the_result_it_is_asked_room_for_gets_a_status() {
