@@ -78,7 +78,7 @@ pub struct Stream {
     /// Properties set by filters (`proxy_set_property`), keyed by `\0`-joined path; read first.
     /// An embedding may start a stream with a cleared store of an earlier one (its
     /// allocations reused).
-    pub properties: crate::PropertyStore,
+    pub properties: crate::property_store::PropertyStore,
     /// Fallback for properties the filters did not set.
     pub property_source: Option<Box<dyn PropertySource>>,
     /// Set by `proxy_send_local_response`; the embedding sends it and stops the chain.
