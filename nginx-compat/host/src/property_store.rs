@@ -6,11 +6,12 @@
 //! property, and none at all once an embedding reuses a cleared store for its next request
 //! ([`PropertyStore::clear`] keeps both). A stream has a few properties (the Tollgate chain
 //! sets four): up to [`LINEAR`] are found by comparing lengths, then bytes; past that, through
-//! a hash table of the list, so a guest setting thousands stays O(1) a call. A value replaced by a longer one is appended anew;
-//! the bytes it leaves behind are reclaimed when they outgrow the live ones
-//! ([`PropertyStore::held`] counts only live bytes, which is what the host's limit,
-//! `valid::MAX_MAP_BYTES`, bounds), so the buffer stays within twice the live bytes plus
-//! [`SLACK`].
+//! a hash table of the list, so a guest setting thousands stays O(1) a call.
+//!
+//! A value replaced by a longer one is appended anew; the bytes it leaves behind are reclaimed
+//! when they outgrow the live ones ([`PropertyStore::held`] counts only live bytes, which is
+//! what the host's limit, `valid::MAX_MAP_BYTES`, bounds), so the buffer stays within twice
+//! the live bytes plus [`SLACK`].
 
 use std::hash::Hasher;
 use std::ops::Range;

@@ -44,7 +44,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             }
             // The stream's source writes into a buffer kept in the state (taken while the guest
             // allocates: an allocator calling the host reads into a new one).
-            let mut value = std::mem::take(&mut state.property_value);
+            let mut value = std::mem::take(&mut state.value);
             let found = match &state.stream().property_source {
                 Some(source) => source.property(path, &mut value),
                 None => false,
@@ -54,7 +54,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             } else {
                 Ok(NOT_FOUND)
             };
-            c.data_mut().property_value = keep_buffer(value);
+            c.data_mut().value = keep_buffer(value);
             r
         },
     )?;

@@ -22,7 +22,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             // The value goes through a buffer kept in the state: the guest's allocator runs
             // between the read and the copy (and may call the host, which then reads into a
             // new buffer).
-            let mut value = std::mem::take(&mut state.shared_value);
+            let mut value = std::mem::take(&mut state.value);
             let r = match state.host.get_shared_data(key, &mut value) {
                 Ok(cas) => match return_bytes(&mut c, ret_ptr, ret_size, &value) {
                     Ok(OK) => Ok(return_u32(&mut c, ret_cas, cas)),
@@ -30,7 +30,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 },
                 Err(s) => Ok(code(s)),
             };
-            c.data_mut().shared_value = keep_buffer(value);
+            c.data_mut().value = keep_buffer(value);
             r
         },
     )?;

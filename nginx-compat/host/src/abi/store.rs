@@ -101,10 +101,10 @@ pub(crate) struct State {
     pub(crate) stderr: Vec<u8>,
     /// A reused buffer (property paths).
     pub(crate) scratch: Vec<u8>,
-    /// A reused buffer: the value `proxy_get_shared_data` returns.
-    pub(crate) shared_value: Vec<u8>,
-    /// A reused buffer: a value `proxy_get_property` reads from the stream's property source.
-    pub(crate) property_value: Vec<u8>,
+    /// A reused buffer: the value `proxy_get_shared_data` returns, or the one
+    /// `proxy_get_property` reads from the stream's property source (taken for the call:
+    /// a nested call gets an empty one).
+    pub(crate) value: Vec<u8>,
     /// The lower-case name of the header `proxy_get_header_map_value` returns from a deferred
     /// map (read again after the guest's allocator ran).
     pub(crate) header_key: Vec<u8>,
@@ -148,8 +148,7 @@ impl State {
             stdout: Vec::new(),
             stderr: Vec::new(),
             scratch: Vec::new(),
-            shared_value: Vec::new(),
-            property_value: Vec::new(),
+            value: Vec::new(),
             header_key: Vec::new(),
             pairs: crate::mem::Pairs::default(),
         }
