@@ -48,6 +48,7 @@ pub mod calls;
 pub mod command_table;
 pub mod conf;
 pub mod conf_file;
+pub mod decimal;
 pub mod directives;
 pub mod grpc_calls;
 pub mod header_names;

@@ -17,3 +17,9 @@ mod zone_props;
 
 #[path = "../src/header_names.rs"]
 mod header_names;
+
+#[path = "../src/decimal.rs"]
+mod decimal;
+
+#[path = "../src/request/spare_bounds.rs"]
+mod spare_bounds;

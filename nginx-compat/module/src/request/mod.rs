@@ -51,4 +51,5 @@ pub mod context;
 pub mod context_lifetime;
 pub mod local_response;
 pub mod resume;
+pub mod spare_bounds;
 pub mod spares;

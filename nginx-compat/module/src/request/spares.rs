@@ -2,33 +2,25 @@
 //! sources its stream reads nginx through (the property source, the request and response header
 //! sources), its buffers (the properties filters set, the body chunks they see) and the lists
 //! its deferred header maps keep the filters' edits in. Each is a fresh allocation of glibc's
-//! per request otherwise: the context (about 0.9 KB) from its slow
-//! path in nginx's heap, about 370 instructions to allocate and free, the sources about 130
-//! each (callgrind, `bench/instructions.py`'s `floor-1`), the buffers and lists one or more
-//! each.
+//! per request otherwise: the context (about 0.9 KB) from its slow path in nginx's heap, about
+//! 370 instructions to allocate and free, the sources about 130 each (callgrind,
+//! `bench/instructions.py`'s `floor-1`), the buffers and lists one or more each.
 //!
 //! A kept allocation holds no value: the old one is dropped when it is kept, and the next
 //! request writes a whole new value into it ([`Box::write`]), so nothing of one request
-//! reaches the next; buffers and lists are cleared. At most [`KEPT`] of each kind are kept per
-//! worker, no buffers of more than [`KEPT_BUFFER_BYTES`] in all, and no edit list longer than
-//! `MAX_EDITS`. A new context and its buffers come out of the spares together.
+//! reaches the next; buffers and lists are cleared. How many and how large are kept:
+//! `spare_bounds.rs`. A new context and its buffers come out of the spares together.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
-use tollgate_host::{DeferredMap, HeaderEdit, PropertyStore, Stream, MAX_EDITS};
+use tollgate_host::{DeferredMap, HeaderEdit, PropertyStore, Stream};
 
 use super::context::RequestCtx;
+use super::spare_bounds::{worth_keeping, KEPT};
 use crate::headers_in_place::{RequestSource, ResponseSource};
 use crate::props::NgxProps;
-
-/// Most allocations of each kind a worker keeps (requests in flight at once return theirs).
-const KEPT: usize = 16;
-
-/// Largest stream buffers kept (bytes allocated, all together): those a large body or a guest
-/// grew are freed rather than held by the worker.
-const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
 /// A finished request's buffers, cleared: its stream's, and the lists its deferred header
 /// maps kept the edits in.
@@ -47,9 +39,9 @@ pub struct StreamBuffers {
 }
 
 impl StreamBuffers {
-    /// Takes `ctx`'s buffers, cleared (`None` when none of them holds an allocation: a chain
-    /// that reads no body and sets no property leaves nothing to keep), and the sources of its
-    /// deferred maps (as `Any`, to be recognised).
+    /// Takes `ctx`'s buffers, cleared, when they are worth keeping ([`worth_keeping`]; else
+    /// they go with the context), and the sources of its deferred maps (as `Any`, to be
+    /// recognised).
     fn take(ctx: &mut RequestCtx) -> (Option<StreamBuffers>, [Option<Box<dyn Any>>; 2]) {
         let stream: &mut Stream = &mut ctx.stream;
         let (request, request_edits) = parts(
@@ -60,12 +52,13 @@ impl StreamBuffers {
             stream.response_headers_deferred.take(),
             &mut ctx.spare_edits.1,
         );
-        let held = stream.properties.allocated() > 0
-            || stream.request_body.capacity() > 0
-            || stream.response_body.capacity() > 0
-            || request_edits.capacity() > 0
-            || response_edits.capacity() > 0;
-        if !held {
+        let bytes = stream
+            .properties
+            .allocated()
+            .saturating_add(stream.request_body.capacity())
+            .saturating_add(stream.response_body.capacity());
+        let edits = [request_edits.capacity(), response_edits.capacity()];
+        if !worth_keeping(bytes, edits) {
             return (None, [request, response]);
         }
         let mut b = StreamBuffers {
@@ -80,18 +73,6 @@ impl StreamBuffers {
         b.response_body.clear();
         (Some(b), [request, response])
     }
-
-    /// Whether they are worth keeping: within [`KEPT_BUFFER_BYTES`] and `MAX_EDITS`.
-    fn worth_keeping(&self) -> bool {
-        let bytes = self
-            .properties
-            .allocated()
-            .saturating_add(self.request_body.capacity())
-            .saturating_add(self.response_body.capacity());
-        bytes <= KEPT_BUFFER_BYTES
-            && self.request_edits.capacity() <= MAX_EDITS
-            && self.response_edits.capacity() <= MAX_EDITS
-    }
 }
 
 /// Freed allocations of one kind (their values dropped).
@@ -102,7 +83,7 @@ impl<T> Kept<T> {
         Kept(Vec::new())
     }
 
-    /// Drops `b`'s value and keeps its allocation (frees it when [`KEPT`] are kept).
+    /// Drops `b`'s value and keeps its allocation (frees it when `spare_bounds::KEPT` are kept).
     fn keep(&mut self, b: Box<T>) {
         let raw = Box::into_raw(b);
         // SAFETY: `raw` is a live, initialised value of a Box, dropped once here; the
@@ -194,7 +175,7 @@ pub fn keep_context(mut ctx: Box<RequestCtx>) {
         if let Some(Ok(r)) = response.map(<Box<dyn Any>>::downcast::<ResponseSource>) {
             s.responses.keep(r);
         }
-        if let Some(b) = buffers.filter(|b| s.buffers.len() < KEPT && b.worth_keeping()) {
+        if let Some(b) = buffers.filter(|_| s.buffers.len() < KEPT) {
             s.buffers.push(b);
         }
         s.contexts.keep(ctx);
