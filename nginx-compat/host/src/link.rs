@@ -22,6 +22,7 @@ pub(crate) fn linker(engine: &Engine, module: &wasmtime::Module) -> Result<Linke
     abi::shared_data::define(&mut def)?;
     abi::shared_queues::define(&mut def)?;
     abi::http_calls::define(&mut def)?;
+    abi::foreign_functions::define(&mut def)?;
     abi::grpc_calls::define(&mut def)?;
     abi::metrics::define(&mut def)?;
     wasi::define(&mut def)?;

@@ -225,6 +225,30 @@ impl State {
         }
     }
 
+    /// Appends the value of header `key` (any case) in map `t` to `out`, as
+    /// `proxy_get_header_map_value` answers it (the first field of that name); false when the
+    /// map has none (or the host has no map `t`).
+    pub(crate) fn append_header_value(&mut self, t: u32, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.deferred(t).is_some() {
+            // A deferred map is read by the lower-case name (most callers send one).
+            if !key.iter().any(u8::is_ascii_uppercase) {
+                let value = self.deferred(t).and_then(|d| d.first(key));
+                return value.map(|v| out.extend_from_slice(v)).is_some();
+            }
+            let mut lower = std::mem::take(&mut self.header_key);
+            lower.clear();
+            lower.extend(key.iter().map(u8::to_ascii_lowercase));
+            let value = self.deferred(t).and_then(|d| d.first(&lower));
+            let found = value.map(|v| out.extend_from_slice(v)).is_some();
+            self.header_key = lower;
+            return found;
+        }
+        let value = self
+            .map(t)
+            .and_then(|map| map.iter().find(|(k, _)| eq_name(k, key)));
+        value.map(|(_, v)| out.extend_from_slice(v)).is_some()
+    }
+
     /// The bytes map `t` holds, for the size limit (a deferred map's bound: see
     /// [`DeferredMap::bytes`]).
     fn held_bytes(&self, t: u32) -> usize {

@@ -1,11 +1,10 @@
 //! Calls out of a filter: `proxy_http_call` (checked like Envoy: `:method`, `:path`,
-//! `:authority`; at most [`valid::MAX_PENDING_CALLS`] pending per instance), and
-//! `proxy_call_foreign_function` (no foreign functions: `NotFound`). gRPC calls are linked to the
-//! `Unimplemented` stub.
+//! `:authority`; at most [`valid::MAX_PENDING_CALLS`] pending per instance). gRPC calls are
+//! linked to the `Unimplemented` stub; `proxy_call_foreign_function` is in `foreign_functions`.
 
 use crate::abi::store::{
     code, guest_str, ms, refused_map, Def, BAD_ARGUMENT, C, INTERNAL_FAILURE,
-    INVALID_MEMORY_ACCESS, NOT_FOUND, OK,
+    INVALID_MEMORY_ACCESS, OK,
 };
 use crate::embedder::{HttpCall, LogLevel};
 use crate::error::Error;
@@ -90,13 +89,6 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             } else {
                 INVALID_MEMORY_ACCESS
             }
-        },
-    )?;
-    // Foreign functions: none.
-    d.env(
-        "proxy_call_foreign_function",
-        |_c: C<'_>, _np: u32, _nl: u32, _ap: u32, _al: u32, _rp: u32, _rs: u32| -> u32 {
-            NOT_FOUND
         },
     )?;
     Ok(())

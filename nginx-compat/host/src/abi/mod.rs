@@ -3,6 +3,7 @@
 //! `crate::link` puts them together with WASI.
 
 pub(crate) mod buffers;
+pub(crate) mod foreign_functions;
 pub(crate) mod grpc_calls;
 pub(crate) mod header_maps;
 pub(crate) mod http_calls;

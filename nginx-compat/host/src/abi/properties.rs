@@ -4,8 +4,8 @@
 //! `proxy_set_property` (refused with `BadArgument` for the embedding's read-only paths).
 
 use crate::abi::store::{
-    keep_buffer, ms, refused_growth, return_bytes, return_with, Def, State, BAD_ARGUMENT, C,
-    INTERNAL_FAILURE, INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
+    keep_buffer, ms, refused_growth, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
+    INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
 };
 use crate::error::Error;
 use crate::mem;
@@ -21,34 +21,10 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             let Some(path) = mem::slice(mem, path_ptr, path_len) else {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
-            // Set by a filter: copied straight from the state (the path is kept in a reused
-            // buffer while the guest allocates).
-            if let Some(len) = state.stream().properties.get(path).map(<[u8]>::len) {
-                let mut key = std::mem::take(&mut state.scratch);
-                key.clear();
-                key.extend_from_slice(path);
-                let r = return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                    mem::copy(dst, s.stream().properties.get(&key)?)
-                });
-                c.data_mut().scratch = key;
-                return r;
-            }
-            if let Some(which) = state.builtin_property(path) {
-                let len = state.builtin(which).len();
-                return return_with(&mut c, ret_ptr, ret_size, len, |dst, s| {
-                    mem::copy(dst, s.builtin(which))
-                });
-            }
-            if let Some(v) = state.host.property(path) {
-                return return_bytes(&mut c, ret_ptr, ret_size, &v);
-            }
-            // The stream's source writes into a buffer kept in the state (taken while the guest
-            // allocates: an allocator calling the host reads into a new one).
+            // Read into a buffer kept in the state, taken while the guest's allocator runs (an
+            // allocator calling the host reads into a new one).
             let mut value = std::mem::take(&mut state.value);
-            let found = match &state.stream().property_source {
-                Some(source) => source.property(path, &mut value),
-                None => false,
-            };
+            let found = state.property_into(path, &mut value);
             let r = if found {
                 return_bytes(&mut c, ret_ptr, ret_size, &value)
             } else {
@@ -87,12 +63,66 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
 }
 
 impl State {
-    /// The host's own properties: `plugin_name`, `plugin_root_id` (the plugin name too) and
-    /// `plugin_vm_id`.
+    /// Where property `path` (segments joined by NUL) is, looked up in `proxy_get_property`'s
+    /// order: set by a filter on this stream, the host's builtins, the embedding's read-only
+    /// ones, else the stream's [`PropertySource`](crate::stream::PropertySource) if it has one.
+    fn find_property(&self, path: &[u8]) -> Option<Found<'_>> {
+        if let Some(v) = self.stream().properties.get(path) {
+            return Some(Found::Bytes(v));
+        }
+        if let Some(which) = self.builtin_property(path) {
+            return Some(Found::Bytes(self.builtin(which)));
+        }
+        if let Some(v) = self.host.property(path) {
+            return Some(Found::Owned(v));
+        }
+        self.stream().property_source.as_deref().map(Found::Source)
+    }
+
+    /// Writes the value of property `path` into `value` (cleared first); false when there is
+    /// none.
+    pub(crate) fn property_into(&self, path: &[u8], value: &mut Vec<u8>) -> bool {
+        value.clear();
+        match self.find_property(path) {
+            Some(Found::Bytes(v)) => value.extend_from_slice(v),
+            Some(Found::Owned(v)) => *value = v,
+            Some(Found::Source(source)) => return source.property(path, value),
+            None => return false,
+        }
+        true
+    }
+
+    /// Appends the value of property `path` to `out`; false when there is none (`out` as it
+    /// was). A value from the stream's property source is read into `scratch` first.
+    pub(crate) fn append_property(
+        &self,
+        path: &[u8],
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
+        match self.find_property(path) {
+            Some(Found::Bytes(v)) => out.extend_from_slice(v),
+            Some(Found::Owned(v)) => out.extend_from_slice(&v),
+            Some(Found::Source(source)) => {
+                if !source.property(path, scratch) {
+                    return false;
+                }
+                out.extend_from_slice(scratch);
+            }
+            None => return false,
+        }
+        true
+    }
+
+    /// The host's own properties: `plugin_name`, `plugin_root_id` (the plugin name too),
+    /// `plugin_vm_id`, and `tollgate.foreign_functions` (path `tollgate\0foreign_functions`:
+    /// the names `proxy_call_foreign_function` answers, comma-separated, which a filter reads
+    /// before calling one: Kong's ngx_wasm_module traps a filter that calls an unknown name).
     pub(crate) fn builtin_property(&self, path: &[u8]) -> Option<Builtin> {
         match path {
             b"plugin_name" | b"plugin_root_id" => Some(Builtin::PluginName),
             b"plugin_vm_id" => Some(Builtin::VmId),
+            b"tollgate\0foreign_functions" => Some(Builtin::ForeignFunctions),
             _ => None,
         }
     }
@@ -101,8 +131,16 @@ impl State {
         match which {
             Builtin::PluginName => self.plugin_name().as_bytes(),
             Builtin::VmId => self.vm_id.as_bytes(),
+            Builtin::ForeignFunctions => crate::abi::foreign_functions::GET_VALUES,
         }
     }
+}
+
+/// Where a property's value is ([`State::find_property`]).
+enum Found<'a> {
+    Bytes(&'a [u8]),
+    Owned(Vec<u8>),
+    Source(&'a dyn crate::stream::PropertySource),
 }
 
 /// A property the host answers itself.
@@ -110,6 +148,7 @@ impl State {
 pub(crate) enum Builtin {
     PluginName,
     VmId,
+    ForeignFunctions,
 }
 
 #[cfg(test)]

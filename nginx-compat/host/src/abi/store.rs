@@ -99,8 +99,9 @@ pub(crate) struct State {
     pub(crate) resumed: Vec<HttpId>,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stderr: Vec<u8>,
-    /// A reused buffer (property paths).
-    pub(crate) scratch: Vec<u8>,
+    /// A reused buffer: the answer of `tollgate.get_values` as it is assembled
+    /// (`abi::foreign_functions`; taken for the call).
+    pub(crate) values_out: Vec<u8>,
     /// A reused buffer: the value `proxy_get_shared_data` returns, or the one
     /// `proxy_get_property` reads from the stream's property source (taken for the call:
     /// a nested call gets an empty one).
@@ -147,7 +148,7 @@ impl State {
             resumed: Vec::new(),
             stdout: Vec::new(),
             stderr: Vec::new(),
-            scratch: Vec::new(),
+            values_out: Vec::new(),
             value: Vec::new(),
             header_key: Vec::new(),
             pairs: crate::mem::Pairs::default(),
@@ -578,8 +579,10 @@ mod tests {
         // The host measures a result, calls the guest's allocator, then copies. This allocator first
         // changes what is being returned (mode 1: makes the other root effective, so the plugin
         // name and configuration change; 2: replaces the header being read; 3: sets the property
-        // being read), to another length. Each read answers InternalFailure (10), logged as 4 bytes;
-        // the host used to panic (copy_from_slice of two lengths: an abort in nginx).
+        // being read), to another length. Each read that copies after the allocator answers
+        // InternalFailure (10), logged as 4 bytes; the host used to panic (copy_from_slice of two
+        // lengths: an abort in nginx). A property is copied out before the allocator runs: it
+        // answers Ok (0) with the value as it was when asked.
         let m = wat::parse_str(
             r#"(module
               (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
@@ -655,6 +658,6 @@ mod tests {
             .iter()
             .map(|l| u32::from_le_bytes(l.message.as_bytes().try_into().unwrap()))
             .collect();
-        assert_eq!(statuses, [10, 10, 10, 10, 10]);
+        assert_eq!(statuses, [10, 0, 10, 10, 0]);
     }
 }

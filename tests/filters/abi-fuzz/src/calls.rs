@@ -431,7 +431,15 @@ impl Fuzz {
             }
             39 => {
                 let (np, nl) = self.bytes_input(|b| {
-                    b.push(r.pick(&[&b"compress"[..], b"", b"declare_property"], b""))
+                    b.push(r.pick(
+                        &[
+                            &b"compress"[..],
+                            b"",
+                            b"declare_property",
+                            b"tollgate.get_values",
+                        ],
+                        b"",
+                    ))
                 });
                 let (ap, al) = self.payload();
                 let (rp, rs) = (self.ret(), self.ret());
