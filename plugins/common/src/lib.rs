@@ -20,6 +20,7 @@ pub mod logfmt;
 pub mod metric_help;
 pub mod metrics;
 pub mod path;
+pub mod prefetch;
 pub mod remote;
 pub mod rls;
 pub mod route;

@@ -78,6 +78,14 @@ extern "C" {
         value: *const u8,
         value_len: usize,
     ) -> u32;
+    fn proxy_call_foreign_function(
+        name: *const u8,
+        name_len: usize,
+        argument: *const u8,
+        argument_len: usize,
+        results: *mut *mut u8,
+        results_len: *mut usize,
+    ) -> u32;
     fn proxy_send_local_response(
         status: u32,
         details: *const u8,
@@ -226,6 +234,27 @@ pub fn property_encoded(path: &[u8]) -> Result<Option<Vec<u8>>, u32> {
     // SAFETY: `path` and the out-pointers are live for the call.
     let status = unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) };
     bytes_of(status, data, size)
+}
+
+/// `proxy_call_foreign_function`: foreign function `name`'s answer to `argument` (empty when the
+/// host returned none). Envoy answers `NotFound` for a name it does not know.
+pub fn call_foreign_function(name: &str, argument: &[u8]) -> Result<Vec<u8>, u32> {
+    let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
+    // SAFETY: `name`, `argument` and the out-pointers are live for the call.
+    let status = unsafe {
+        proxy_call_foreign_function(
+            name.as_ptr(),
+            name.len(),
+            argument.as_ptr(),
+            argument.len(),
+            &mut data,
+            &mut size,
+        )
+    };
+    match bytes_of(status, data, size)? {
+        Some(answer) => Ok(answer),
+        None => Err(NOT_FOUND),
+    }
 }
 
 /// `proxy_set_property`.
