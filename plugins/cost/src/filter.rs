@@ -69,7 +69,9 @@ use crate::period::Periods;
 use crate::pipeline::Request;
 use crate::remote_prices::{millis_since, PriceRefresh};
 use crate::replay_queue::{encode_queue, ReplayQueue};
-use crate::worker::{GlobalState, Logs, Shared, BOOKING_TICK_MILLIS, GLOBAL_TICK_MILLIS};
+use crate::worker::{
+    GlobalState, Logs, PhaseReads, Shared, BOOKING_TICK_MILLIS, GLOBAL_TICK_MILLIS,
+};
 
 proxy_wasm::main! {{
     tollgate_common::skeleton::contexts::main::<Cost>();
@@ -177,6 +179,7 @@ impl Filter for Cost {
         };
         let shared = Shared {
             prices: RefCell::new(Rc::clone(&config.prices)),
+            reads: PhaseReads::new(&config),
             config,
             counters,
             logs: Logs::new(),

@@ -8,10 +8,11 @@ use std::rc::Rc;
 
 use tollgate_common::host_calls::{self as host_calls, count_n, now_unix_millis};
 use tollgate_common::log_every::LogEvery;
+use tollgate_common::prefetch::{Read, ReadList};
 use tollgate_common::shared_data::HostSharedData;
 use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
 
-use crate::config::Config;
+use crate::config::{Config, TenantSource};
 use crate::counters::Counters;
 use crate::global::{Booking, Claims, CostGlobal, Outbox, SendTicks, REPLAY_MAX};
 use crate::ledger::BookStats;
@@ -105,11 +106,53 @@ pub(crate) struct GlobalState {
 /// What the root context shares with the requests.
 pub(crate) struct Shared {
     pub(crate) config: Config,
+    /// What the request headers and response headers phases read, in one host call each where
+    /// the host offers it (`tollgate_common::prefetch`).
+    pub(crate) reads: PhaseReads,
     pub(crate) counters: Counters,
     pub(crate) logs: Logs,
     /// The table in use: `prices`, then each good remote table.
     pub(crate) prices: RefCell<Rc<PriceTable>>,
     pub(crate) global: Option<GlobalState>,
+}
+
+/// The header reads of two phases (`crate::pipeline`'s admission and response).
+pub(crate) struct PhaseReads {
+    /// The tenant's identity, `content-encoding`, `content-type`, `:path` (`:method`, read
+    /// only for some requests, by its own call).
+    pub(crate) request: ReadList<4>,
+    /// `:status`, `content-length`, `content-encoding`, `content-type`.
+    pub(crate) response: ReadList<4>,
+}
+
+impl PhaseReads {
+    /// Where each value of [`PhaseReads::request`] is.
+    pub(crate) const CONTENT_ENCODING: usize = 1;
+    pub(crate) const CONTENT_TYPE: usize = 2;
+    pub(crate) const PATH: usize = 3;
+    /// Where each value of [`PhaseReads::response`] is.
+    pub(crate) const STATUS: usize = 0;
+    pub(crate) const CONTENT_LENGTH: usize = 1;
+    pub(crate) const RESPONSE_ENCODING: usize = 2;
+    pub(crate) const MEDIA_TYPE: usize = 3;
+
+    pub(crate) fn new(config: &Config) -> PhaseReads {
+        let (TenantSource::Identity(identity) | TenantSource::ApiKey(identity)) = &config.tenant;
+        PhaseReads {
+            request: ReadList::new([
+                Read::of_identity(identity),
+                Read::RequestHeader("content-encoding"),
+                Read::RequestHeader("content-type"),
+                Read::RequestHeader(":path"),
+            ]),
+            response: ReadList::new([
+                Read::ResponseHeader(":status"),
+                Read::ResponseHeader("content-length"),
+                Read::ResponseHeader("content-encoding"),
+                Read::ResponseHeader("content-type"),
+            ]),
+        }
+    }
 }
 
 impl Shared {

@@ -6,7 +6,8 @@
 //! by Envoy for every filter of the stream at its end, local replies included) reads the request
 //! headers it needs, the response code and sizes (Envoy attributes), the other filters' lines
 //! (`tollgate_common::signals`: the time to first token is the cost filter's `first_byte_us`),
-//! and updates the series: histograms at once, counters summed in the VM (`crate::pending`) and
+//! all in one host call where the host offers it (`tollgate_common::prefetch`), and updates
+//! the series: histograms at once, counters summed in the VM (`crate::pending`) and
 //! handed to the host on the root context's tick (`flush_interval_ms`) and at `on_done`. No
 //! body callback: the response's chunks never enter this VM. Host calls go through
 //! `tollgate_common::host_calls` (the raw ABI, errors handled); nothing here traps.
@@ -18,19 +19,19 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MetricType};
 use tollgate_common::config::ConfigError;
-use tollgate_common::host_calls::{micros, request_header_bytes};
-use tollgate_common::identity::{HostIdentityView, Identity, IdentitySource};
+use tollgate_common::host_calls::micros;
+use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::logfmt;
+use tollgate_common::prefetch::{HostReader, ReadList};
 use tollgate_common::shared_data::HostSharedData;
-use tollgate_common::signals::{self, field};
+use tollgate_common::signals::field;
 use tollgate_common::skeleton::{Filter, FilterConfig};
 
 use crate::config::Config;
 use crate::labels::{method_label, route_label, Label};
+use crate::log_reads;
 use crate::pending::PendingCounters;
-use crate::record::{
-    decimal, record, CostSignals, Observation, REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE,
-};
+use crate::record::{decimal, record, CostSignals, Observation};
 use tollgate_common::bytes::same_bytes;
 
 use crate::series::{Kind, SeriesCache};
@@ -67,6 +68,8 @@ struct State {
     /// Whether counters are held until a flush (`flush_interval_ms` above 0 and the tick set):
     /// otherwise each request's go to the host at its end.
     holds_counters: bool,
+    /// What `on_log` reads ([`log_reads::list`]).
+    log_reads: ReadList<9>,
 }
 
 impl Filter for Metrics {
@@ -97,7 +100,9 @@ impl Filter for Metrics {
                     false
                 }
             };
+        let log_reads = log_reads::list(&config);
         Some(RefCell::new(State {
+            log_reads,
             config,
             cache: SeriesCache::new(MAX_SERIES),
             tenants,
@@ -155,10 +160,8 @@ fn now() -> Option<SystemTime> {
 }
 
 /// An Envoy integer attribute (`response.code`, `request.size`, ...): 8 bytes little-endian.
-/// `path` is the attribute's path already encoded for the ABI (`crate::record::RESPONSE_CODE`).
-fn int_property(path: &str) -> Option<u64> {
-    let bytes = tollgate_common::host_calls::property_encoded(path.as_bytes())?;
-    let arr = <[u8; 8]>::try_from(bytes.get(..8)?).ok()?;
+fn int_value(bytes: Option<&[u8]>) -> Option<u64> {
+    let arr = <[u8; 8]>::try_from(bytes?.get(..8)?).ok()?;
     u64::try_from(i64::from_le_bytes(arr)).ok()
 }
 
@@ -248,17 +251,22 @@ fn log_request(timing: &Timing, state: &mut State) {
         cost_tenant_label,
         pending,
         holds_counters,
+        log_reads,
     } = state;
+    // What on_log reads, in one host call where the host offers it (else each when used).
+    let values = log_reads.fetch(HostReader);
     // Headers are read only for the labels that use them.
     let method = if config.method {
-        request_header_bytes(":method").map_or(Label::OTHER, |m| method_label(&m))
+        values
+            .get(log_reads::at::METHOD)
+            .map_or(Label::OTHER, |m| method_label(&m))
     } else {
         Label::OTHER
     };
     let route = if config.routes.is_empty() {
         Label::OTHER
     } else {
-        let path = request_header_bytes(":path").unwrap_or_default();
+        let path = values.get(log_reads::at::PATH).unwrap_or_default();
         route_label(&config.routes, &path, &config.paths)
     };
     let end = now();
@@ -270,7 +278,7 @@ fn log_request(timing: &Timing, state: &mut State) {
     let mut identity = None;
     let (tenant, trusted) = match (&config.tenant, tenants.as_mut()) {
         (Some(t), Some(reg)) => {
-            let identity = identity.insert(t.source.read(&HostIdentityView));
+            let identity = identity.insert(t.source.read(&values));
             let trusted = match t.source {
                 IdentitySource::Verified { .. } => *identity != Identity::Unauthenticated,
                 IdentitySource::Unverified { .. } | IdentitySource::Credential { .. } => true,
@@ -288,12 +296,12 @@ fn log_request(timing: &Timing, state: &mut State) {
         _ => (None, false),
     };
     let duration_us = micros(timing.start, end);
-    // The other filters' lines, one property read each (`tollgate_common::signals`).
-    let auth_line = signals::read(signals::JWT_AUTH);
+    // The other filters' lines (`tollgate_common::signals`).
+    let auth_line = values.get(log_reads::at::JWT_AUTH);
     let auth = auth_line
         .as_deref()
         .and_then(|l| logfmt::value(l, field::OUTCOME));
-    let rate_limit_line = signals::read(signals::RATE_LIMIT);
+    let rate_limit_line = values.get(log_reads::at::RATE_LIMIT);
     let (mut decision, mut rule) = (None, None);
     for (key, value) in rate_limit_line
         .as_deref()
@@ -307,7 +315,7 @@ fn log_request(timing: &Timing, state: &mut State) {
             _ => {}
         }
     }
-    let cost_line = signals::read(signals::COST);
+    let cost_line = values.get(log_reads::at::COST);
     let mut raw_cost = cost_line.as_deref().map(RawCost::parse);
     let cost_tenant = raw_cost
         .as_mut()
@@ -346,11 +354,11 @@ fn log_request(timing: &Timing, state: &mut State) {
         method,
         route,
         tenant,
-        status: int_property(RESPONSE_CODE).unwrap_or(0),
+        status: int_value(values.get(log_reads::at::RESPONSE_CODE).as_deref()).unwrap_or(0),
         duration_us,
         first_byte_us: raw_cost.as_ref().and_then(|raw| raw.first_byte_us),
-        request_bytes: int_property(REQUEST_SIZE).unwrap_or(0),
-        response_bytes: int_property(RESPONSE_SIZE).unwrap_or(0),
+        request_bytes: int_value(values.get(log_reads::at::REQUEST_SIZE).as_deref()).unwrap_or(0),
+        response_bytes: int_value(values.get(log_reads::at::RESPONSE_SIZE).as_deref()).unwrap_or(0),
         auth_result: auth.as_deref(),
         rate_limit: match (&rule, &decision) {
             (Some(r), Some(d)) => Some((r.as_ref(), d.as_ref())),

@@ -8,6 +8,7 @@
 //!
 //! - [`config`]: the plugin configuration (JSON) and its checks.
 //! - [`labels`]: request → label values (method, status class, route), bounded.
+//! - [`log_reads`]: the values `on_log` reads, in one host call where the host offers it.
 //! - [`pending`]: counter increments held in the VM between flushes to the host.
 //! - [`record`]: one finished request → series and values (host-free).
 //! - [`series`]: metric families, series keys and the per-VM cache of metric ids.
@@ -16,6 +17,7 @@
 
 pub mod config;
 pub mod labels;
+pub mod log_reads;
 pub mod pending;
 pub mod record;
 pub mod series;

@@ -6,9 +6,7 @@
 use std::borrow::Cow;
 
 use proxy_wasm::types::Action;
-use tollgate_common::host_calls::{
-    forward_normal_path, now_unix_millis, request_header_bytes, send_json_error,
-};
+use tollgate_common::host_calls::{forward_normal_path, now_unix_millis, send_json_error};
 use tollgate_common::identity::IdentityView;
 use tollgate_common::rls::{self, CallFailure, OnError};
 use tollgate_common::shared_data::HostSharedData;
@@ -42,7 +40,13 @@ pub(crate) struct Pending {
 }
 
 impl Request {
-    fn limit(&mut self, shared: &Shared, index: usize, rule: &Rule, req: &HostRequest) -> Action {
+    fn limit(
+        &mut self,
+        shared: &Shared,
+        index: usize,
+        rule: &Rule,
+        req: &HostRequest<'_>,
+    ) -> Action {
         let config = &shared.config;
         let Some(counters) = shared.counters.get(index) else {
             return Action::Continue;
@@ -275,30 +279,26 @@ impl Request {
 
     /// The request headers phase: the request stage, the first matching rule, its limits.
     pub(crate) fn headers(&mut self, shared: &Shared) -> Action {
-        let mut req = HostRequest::default();
+        let mut req = HostRequest::new(&shared.request_reads);
         if shared.config.needs_path {
-            let mut target = request_header_bytes(":path").unwrap_or_default();
+            let target = req.target();
             let Some(p) = shared.stage.path(&target, &shared.config.paths, || {}) else {
                 return Action::Pause;
             };
             forward_normal_path(&p);
-            // Already normal (the common case): the target itself, cut at its query.
             let path = match p.path {
                 Cow::Owned(normal) => normal.into_bytes(),
-                Cow::Borrowed(path) => {
-                    let len = path.len();
-                    target.truncate(len);
-                    target
-                }
+                Cow::Borrowed(path) => path.as_bytes().to_vec(),
             };
             req.path = Some(path);
         }
         if shared.config.needs_host {
-            let authority = request_header_bytes(":authority").unwrap_or_default();
+            let authority = req.authority();
             let Some(host) = shared.stage.host(&authority, || {}) else {
                 return Action::Pause;
             };
-            req.host = Some(host.into_owned());
+            let host = host.into_owned();
+            req.host = Some(host);
         }
         let Some((index, rule)) = first_match(&shared.config.rules, |r| r.matches(&req)) else {
             return Action::Continue;

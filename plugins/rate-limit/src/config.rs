@@ -362,6 +362,9 @@ pub struct Config {
     /// Whether a rule or a key reads the host: then every request's authority is put in
     /// canonical form first (`tollgate_common::authority`; refused with 400 when it cannot be).
     pub needs_host: bool,
+    /// The identity the rules' keys read first (the first rule's with one), read with the
+    /// path and host in one host call where the host offers it (`crate::request_view`).
+    pub first_identity: Option<IdentitySource>,
     /// Load on a shared-data zone that evicts keys (`tollgate_common::eviction`); off: refuse.
     pub allow_eviction: bool,
     /// The envelope of this filter's refusals (`error_format`: `auto`, the request's API;
@@ -423,10 +426,18 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let needs_host = rules
         .iter()
         .any(|r| !r.route.hosts.is_empty() || r.key.contains(&KeyPart::Host));
+    let first_identity = rules
+        .iter()
+        .flat_map(|r| r.key.iter())
+        .find_map(|part| match part {
+            KeyPart::Identity(source) => Some(source.clone()),
+            _ => None,
+        });
     Ok(Config {
         paths: raw.paths,
         needs_path,
         needs_host,
+        first_identity,
         allow_eviction: raw.allow_eviction,
         error_format: raw.error_format,
         namespace: raw.namespace,

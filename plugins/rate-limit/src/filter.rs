@@ -116,6 +116,7 @@ impl Filter for RateLimit {
             .collect();
         Some(Shared {
             global,
+            request_reads: crate::request_view::request_reads(&config),
             config,
             counters,
             store_logs,

@@ -4,6 +4,7 @@
 
 use tollgate_common::host_calls::count_n;
 use tollgate_common::log_every::LogEvery;
+use tollgate_common::prefetch::ReadList;
 use tollgate_common::skeleton::global_call::{CallCounters, GlobalCall};
 use tollgate_common::skeleton::request_stage::Stage;
 
@@ -59,4 +60,7 @@ pub(crate) struct Shared {
     pub(crate) store_logs: Vec<LogEvery>,
     /// How the path and the authority are refused.
     pub(crate) stage: Stage,
+    /// What a request's keys and rules read, in one host call where the host offers it
+    /// (`crate::request_view::request_reads`).
+    pub(crate) request_reads: ReadList<2>,
 }

@@ -4,10 +4,9 @@
 
 use proxy_wasm::types::Action;
 use tollgate_common::host_calls::{
-    self as host_calls, count, keep_request_target, now_unix_millis, request_header_bytes,
-    set_request_header,
+    self as host_calls, count, keep_request_target, now_unix_millis, set_request_header,
 };
-use tollgate_common::identity::HostIdentityView;
+use tollgate_common::prefetch::{HostReader, Prefetched, Read};
 use tollgate_common::rls::{self, CallFailure, OnError};
 use tollgate_common::shared_data::{HostSharedData, StoreError};
 
@@ -19,9 +18,15 @@ use crate::period::Periods;
 use crate::request::stream_usage_on_request;
 use crate::unpriced_calls::{classify, starts_work, Target};
 use crate::unreadable;
-use crate::worker::{GlobalState, Shared};
+use crate::worker::{GlobalState, PhaseReads as R, Shared};
 
 use super::{Check, Request, BUDGET_RESET_HEADER};
+
+/// The request headers phase's values ([`crate::worker::PhaseReads::request`]).
+type RequestValues<'a> = Prefetched<'a, HostReader, 4>;
+
+/// The request's method, read only where it decides something.
+const METHOD: Read<'static> = Read::RequestHeader(":method");
 
 /// The proxy-wasm status of a store error.
 fn status_of(e: StoreError) -> u32 {
@@ -35,7 +40,9 @@ impl Request {
     /// The request headers phase.
     pub(crate) fn request_headers(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
         let config = &shared.config;
-        self.tenant = match config.tenant(&HostIdentityView) {
+        // The tenant and what `admitted` reads, in one host call where the host offers it.
+        let values = shared.reads.request.fetch(HostReader);
+        self.tenant = match config.tenant(&values) {
             Ok(tenant) => tenant,
             Err(e) => {
                 log::info!("401 invalid_api_key: {e}");
@@ -78,7 +85,7 @@ impl Request {
         if let Some(exceeded) = budget.check(&spend, &now) {
             return self.over_budget(shared, exceeded);
         }
-        self.admitted(shared, end_of_stream)
+        self.admitted(shared, end_of_stream, Some(&values))
     }
 
     /// The tenant's spend for the budget check. A tenant with a budget (`limited`) and no record
@@ -158,7 +165,14 @@ impl Request {
     /// none: each of those endpoints requires body members), and a Responses call has its
     /// `background` looked at with the body. Other tenants have a POST's body read, when
     /// `max_request_body_bytes` is not 0, as before. `Continue`, or the refusal.
-    pub(super) fn admitted(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
+    /// `values`: the request headers phase's reads ([`crate::worker::PhaseReads`]) when this
+    /// runs in that callback (else read here).
+    pub(super) fn admitted(
+        &mut self,
+        shared: &Shared,
+        end_of_stream: bool,
+        values: Option<&RequestValues<'_>>,
+    ) -> Action {
         let config = &shared.config;
         if config.identity_encoding {
             // The filter reads the response: ask for it uncompressed (RFC 9110 section 12.5.3).
@@ -167,29 +181,35 @@ impl Request {
         if end_of_stream {
             return Action::Continue;
         }
+        let fetched;
+        let values = match values {
+            Some(values) => values,
+            None => {
+                fetched = shared.reads.request.fetch(HostReader);
+                &fetched
+            }
+        };
         self.must_read = self.budgeted
             || self.token_limited
             || (config.unknown_model.action == UnknownModelAction::Refuse
                 && config.unknown_model.default_price.is_none());
         if self.must_read {
             self.unreadable_headers = unreadable::headers(
-                request_header_bytes("content-encoding").as_deref(),
-                request_header_bytes("content-type").as_deref(),
+                values.get(R::CONTENT_ENCODING).as_deref(),
+                values.get(R::CONTENT_TYPE).as_deref(),
             );
         } else if config.max_request_body_bytes == 0
-            || request_header_bytes(":method").as_deref() != Some(b"POST")
+            || values.value(METHOD).as_deref() != Some(b"POST")
         {
             return Action::Continue;
         }
         self.hold_request = true;
-        let target = request_header_bytes(":path");
+        let target = values.get(R::PATH);
         self.completions_path = target.as_deref().is_some_and(stream_usage_on_request);
         if self.must_read {
             match target.as_deref().map(classify) {
                 Some(Target::Unpriced(endpoint))
-                    if request_header_bytes(":method")
-                        .as_deref()
-                        .is_none_or(starts_work) =>
+                    if values.value(METHOD).as_deref().is_none_or(starts_work) =>
                 {
                     if let Some(refused) = self.unpriced_call(shared, endpoint) {
                         return refused;
@@ -201,7 +221,7 @@ impl Request {
         }
         // For a refusal from the body, which has no request headers in Envoy (the envelope).
         if let Some(target) = target {
-            keep_request_target(target);
+            keep_request_target(target.into_owned());
         }
         if config.add_stream_usage && self.completions_path {
             // The body may be rewritten: the host frames it anew (chunked in Envoy, from
@@ -230,7 +250,7 @@ impl Request {
             &limits,
             now,
         ) else {
-            return self.admitted(shared, end_of_stream);
+            return self.admitted(shared, end_of_stream, None);
         };
         if !g.call.admits() {
             let failure = CallFailure::BreakerOpen;
@@ -302,7 +322,7 @@ impl Request {
                 );
             }
         }
-        self.admitted(shared, end_of_stream)
+        self.admitted(shared, end_of_stream, None)
     }
 
     /// The reply (or failure) of the global check: refuse, or resume the request.
@@ -333,7 +353,7 @@ impl Request {
                 match decide(&check.periods, &verdict, &now, 0, &pending) {
                     Decision::Admit => {
                         count(shared.counters.global_admitted);
-                        self.admitted(shared, check.end_of_stream)
+                        self.admitted(shared, check.end_of_stream, None)
                     }
                     Decision::Refuse(exceeded) => {
                         count(shared.counters.global_refused);

@@ -20,6 +20,12 @@ use super::Request;
 impl Request {
     /// Books and publishes the outcome of the response (once).
     pub(crate) fn finish(&mut self, shared: &Shared) {
+        self.finish_at(shared, None);
+    }
+
+    /// [`Request::finish`], with the host clock already read in this callback (Unix
+    /// milliseconds), if it was.
+    pub(crate) fn finish_at(&mut self, shared: &Shared, clock_ms: Option<u64>) {
         if self.done {
             return;
         }
@@ -70,13 +76,11 @@ impl Request {
             .ledger_key
             .take()
             .unwrap_or_else(|| config.ledger.key(&self.tenant));
-        match config.ledger.book(
-            &HostSharedData,
-            &key,
-            now_unix_millis(),
-            nano,
-            self.hold.take(),
-        ) {
+        let now_ms = clock_ms.unwrap_or_else(now_unix_millis);
+        match config
+            .ledger
+            .book(&HostSharedData, &key, now_ms, nano, self.hold.take())
+        {
             Ok(stats) => shared.counters.add(&stats),
             Err(not) => {
                 shared.counters.add(&not.stats);
@@ -96,7 +100,7 @@ impl Request {
         if let Some(g) = shared.global.as_ref().filter(|_| self.budgeted) {
             let budget = config.budget(&self.tenant);
             let limits = Limits::of(&g.config, &budget);
-            let now = Periods::at(now_unix_millis() / 1_000);
+            let now = Periods::at(now_ms / 1_000);
             if let Some(b) = Booking::new(&g.config, &self.tenant, &limits, &now, nano) {
                 // Sent by the root context (this stream may end before a reply).
                 let queued = g.outbox.borrow_mut().push(b);

@@ -4,9 +4,10 @@
 
 use proxy_wasm::types::{Action, BufferType, MapType};
 use tollgate_common::host_calls::{self as host_calls, add_response_header};
+use tollgate_common::prefetch::HostReader;
 
 use crate::response_reader::{ReadLimits, ResponseHead};
-use crate::worker::Shared;
+use crate::worker::{PhaseReads as R, Shared};
 
 use super::Request;
 
@@ -20,15 +21,19 @@ impl Request {
         self.spend_headers(shared);
         self.token_limit_headers();
         use MapType::HttpResponseHeaders as H;
-        let status = host_calls::header_bytes(H, ":status").unwrap_or_default();
+        // In one host call where the host offers it (else each when used).
+        let values = shared.reads.response.fetch(HostReader);
+        let status = values.get(R::STATUS).unwrap_or_default();
         self.success = status.len() == 3 && status.first() == Some(&b'2');
         if end_of_stream {
             self.finish(shared);
             return Action::Continue;
         }
-        let length = host_calls::header_bytes(H, "content-length");
-        let coding = host_calls::header_bytes(H, "content-encoding");
-        let media = host_calls::header_bytes(H, "content-type");
+        let (length, coding, media) = (
+            values.get(R::CONTENT_LENGTH),
+            values.get(R::RESPONSE_ENCODING),
+            values.get(R::MEDIA_TYPE),
+        );
         let head = ResponseHead {
             content_length: length.as_deref(),
             content_encoding: coding.as_deref(),
@@ -56,10 +61,13 @@ impl Request {
         if self.done {
             return Action::Continue;
         }
+        // The clock, read at most once in this callback (a one-chunk body's first byte and end).
+        let mut clock = None;
         if body_size > 0 && !self.first_byte_seen {
             // Passed on by this callback's answer (every chunk continues).
             self.first_byte_seen = true;
-            self.first_byte_us = host_calls::micros(self.started, host_calls::now());
+            clock = host_calls::now();
+            self.first_byte_us = host_calls::micros(self.started, clock);
         }
         let chunk = host_calls::buffer(BufferType::HttpResponseBody, body_size);
         let fed = self.response.feed(
@@ -75,7 +83,10 @@ impl Request {
             }
         }
         if fed.complete {
-            self.finish(shared);
+            let clock_ms = clock
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .and_then(|d| u64::try_from(d.as_millis()).ok());
+            self.finish_at(shared, clock_ms);
         }
         Action::Continue
     }
