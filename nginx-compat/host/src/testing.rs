@@ -323,6 +323,16 @@ impl MapSource {
             builds: std::rc::Rc::default(),
         }
     }
+
+    /// A stream whose request headers are this source, deferred (read in place, not built).
+    pub fn deferred_request(self) -> crate::stream::Stream {
+        crate::stream::Stream {
+            request_headers_deferred: Some(crate::deferred_headers::DeferredMap::new(Box::new(
+                self,
+            ))),
+            ..Default::default()
+        }
+    }
 }
 
 impl HeaderSource for MapSource {

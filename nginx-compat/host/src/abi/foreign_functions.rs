@@ -121,7 +121,6 @@ mod tests {
     use std::rc::Rc;
 
     use super::*;
-    use crate::deferred_headers::DeferredMap;
     use crate::stream::{Stream, StreamCallback};
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::{MapSource, MemoryHost};
@@ -207,10 +206,7 @@ mod tests {
             (b"x-a".to_vec(), b"7".to_vec()),
             (b"x-a".to_vec(), b"8".to_vec()),
         ]);
-        let mut s = Stream {
-            request_headers_deferred: Some(DeferredMap::new(Box::new(source))),
-            ..Default::default()
-        };
+        let mut s = source.deferred_request();
         let id = vm.create_http(root).unwrap();
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();

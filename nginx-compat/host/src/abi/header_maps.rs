@@ -372,7 +372,7 @@ mod tests {
 
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::{MapSource, MemoryHost};
-    use crate::{DeferredMap, HeaderEdit, Stream, StreamCallback, Vm};
+    use crate::{HeaderEdit, Stream, StreamCallback, Vm};
 
     #[test]
     fn request_trailers_the_embedding_does_not_have_refuse_writes() {
@@ -478,10 +478,7 @@ mod tests {
             (b"x-n".to_vec(), b"0".to_vec()),
         ]);
         let builds = source.builds.clone();
-        let mut s = Stream {
-            request_headers_deferred: Some(DeferredMap::new(Box::new(source))),
-            ..Default::default()
-        };
+        let mut s = source.deferred_request();
         let id = vm.create_http(root).unwrap();
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, true)
             .unwrap();
@@ -545,10 +542,7 @@ mod tests {
             (b"x-b".to_vec(), b"2".to_vec()),
         ]);
         let builds = source.builds.clone();
-        let mut s = Stream {
-            request_headers_deferred: Some(DeferredMap::new(Box::new(source))),
-            ..Default::default()
-        };
+        let mut s = source.deferred_request();
         let id = vm.create_http(root).unwrap();
         vm.on_stream(StreamCallback::RequestHeaders, id, &mut s, false)
             .unwrap();
