@@ -17,8 +17,8 @@
 //! `proxy_map_type_t`). At most [`MAX_READS`] reads. Answer: for each read in order, `len: u32`
 //! little-endian and `len` bytes, or [`ABSENT`] alone when there is no such value (or its map
 //! does not exist). Statuses: `Ok`; `BadArgument` for an argument that does not decode or
-//! holds more than [`MAX_READS`] reads; `InvalidMemoryAccess` for pointers outside the guest's
-//! memory.
+//! holds more than [`MAX_READS`] reads; `InternalFailure` for an answer longer than
+//! [`MAX_ANSWER_BYTES`]; `InvalidMemoryAccess` for pointers outside the guest's memory.
 
 use crate::abi::store::{
     keep_buffer, ms, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
@@ -26,11 +26,16 @@ use crate::abi::store::{
 };
 use crate::error::Error;
 use crate::mem;
+use crate::valid;
 
 /// The name of the batched read.
 pub const GET_VALUES: &[u8] = b"tollgate.get_values";
 /// Most reads in one call.
 pub const MAX_READS: usize = 32;
+/// Most bytes of one answer (the values and their lengths): beyond it the call answers
+/// `InternalFailure` and a filter reads the values one call each, so a guest cannot make the host
+/// assemble [`MAX_READS`] large values at once.
+pub const MAX_ANSWER_BYTES: usize = valid::MAX_MAP_BYTES;
 /// The length that marks a read without a value.
 pub const ABSENT: u32 = u32::MAX;
 /// A read's kind: a property.
@@ -58,6 +63,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             let mut out = std::mem::take(&mut state.values_out);
             out.clear();
             let status = match get_values(state, argument, &mut out) {
+                Some(()) if out.len() > MAX_ANSWER_BYTES => Ok(INTERNAL_FAILURE),
                 Some(()) => return_bytes(&mut c, rp, rs, &out),
                 None => Ok(BAD_ARGUMENT),
             };
@@ -81,6 +87,10 @@ fn get_values(state: &mut State, mut argument: &[u8], out: &mut Vec<u8>) -> Opti
             break;
         };
         argument = rest;
+        if out.len() > MAX_ANSWER_BYTES {
+            // Refused whole (see the caller); no need to read the rest.
+            break;
+        }
         let at = out.len();
         out.extend_from_slice(&ABSENT.to_le_bytes());
         let found = match kind {
@@ -251,6 +261,44 @@ mod tests {
                 some(b"tollgate.get_values"),
             ]
         );
+    }
+
+    #[test]
+    fn an_answer_past_the_bound_is_refused() {
+        // The guest sets property `big` to half the bound, then reads it `reads` times in one
+        // call and keeps the status as a digit: one read is answered, two are refused with
+        // InternalFailure (10, ':' after '9'), and the filter would read them one call each.
+        let status = |reads: usize| {
+            let argument = read(PROPERTY, 0, b"big").repeat(reads);
+            let m = compile(&wat(
+                "0_2_1",
+                r#"(import "env" "proxy_call_foreign_function" (func $call (param i32 i32 i32 i32 i32 i32) (result i32)))
+                   (import "env" "proxy_set_property" (func $set (param i32 i32 i32 i32) (result i32)))"#,
+                &format!(
+                    r#"(data (i32.const 100) "big")
+                       (data (i32.const 120) "status")
+                       (data (i32.const 200) "tollgate.get_values")
+                       (data (i32.const 300) "{argument}")
+                       (func (export "proxy_on_context_create") (param i32 i32))
+                       (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+                         (drop (memory.grow (i32.const 40)))
+                         (global.set $heap (i32.const 1048576))
+                         (drop (call $set (i32.const 100) (i32.const 3) (i32.const 65536) (i32.const {half})))
+                         (i32.store8 (i32.const 1010) (i32.add (i32.const 48)
+                           (call $call (i32.const 200) (i32.const 19) (i32.const 300) (i32.const {len})
+                             (i32.const 1000) (i32.const 1004))))
+                         (drop (call $set (i32.const 120) (i32.const 6) (i32.const 1010) (i32.const 1)))
+                         (i32.const 0))"#,
+                    argument = data(&argument),
+                    len = argument.len(),
+                    half = MAX_ANSWER_BYTES / 2,
+                ),
+            ))
+            .unwrap();
+            property(&run(&m), b"status").unwrap()
+        };
+        assert_eq!(status(1), b"0");
+        assert_eq!(status(2), b":");
     }
 
     #[test]
