@@ -33,6 +33,13 @@ pub fn micros(
     Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// Milliseconds since the Unix epoch of `t`, a reading of [`now`] (`None` when unknown or
+/// before the epoch; saturated at `u64::MAX`).
+pub fn unix_millis(t: Option<std::time::SystemTime>) -> Option<u64> {
+    let since = t?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Installs the filters' logger at `level`: the `log` crate's macros write through
 /// `proxy_log`, and a line the host refuses is dropped (the SDK's logger unwraps that status).
 /// A panic, which the lints forbid but a dependency could still raise, is logged at critical

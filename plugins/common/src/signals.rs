@@ -122,12 +122,6 @@ pub fn set(name: &str, value: &str) {
     set_bytes(name, value.as_bytes());
 }
 
-/// A filter's line published earlier on this request (`None` if unset).
-#[cfg(target_arch = "wasm32")]
-pub fn read(property: &str) -> Option<Vec<u8>> {
-    crate::host_calls::property(&[property])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

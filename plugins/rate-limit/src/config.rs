@@ -363,7 +363,7 @@ pub struct Config {
     /// canonical form first (`tollgate_common::authority`; refused with 400 when it cannot be).
     pub needs_host: bool,
     /// The identity the rules' keys read first (the first rule's with one), read with the
-    /// path and host in one host call where the host offers it (`crate::request_view`).
+    /// path in one host call where the host offers it (`crate::request_view`).
     pub first_identity: Option<IdentitySource>,
     /// Load on a shared-data zone that evicts keys (`tollgate_common::eviction`); off: refuse.
     pub allow_eviction: bool,

@@ -54,10 +54,7 @@ impl Request {
             }
         };
         self.started = host_calls::now();
-        let now_ms = self
-            .started
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = host_calls::unix_millis(self.started).unwrap_or(0);
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();

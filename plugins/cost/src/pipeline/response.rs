@@ -83,10 +83,7 @@ impl Request {
             }
         }
         if fed.complete {
-            let clock_ms = clock
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .and_then(|d| u64::try_from(d.as_millis()).ok());
-            self.finish_at(shared, clock_ms);
+            self.finish_at(shared, host_calls::unix_millis(clock));
         }
         Action::Continue
     }
