@@ -167,10 +167,11 @@ mod tests {
         values
     }
 
-    /// A module whose `proxy_on_request_headers` first sets property `mine` to `v`, then calls
-    /// foreign function `name` with `argument`, and sets property `status` to the status as a
-    /// digit and, when it is Ok, property `answer` to the answer.
-    fn module(name: &str, argument: &[u8]) -> crate::Module {
+    /// A module whose `proxy_on_request_headers` sets property `mine` to `v`, runs `setup`
+    /// (WAT instructions; `$set` is `proxy_set_property`, `big` is at 140), calls foreign
+    /// function `name` with `argument`, and sets property `status` to the status as a digit and,
+    /// when it is Ok, property `answer` to the answer.
+    fn module_with(setup: &str, name: &str, argument: &[u8]) -> crate::Module {
         compile(&wat(
             "0_2_1",
             r#"(import "env" "proxy_call_foreign_function" (func $call (param i32 i32 i32 i32 i32 i32) (result i32)))
@@ -180,12 +181,14 @@ mod tests {
                    (data (i32.const 110) "v")
                    (data (i32.const 120) "status")
                    (data (i32.const 130) "answer")
+                   (data (i32.const 140) "big")
                    (data (i32.const 200) "{name}")
                    (data (i32.const 300) "{argument}")
                    (func (export "proxy_on_context_create") (param i32 i32))
                    (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
                      (local $status i32)
                      (drop (call $set (i32.const 100) (i32.const 4) (i32.const 110) (i32.const 1)))
+                     {setup}
                      (local.set $status (call $call (i32.const 200) (i32.const {name_len})
                        (i32.const 300) (i32.const {argument_len}) (i32.const 1000) (i32.const 1004)))
                      (i32.store8 (i32.const 1010) (i32.add (i32.const 48) (local.get $status)))
@@ -200,6 +203,11 @@ mod tests {
             ),
         ))
         .unwrap()
+    }
+
+    /// [`module_with`] without a setup.
+    fn module(name: &str, argument: &[u8]) -> crate::Module {
+        module_with("", name, argument)
     }
 
     /// Runs `m`'s request headers over a deferred map of `x-a: 7` and `x-a: 8`, with the
@@ -266,35 +274,17 @@ mod tests {
     #[test]
     fn an_answer_past_the_bound_is_refused() {
         // The guest sets property `big` to half the bound, then reads it `reads` times in one
-        // call and keeps the status as a digit: one read is answered, two are refused with
-        // InternalFailure (10, ':' after '9'), and the filter would read them one call each.
+        // call: one read is answered, two are refused with InternalFailure (10, ':' after '9'),
+        // and the filter would read them one call each.
+        let setup = format!(
+            "(drop (memory.grow (i32.const 40)))
+             (global.set $heap (i32.const 1048576))
+             (drop (call $set (i32.const 140) (i32.const 3) (i32.const 65536) (i32.const {})))",
+            MAX_ANSWER_BYTES / 2
+        );
         let status = |reads: usize| {
             let argument = read(PROPERTY, 0, b"big").repeat(reads);
-            let m = compile(&wat(
-                "0_2_1",
-                r#"(import "env" "proxy_call_foreign_function" (func $call (param i32 i32 i32 i32 i32 i32) (result i32)))
-                   (import "env" "proxy_set_property" (func $set (param i32 i32 i32 i32) (result i32)))"#,
-                &format!(
-                    r#"(data (i32.const 100) "big")
-                       (data (i32.const 120) "status")
-                       (data (i32.const 200) "tollgate.get_values")
-                       (data (i32.const 300) "{argument}")
-                       (func (export "proxy_on_context_create") (param i32 i32))
-                       (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
-                         (drop (memory.grow (i32.const 40)))
-                         (global.set $heap (i32.const 1048576))
-                         (drop (call $set (i32.const 100) (i32.const 3) (i32.const 65536) (i32.const {half})))
-                         (i32.store8 (i32.const 1010) (i32.add (i32.const 48)
-                           (call $call (i32.const 200) (i32.const 19) (i32.const 300) (i32.const {len})
-                             (i32.const 1000) (i32.const 1004))))
-                         (drop (call $set (i32.const 120) (i32.const 6) (i32.const 1010) (i32.const 1)))
-                         (i32.const 0))"#,
-                    argument = data(&argument),
-                    len = argument.len(),
-                    half = MAX_ANSWER_BYTES / 2,
-                ),
-            ))
-            .unwrap();
+            let m = module_with(&setup, "tollgate.get_values", &argument);
             property(&run(&m), b"status").unwrap()
         };
         assert_eq!(status(1), b"0");

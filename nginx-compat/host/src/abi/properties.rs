@@ -22,9 +22,11 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
             // Read into a buffer kept in the state, taken while the guest's allocator runs (an
-            // allocator calling the host reads into a new one).
+            // allocator calling the host reads into a new one); empty, so a property source
+            // writes into it directly and the scratch stays unused.
             let mut value = std::mem::take(&mut state.value);
-            let found = state.property_into(path, &mut value);
+            value.clear();
+            let found = state.append_property(path, &mut value, &mut Vec::new());
             let r = if found {
                 return_bytes(&mut c, ret_ptr, ret_size, &value)
             } else {
@@ -79,21 +81,9 @@ impl State {
         self.stream().property_source.as_deref().map(Found::Source)
     }
 
-    /// Writes the value of property `path` into `value` (cleared first); false when there is
-    /// none.
-    pub(crate) fn property_into(&self, path: &[u8], value: &mut Vec<u8>) -> bool {
-        value.clear();
-        match self.find_property(path) {
-            Some(Found::Bytes(v)) => value.extend_from_slice(v),
-            Some(Found::Owned(v)) => *value = v,
-            Some(Found::Source(source)) => return source.property(path, value),
-            None => return false,
-        }
-        true
-    }
-
     /// Appends the value of property `path` to `out`; false when there is none (`out` as it
-    /// was). A value from the stream's property source is read into `scratch` first.
+    /// was). A value from the stream's property source is written into an empty `out` as it
+    /// is, else read into `scratch` first (the source clears the buffer it is given).
     pub(crate) fn append_property(
         &self,
         path: &[u8],
@@ -103,6 +93,7 @@ impl State {
         match self.find_property(path) {
             Some(Found::Bytes(v)) => out.extend_from_slice(v),
             Some(Found::Owned(v)) => out.extend_from_slice(&v),
+            Some(Found::Source(source)) if out.is_empty() => return source.property(path, out),
             Some(Found::Source(source)) => {
                 if !source.property(path, scratch) {
                     return false;
