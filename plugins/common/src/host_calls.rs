@@ -30,14 +30,26 @@ pub fn micros(
     end: Option<std::time::SystemTime>,
 ) -> Option<u64> {
     let elapsed = end?.duration_since(start?).ok()?;
-    Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX))
+    // In u64 (`as_micros` is a u128, a `__multi3` call in the guest), saturated.
+    Some(
+        elapsed
+            .as_secs()
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::from(elapsed.subsec_micros())),
+    )
 }
 
 /// Milliseconds since the Unix epoch of `t`, a reading of [`now`] (`None` when unknown or
 /// before the epoch; saturated at `u64::MAX`).
 pub fn unix_millis(t: Option<std::time::SystemTime>) -> Option<u64> {
     let since = t?.duration_since(std::time::UNIX_EPOCH).ok()?;
-    Some(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    // In u64 (`as_millis` is a u128, a `__multi3` call in the guest), saturated.
+    Some(
+        since
+            .as_secs()
+            .saturating_mul(1_000)
+            .saturating_add(u64::from(since.subsec_millis())),
+    )
 }
 
 /// Installs the filters' logger at `level`: the `log` crate's macros write through
@@ -365,5 +377,51 @@ pub fn refuse_authority(filter: &str, error: crate::authority::AuthorityError) {
 pub fn forward_normal_path(path: &crate::path::RequestPath<'_>) {
     if path.changed {
         set_request_header(":path", Some(&path.target()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::{micros, unix_millis};
+
+    /// The u64 arithmetic against `Duration`'s own u128 figures, saturated, across second and
+    /// sub-second boundaries and at the ends of the range.
+    #[test]
+    fn millis_and_micros_match_durations_own_figures() {
+        let nanos = [
+            0u32,
+            1,
+            999,
+            1_000,
+            999_999,
+            1_000_000,
+            500_000_000,
+            999_999_999,
+        ];
+        let secs = [
+            0u64,
+            1,
+            59,
+            1_764_460_800,
+            u64::MAX / 1_000_000,
+            u64::MAX / 1_000,
+            u64::MAX,
+        ];
+        for &s in &secs {
+            for &n in &nanos {
+                let d = Duration::new(s, n);
+                let want_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                let want_us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+                if let Some(t) = UNIX_EPOCH.checked_add(d) {
+                    assert_eq!(unix_millis(Some(t)), Some(want_ms), "{d:?}");
+                    assert_eq!(micros(Some(UNIX_EPOCH), Some(t)), Some(want_us), "{d:?}");
+                }
+            }
+        }
+        let later = UNIX_EPOCH.checked_add(Duration::from_secs(5));
+        assert_eq!(micros(later, Some(UNIX_EPOCH)), None, "the clock went back");
+        assert_eq!(unix_millis(None), None);
     }
 }

@@ -114,7 +114,9 @@ pub fn pairs(line: &[u8]) -> Pairs<'_> {
 
 /// The value of `key` in a logfmt line (its first occurrence).
 pub fn value<'a>(line: &'a [u8], key: &str) -> Option<Cow<'a, str>> {
-    pairs(line).find(|(k, _)| *k == key).map(|(_, v)| v)
+    pairs(line)
+        .find(|(k, _)| crate::bytes::same_bytes(k.as_bytes(), key.as_bytes()))
+        .map(|(_, v)| v)
 }
 
 /// Iterator over the pairs of a line ([`pairs`]).

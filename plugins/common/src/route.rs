@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use crate::authority::canonical_config_host;
+use crate::bytes::same_bytes;
 use crate::config::ConfigError;
 use crate::path::{is_normal, PathPolicy};
 
@@ -48,9 +49,11 @@ pub fn prefix_matches(prefix: &str, path: &str, ignore_case: bool) -> bool {
             _ => return false,
         }
     } else {
-        match path.strip_prefix(prefix) {
-            Some(rest) => rest,
-            None => return false,
+        // `same_bytes` a word at a time: `strip_prefix` calls the guest's byte-at-a-time
+        // `memcmp` (this runs for every rule on every request).
+        match (path.get(..prefix.len()), path.get(prefix.len()..)) {
+            (Some(head), Some(rest)) if same_bytes(head.as_bytes(), prefix.as_bytes()) => rest,
+            _ => return false,
         }
     };
     rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/')

@@ -22,7 +22,7 @@ impl Loaded {
         // no shortcut for a later one: the hop bound holds whatever the file's order).
         let mut priced = Vec::with_capacity(pending.len());
         for (alias, target) in &pending {
-            if self.table.models.contains_key(alias) {
+            if self.table.exact(alias).is_some() {
                 // The name is also an entry with a price of its own (a key given twice): that
                 // price wins, whichever came first.
                 continue;
@@ -30,7 +30,7 @@ impl Loaded {
             let mut name = target.as_str();
             let mut price = None;
             for _ in 0..MAX_ALIAS_HOPS {
-                if let Some(p) = self.table.models.get(name) {
+                if let Some(p) = self.table.exact(name) {
                     price = Some(*p);
                     break;
                 }
@@ -45,6 +45,6 @@ impl Loaded {
             }
         }
         self.aliases = self.aliases.saturating_add(priced.len());
-        self.table.models.extend(priced);
+        self.table.extend(priced);
     }
 }

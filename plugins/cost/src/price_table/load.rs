@@ -115,7 +115,7 @@ fn add_entry(
     }
     match entry_price(entry, &|| format!("{label}.{model}"))? {
         Ok(price) => {
-            loaded.table.models.insert(model.to_string(), price);
+            loaded.table.insert(model.to_string(), price);
         }
         Err(_) if entry.alias_of.is_some() => {
             let target = entry.alias_of.clone().unwrap_or_default();
