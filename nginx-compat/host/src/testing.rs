@@ -53,8 +53,6 @@ pub struct MemoryHost {
     pub upstreams: RefCell<Vec<String>>,
     /// The embedding's read-only properties (`Host::property`), by `\0`-joined path.
     pub properties: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
-    /// When set, every shared-data read fails with this status (a store that cannot answer).
-    pub shared_fails: Cell<Option<Status>>,
 }
 
 impl Default for MemoryHost {
@@ -70,7 +68,6 @@ impl Default for MemoryHost {
             grpc_cancelled: RefCell::new(Vec::new()),
             upstreams: RefCell::new(Vec::new()),
             properties: RefCell::new(Vec::new()),
-            shared_fails: Cell::new(None),
         }
     }
 }
@@ -141,9 +138,6 @@ impl Host for MemoryHost {
     }
 
     fn get_shared_data(&self, key: &[u8], value: &mut Vec<u8>) -> Result<u32, Status> {
-        if let Some(status) = self.shared_fails.get() {
-            return Err(status);
-        }
         let shared = self.shared.borrow();
         let (v, cas) = shared.get(key).ok_or(Status::NotFound)?;
         value.clear();

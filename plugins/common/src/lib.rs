@@ -7,7 +7,6 @@
 
 pub mod abi_codec;
 pub mod allocator;
-pub mod answer_buffer;
 pub mod authority;
 pub mod bytes;
 pub mod config;

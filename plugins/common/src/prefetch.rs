@@ -1,14 +1,12 @@
 //! Several values of the running callback (request or response headers, properties) read in
 //! one host call where the host offers it, else one plain call each, only as they are asked for.
 //!
-//! Tollgate's nginx host answers the foreign function [`GET_VALUES_INTO`]
-//! (`proxy_call_foreign_function("tollgate.get_values_into", ...)`, nginx-compat/host's
+//! Tollgate's nginx host answers the foreign function [`GET_VALUES`]
+//! (`proxy_call_foreign_function("tollgate.get_values", ...)`, nginx-compat/host's
 //! `abi/foreign_functions.rs`) with every value of a list, each the one
-//! `proxy_get_header_map_value`, `proxy_get_property` or `proxy_get_shared_data` gives in the
-//! same place, written into the VM's own buffer (`crate::answer_buffer`). A callback that reads
-//! five values then makes one host call instead of five, and the host no trip into the guest's
-//! allocator instead of five ([`GET_VALUES`], which answers in memory from the guest's
-//! allocator, when the buffer is lent). The host lists the functions in its property
+//! `proxy_get_header_map_value` or `proxy_get_property` gives in the same place. A callback that
+//! reads five values then makes one host call instead of five, and the host one trip into the
+//! guest's allocator instead of five. The host lists the function in its property
 //! [`FOREIGN_FUNCTIONS`], which a VM reads once, before its first call ([`HostReader`]): Kong's
 //! ngx_wasm_module traps a filter that calls a foreign function it does not know, Envoy answers
 //! `NotFound`. Where the property is absent every value is read with its plain call, only when
@@ -16,24 +14,18 @@
 //! (and one property read per VM).
 //!
 //! Encoding ([`encode`], [`decode`]): the argument holds the reads back to back, each
-//! `kind: u8` (0 property, 1 header, 2 shared data), `map: u8` (a header's `proxy_map_type_t`,
-//! else 0), `len: u32` little-endian and the path, name or key; the answer holds, for each read
-//! in order, `len: u32` little-endian and the value (for shared data, its CAS token as a `u32`
-//! between the two), or `u32::MAX` alone for none. [`GET_VALUES_INTO`]'s argument starts with
-//! the buffer's address and capacity (`u32` each). A host error on one header or property reads
-//! as none, as the plain calls' wrappers read it (`crate::host_calls`); on a shared-data read it
-//! fails the call, and [`shared_data`]'s caller makes the plain call, which reports it.
+//! `kind: u8` (0 property, 1 header), `map: u8` (a header's `proxy_map_type_t`, else 0),
+//! `len: u32` little-endian and the path or name; the answer holds, for each read in order,
+//! `len: u32` little-endian and the value, or `u32::MAX` alone for none. A host error on one
+//! value reads as none, as the plain calls' wrappers read it (`crate::host_calls`).
 
 use std::borrow::Cow;
 
-use crate::answer_buffer::Answer;
 use crate::bytes::same_bytes;
 use crate::identity::{IdentitySource, IdentityView};
 
-/// The foreign function's name (its answer allocated by the host).
+/// The foreign function's name.
 pub const GET_VALUES: &str = "tollgate.get_values";
-/// The foreign function that writes its answer into the guest's buffer.
-pub const GET_VALUES_INTO: &str = "tollgate.get_values_into";
 /// The property (path in the ABI's encoding) in which a host lists the foreign functions it
 /// answers, comma-separated. A filter reads it before calling one: Kong's ngx_wasm_module traps
 /// a filter that calls a name it does not know, Envoy answers `NotFound`.
@@ -95,9 +87,9 @@ pub trait Reader {
     fn offered(&self) -> bool {
         true
     }
-    /// The answer of [`GET_VALUES_INTO`] (or [`GET_VALUES`]) to `argument`; `None` when the
-    /// host does not offer it or refuses the call.
-    fn get_values(&self, argument: &[u8]) -> Option<Answer>;
+    /// The answer of [`GET_VALUES`] to `argument`; `None` when the host does not offer it or
+    /// refuses the call.
+    fn get_values(&self, argument: &[u8]) -> Option<Vec<u8>>;
     /// One value by its plain call (`None` when absent or on a host error).
     fn read(&self, read: Read<'_>) -> Option<Vec<u8>>;
     /// Every value of request header `name` and of its CGI spellings
@@ -152,21 +144,6 @@ pub fn decode<const N: usize>(answer: &[u8]) -> Option<Spans<N>> {
         }
     }
     (at == answer.len()).then_some(spans)
-}
-
-/// The shared-data read alone in an answer ([`shared_data`]): `Some(Some((value, cas)))`,
-/// `Some(None)` for a key not stored, `None` when the answer is not one such entry.
-pub fn decode_shared(answer: &[u8]) -> Option<Option<(Vec<u8>, u32)>> {
-    let (len, rest) = answer.split_first_chunk::<4>()?;
-    let len = u32::from_le_bytes(*len);
-    if len == ABSENT {
-        return rest.is_empty().then_some(None);
-    }
-    let (cas, value) = rest.split_first_chunk::<4>()?;
-    if usize::try_from(len).ok()? != value.len() {
-        return None;
-    }
-    Some(Some((value.to_vec(), u32::from_le_bytes(*cas))))
 }
 
 /// A fixed list of `N` reads (a callback's, from the filter's code and configuration), with
@@ -239,7 +216,7 @@ pub struct Prefetched<'a, R: Reader, const N: usize> {
     reader: R,
     reads: [Read<'a>; N],
     /// The host's answer and where each value lies in it; `None`: read one by one.
-    answer: Option<(Answer, Spans<N>)>,
+    answer: Option<(Vec<u8>, Spans<N>)>,
 }
 
 impl<R: Reader, const N: usize> Prefetched<'_, R, N> {
@@ -297,15 +274,10 @@ mod host {
 
     use proxy_wasm::types::MapType;
 
-    use super::{
-        decode_shared, HostReader, Read, Reader, FOREIGN_FUNCTIONS, GET_VALUES, GET_VALUES_INTO,
-    };
-    use crate::answer_buffer::{Answer, Lent};
-    use crate::raw::{call_foreign_function, call_foreign_function_in, Answered};
+    use super::{HostReader, Read, Reader, FOREIGN_FUNCTIONS, GET_VALUES};
 
-    /// Whether the host answers [`GET_VALUES`] and [`GET_VALUES_INTO`]: unknown until the first
-    /// read through them, then yes or no for the VM's life, from the host's property
-    /// [`FOREIGN_FUNCTIONS`].
+    /// Whether the host answers [`GET_VALUES`]: unknown until the first list is fetched, then
+    /// yes or no for the VM's life, from the host's property [`FOREIGN_FUNCTIONS`].
     static OFFERED: AtomicU8 = AtomicU8::new(UNKNOWN);
     const UNKNOWN: u8 = 0;
     const YES: u8 = 1;
@@ -319,11 +291,9 @@ mod host {
                 _ => {
                     let names = crate::host_calls::property_encoded(FOREIGN_FUNCTIONS);
                     let offered = names.is_some_and(|names| {
-                        [GET_VALUES, GET_VALUES_INTO].iter().all(|wanted| {
-                            names
-                                .split(|&b| b == b',')
-                                .any(|name| name == wanted.as_bytes())
-                        })
+                        names
+                            .split(|&b| b == b',')
+                            .any(|name| name == GET_VALUES.as_bytes())
                     });
                     OFFERED.store(if offered { YES } else { NO }, Ordering::Relaxed);
                     offered
@@ -331,12 +301,8 @@ mod host {
             }
         }
 
-        fn get_values(&self, argument: &[u8]) -> Option<Answer> {
-            let answered = match into_buffer(&[argument]) {
-                Some(answered) => answered,
-                None => call_foreign_function(GET_VALUES, argument).map(Answer::Owned),
-            };
-            match answered {
+        fn get_values(&self, argument: &[u8]) -> Option<Vec<u8>> {
+            match crate::raw::call_foreign_function(GET_VALUES, argument) {
                 Ok(answer) => Some(answer),
                 Err(status) => {
                     log::debug!("{GET_VALUES}: host status {status}");
@@ -361,39 +327,7 @@ mod host {
             crate::host_calls::request_header_values(name).ok()
         }
     }
-
-    /// [`GET_VALUES_INTO`] with the reads `parts` (back to back) in the VM's buffer; `None`
-    /// when the buffer is lent or the reads do not fit in it.
-    fn into_buffer(parts: &[&[u8]]) -> Option<Result<Answer, u32>> {
-        let mut lent = Lent::take()?;
-        let len = lent.put_argument(parts)?;
-        Some(
-            match call_foreign_function_in(GET_VALUES_INTO, lent.bytes_mut(), len) {
-                Ok(Answered::InPlace(n)) => {
-                    lent.set_answer(n);
-                    Ok(Answer::Lent(lent))
-                }
-                Ok(Answered::Owned(answer)) => Ok(Answer::Owned(answer)),
-                Err(status) => Err(status),
-            },
-        )
-    }
-
-    /// Shared data `key` ([`decode_shared`]'s shapes) in one call into the VM's buffer; `None`
-    /// when the host does not offer it, the buffer is lent, or the call fails (the caller then
-    /// makes the plain call, which reports the host's status).
-    pub fn shared_data(key: &str) -> Option<Option<(Vec<u8>, u32)>> {
-        if !HostReader.offered() {
-            return None;
-        }
-        let len = u32::try_from(key.len()).ok()?.to_le_bytes();
-        let answer = into_buffer(&[&[2, 0], &len, key.as_bytes()])?.ok()?;
-        decode_shared(&answer)
-    }
 }
-
-#[cfg(target_arch = "wasm32")]
-pub use host::shared_data;
 
 #[cfg(test)]
 mod tests {
@@ -432,7 +366,7 @@ mod tests {
     }
 
     impl Reader for &Table {
-        fn get_values(&self, mut argument: &[u8]) -> Option<Answer> {
+        fn get_values(&self, mut argument: &[u8]) -> Option<Vec<u8>> {
             self.calls.set(self.calls.get().saturating_add(1));
             if !self.offered {
                 return None;
@@ -456,7 +390,7 @@ mod tests {
                     None => answer.extend_from_slice(&ABSENT.to_le_bytes()),
                 }
             }
-            Some(Answer::Owned(answer))
+            Some(answer)
         }
 
         fn read(&self, read: Read<'_>) -> Option<Vec<u8>> {
@@ -564,29 +498,5 @@ mod tests {
         assert_eq!(decode::<1>(&one[..6]), None);
         assert_eq!(decode::<1>(&9u32.to_le_bytes()), None);
         assert_eq!(decode::<0>(&[]), Some([]));
-    }
-
-    #[test]
-    fn a_shared_data_answer_decodes_only_as_one_entry() {
-        let entry = |len: u32, cas: u32, value: &[u8]| {
-            [&len.to_le_bytes()[..], &cas.to_le_bytes(), value].concat()
-        };
-        assert_eq!(
-            decode_shared(&entry(3, 7, b"val")),
-            Some(Some((b"val".to_vec(), 7)))
-        );
-        assert_eq!(decode_shared(&ABSENT.to_le_bytes()), Some(None));
-        assert_eq!(
-            decode_shared(&entry(0, 7, b"")),
-            Some(Some((Vec::new(), 7)))
-        );
-        // A length that does not match, a cut entry, anything after it: not used.
-        assert_eq!(decode_shared(&entry(4, 7, b"val")), None);
-        assert_eq!(decode_shared(&entry(3, 7, b"val")[..9]), None);
-        assert_eq!(
-            decode_shared(&[&ABSENT.to_le_bytes()[..], b"x"].concat()),
-            None
-        );
-        assert_eq!(decode_shared(b""), None);
     }
 }

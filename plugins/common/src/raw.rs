@@ -257,59 +257,6 @@ pub fn call_foreign_function(name: &str, argument: &[u8]) -> Result<Vec<u8>, u32
     }
 }
 
-/// Where [`call_foreign_function_in`]'s answer is.
-#[derive(Debug)]
-pub enum Answered {
-    /// In the caller's buffer: its first `len` bytes.
-    InPlace(usize),
-    /// In memory the host allocated (the guest owns it).
-    Owned(Vec<u8>),
-}
-
-/// `proxy_call_foreign_function` for a function that may write its answer into the guest's
-/// own buffer (the nginx host's `tollgate.get_values_into`): the argument is the first
-/// `argument_len` bytes of `buffer`, and the answer is `InPlace` when the host returned
-/// `buffer`'s own address (it may overwrite the argument), else what the host allocated.
-///
-/// # Errors
-/// The host's status; `InternalFailure` (10) for an argument longer than the buffer or an
-/// answer in place longer than it.
-pub fn call_foreign_function_in(
-    name: &str,
-    buffer: &mut [u8],
-    argument_len: usize,
-) -> Result<Answered, u32> {
-    const INTERNAL_FAILURE: u32 = 10;
-    if argument_len > buffer.len() {
-        return Err(INTERNAL_FAILURE);
-    }
-    let base = buffer.as_mut_ptr();
-    let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
-    // SAFETY: `name` and the argument (inside `buffer`, which this call borrows mutably, so
-    // the host may write into it) are live for the call, as are the out-pointers.
-    let status = unsafe {
-        proxy_call_foreign_function(
-            name.as_ptr(),
-            name.len(),
-            base,
-            argument_len,
-            &mut data,
-            &mut size,
-        )
-    };
-    if data == base {
-        return match status {
-            0 if size <= buffer.len() => Ok(Answered::InPlace(size)),
-            0 => Err(INTERNAL_FAILURE),
-            s => Err(s),
-        };
-    }
-    match bytes_of(status, data, size)? {
-        Some(answer) => Ok(Answered::Owned(answer)),
-        None => Err(NOT_FOUND),
-    }
-}
-
 /// `proxy_set_property`.
 pub fn set_property(path: &[&str], value: &[u8]) -> Result<(), u32> {
     let path = encode_path(path);

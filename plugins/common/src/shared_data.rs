@@ -109,17 +109,6 @@ pub struct HostSharedData;
 #[cfg(target_arch = "wasm32")]
 impl SharedStore for HostSharedData {
     fn get(&self, key: &str) -> Result<Read, StoreError> {
-        // Into the VM's buffer where the host offers it (no trip into the guest's allocator),
-        // read as the plain call reads it: an empty value comes without a pointer, as none.
-        if let Some(read) = crate::prefetch::shared_data(key) {
-            return Ok(match read {
-                Some((value, cas)) => (
-                    (!value.is_empty()).then_some(value),
-                    (cas != 0).then_some(cas),
-                ),
-                None => (None, None),
-            });
-        }
         match abi::get_shared_data(key) {
             (0, value, cas) => Ok((value, (cas != 0).then_some(cas))),
             (status::NOT_FOUND, _, _) => Ok((None, None)),

@@ -54,7 +54,7 @@ mod tests {
     struct Echo;
 
     impl Reader for Echo {
-        fn get_values(&self, _argument: &[u8]) -> Option<tollgate_common::answer_buffer::Answer> {
+        fn get_values(&self, _argument: &[u8]) -> Option<Vec<u8>> {
             None
         }
         fn read(&self, read: Read<'_>) -> Option<Vec<u8>> {

@@ -1,54 +1,35 @@
-//! `proxy_call_foreign_function`: the host's foreign functions, [`GET_VALUES`]
-//! (`tollgate.get_values`) and [`GET_VALUES_INTO`] (`tollgate.get_values_into`), which answer
-//! several reads of the running callback (headers, properties, shared data) in one call. Any
-//! other name is `NotFound`, as Envoy answers an unknown name.
+//! `proxy_call_foreign_function`: the host's one foreign function, [`GET_VALUES`]
+//! (`tollgate.get_values`), which answers several header and property reads of the running
+//! callback in one call. Any other name is `NotFound`, as Envoy answers an unknown name.
 //!
 //! A filter that reads five values in a callback makes five host calls on the plain ABI, each
-//! with its own trip into the guest's allocator for the answer; through [`GET_VALUES`] it makes
-//! one, with one allocation, and through [`GET_VALUES_INTO`] none: the answer is written into a
-//! buffer of the guest's own. Each value is the one the plain call gives in the same place
-//! (`proxy_get_header_map_value`, `proxy_get_property`, `proxy_get_shared_data`: the same
-//! lookups), so a filter may use either. The host lists both names in its property
-//! `tollgate.foreign_functions` (path `tollgate\0foreign_functions`, `abi::properties`):
-//! filters read that first, and use the plain calls where a host has no such property (Envoy,
-//! Kong's ngx_wasm_module, which traps a filter calling a foreign function it does not know):
-//! `tollgate_common::prefetch`.
+//! with its own trip into the guest's allocator for the answer; through this function it makes
+//! one, with one allocation. Each value is the one the plain call gives in the same place
+//! (`proxy_get_header_map_value`, `proxy_get_property`: the same lookups), so a filter may use
+//! either. The host lists it in its property `tollgate.foreign_functions` (path
+//! `tollgate\0foreign_functions`, `abi::properties`): filters read that first, and use the plain
+//! calls where a host has no such property (Envoy, Kong's ngx_wasm_module, which traps a filter
+//! calling a foreign function it does not know): `tollgate_common::prefetch`.
 //!
-//! Argument of [`GET_VALUES`]: the reads, back to back, each `kind: u8`, `map: u8`, `len: u32`
-//! little-endian, then `len` bytes: kind 0 is a property (the bytes are its path, segments
-//! joined by NUL; `map` is 0), kind 1 a header (the bytes are its name, any case; `map` is its
-//! `proxy_map_type_t`), kind 2 a shared-data key (`map` is 0). At most [`MAX_READS`] reads.
-//! Answer: for each read in order, `len: u32` little-endian and `len` bytes (for shared data,
-//! `len`, then its CAS token as a `u32` little-endian, then the value), or [`ABSENT`] alone when
-//! there is no such value (or its map does not exist, or the key is not stored).
-//!
-//! [`GET_VALUES_INTO`]'s argument is `ptr: u32`, `cap: u32` (little-endian), then the reads as
-//! above. When the answer is at most `cap` bytes it is written at `ptr` in the guest's memory,
-//! and the returned pointer is `ptr` (the guest owns no new allocation); a longer one is
-//! returned as [`GET_VALUES`] returns it, in memory from the guest's allocator. The buffer may
-//! hold the argument itself: the argument is read whole before the answer is written.
-//!
-//! Statuses: `Ok`; `BadArgument` for an argument that does not decode or holds more than
-//! [`MAX_READS`] reads; `InternalFailure` for an answer longer than [`MAX_ANSWER_BYTES`];
-//! `InvalidMemoryAccess` for pointers outside the guest's memory; a shared-data read the store
-//! cannot answer (other than a missing key) fails the whole call with the status
-//! `proxy_get_shared_data` gives, so that a filter never reads a store failure as "no record".
+//! Argument: the reads, back to back, each `kind: u8`, `map: u8`, `len: u32` little-endian,
+//! then `len` bytes: kind 0 is a property (the bytes are its path, segments joined by NUL;
+//! `map` is 0), kind 1 a header (the bytes are its name, any case; `map` is its
+//! `proxy_map_type_t`). At most [`MAX_READS`] reads. Answer: for each read in order, `len: u32`
+//! little-endian and `len` bytes, or [`ABSENT`] alone when there is no such value (or its map
+//! does not exist). Statuses: `Ok`; `BadArgument` for an argument that does not decode or
+//! holds more than [`MAX_READS`] reads; `InternalFailure` for an answer longer than
+//! [`MAX_ANSWER_BYTES`]; `InvalidMemoryAccess` for pointers outside the guest's memory.
 
 use crate::abi::store::{
-    code, keep_buffer, ms, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
-    INVALID_MEMORY_ACCESS, NOT_FOUND, OK, R,
+    keep_buffer, ms, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
+    INVALID_MEMORY_ACCESS, NOT_FOUND, R,
 };
-use crate::embedder::Status;
 use crate::error::Error;
 use crate::mem;
 use crate::valid;
 
 /// The name of the batched read.
 pub const GET_VALUES: &[u8] = b"tollgate.get_values";
-/// The name of the batched read into the guest's buffer.
-pub const GET_VALUES_INTO: &[u8] = b"tollgate.get_values_into";
-/// The value of the property `tollgate.foreign_functions`: the names, comma-separated.
-pub const OFFERED: &[u8] = b"tollgate.get_values,tollgate.get_values_into";
 /// Most reads in one call.
 pub const MAX_READS: usize = 32;
 /// Most bytes of one answer (the values and their lengths): beyond it the call answers
@@ -61,8 +42,6 @@ pub const ABSENT: u32 = u32::MAX;
 const PROPERTY: u8 = 0;
 /// A read's kind: a header of a map.
 const HEADER: u8 = 1;
-/// A read's kind: a shared-data key.
-const SHARED_DATA: u8 = 2;
 
 /// Defines `proxy_call_foreign_function`.
 pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
@@ -76,25 +55,17 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             else {
                 return Ok(INVALID_MEMORY_ACCESS);
             };
-            let (into, argument) = match name {
-                GET_VALUES => (None, argument),
-                GET_VALUES_INTO => match into_buffer(argument) {
-                    Some((buffer, reads)) => (Some(buffer), reads),
-                    None => return Ok(BAD_ARGUMENT),
-                },
-                _ => return Ok(NOT_FOUND),
-            };
+            if name != GET_VALUES {
+                return Ok(NOT_FOUND);
+            }
             // The answer is assembled in a buffer kept in the state, taken while the guest's
             // allocator runs (an allocator calling this again gets a new one).
             let mut out = std::mem::take(&mut state.values_out);
             out.clear();
             let status = match get_values(state, argument, &mut out) {
-                Ok(()) if out.len() > MAX_ANSWER_BYTES => Ok(INTERNAL_FAILURE),
-                Ok(()) => match into {
-                    Some((ptr, cap)) if out.len() <= cap => Ok(answer_at(mem, ptr, &out, rp, rs)),
-                    _ => return_bytes(&mut c, rp, rs, &out),
-                },
-                Err(status) => Ok(status),
+                Some(()) if out.len() > MAX_ANSWER_BYTES => Ok(INTERNAL_FAILURE),
+                Some(()) => return_bytes(&mut c, rp, rs, &out),
+                None => Ok(BAD_ARGUMENT),
             };
             c.data_mut().values_out = keep_buffer(out);
             status
@@ -102,41 +73,17 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
     )
 }
 
-/// [`GET_VALUES_INTO`]'s buffer (pointer and capacity in bytes) and the reads after it.
-fn into_buffer(argument: &[u8]) -> Option<((u32, usize), &[u8])> {
-    let (ptr, rest) = argument.split_first_chunk::<4>()?;
-    let (cap, reads) = rest.split_first_chunk::<4>()?;
-    let cap = usize::try_from(u32::from_le_bytes(*cap)).ok()?;
-    Some(((u32::from_le_bytes(*ptr), cap), reads))
-}
-
-/// Writes `answer` at `ptr` in the guest's memory and returns it there (`ptr`, its length at
-/// `rp` / `rs`); `InvalidMemoryAccess` when any of it is outside the memory.
-fn answer_at(mem: &mut [u8], ptr: u32, answer: &[u8], rp: u32, rs: u32) -> u32 {
-    let Ok(len) = u32::try_from(answer.len()) else {
-        return INTERNAL_FAILURE;
-    };
-    if mem::write(mem, ptr, answer) && mem::write_u32(mem, rp, ptr) && mem::write_u32(mem, rs, len)
-    {
-        OK
-    } else {
-        INVALID_MEMORY_ACCESS
-    }
-}
-
-/// Answers the reads of `argument` into `out` (the module documentation's encoding).
-/// `Err(BadArgument)` when the argument does not decode or holds more than [`MAX_READS`]
-/// reads; `Err(status)` when the store cannot answer a shared-data read (a missing key is
-/// [`ABSENT`]).
-fn get_values(state: &mut State, mut argument: &[u8], out: &mut Vec<u8>) -> Result<(), u32> {
+/// Answers the reads of `argument` into `out` (the module documentation's encoding); `None`
+/// when the argument does not decode or holds more than [`MAX_READS`] reads.
+fn get_values(state: &mut State, mut argument: &[u8], out: &mut Vec<u8>) -> Option<()> {
     let mut value = std::mem::take(&mut state.value);
     let mut reads = 0usize;
-    let mut answered = Ok(());
+    let mut answered = Some(());
     while !argument.is_empty() {
         reads = reads.saturating_add(1);
         let Some((kind, map, key, rest)) = next_read(argument).filter(|_| reads <= MAX_READS)
         else {
-            answered = Err(BAD_ARGUMENT);
+            answered = None;
             break;
         };
         argument = rest;
@@ -148,25 +95,9 @@ fn get_values(state: &mut State, mut argument: &[u8], out: &mut Vec<u8>) -> Resu
         out.extend_from_slice(&ABSENT.to_le_bytes());
         let found = match kind {
             PROPERTY => state.append_property(key, out, &mut value),
-            SHARED_DATA => match state.host.get_shared_data(key, &mut value) {
-                Ok(cas) => {
-                    out.extend_from_slice(&cas.to_le_bytes());
-                    out.extend_from_slice(&value);
-                    true
-                }
-                Err(Status::NotFound) => false,
-                Err(status) => {
-                    answered = Err(code(status));
-                    break;
-                }
-            },
             _ => state.append_header_value(u32::from(map), key, out),
         };
-        // A shared-data value's length leaves out its CAS token.
-        let token = if kind == SHARED_DATA { 4 } else { 0 };
-        let len = out
-            .len()
-            .saturating_sub(at.saturating_add(4).saturating_add(token));
+        let len = out.len().saturating_sub(at.saturating_add(4));
         match u32::try_from(len) {
             Ok(len) if found && len != ABSENT => {
                 if let Some(slot) = out.get_mut(at..at.saturating_add(4)) {
@@ -186,7 +117,7 @@ fn next_read(argument: &[u8]) -> Option<(u8, u8, &[u8], &[u8])> {
     let (&map, rest) = rest.split_first()?;
     let (len, rest) = rest.split_first_chunk::<4>()?;
     let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
-    if rest.len() < len || !matches!(kind, PROPERTY | HEADER | SHARED_DATA) {
+    if rest.len() < len || !matches!(kind, PROPERTY | HEADER) {
         return None;
     }
     let (key, rest) = rest.split_at(len);
@@ -204,8 +135,6 @@ mod tests {
     use crate::testing::wat_fixtures::{compile, wat};
     use crate::testing::{MapSource, MemoryHost};
     use crate::Vm;
-
-    const GET_VALUES_INTO_STR: &str = "tollgate.get_values_into";
 
     /// One read in the argument's encoding.
     fn read(kind: u8, map: u8, key: &[u8]) -> Vec<u8> {
@@ -240,9 +169,8 @@ mod tests {
 
     /// A module whose `proxy_on_request_headers` sets property `mine` to `v`, runs `setup`
     /// (WAT instructions; `$set` is `proxy_set_property`, `big` is at 140), calls foreign
-    /// function `name` with `argument` (at 300), and sets property `status` to the status as a
-    /// digit and, when it is Ok, property `answer` to the answer and `ptr` to where it was
-    /// returned (`u32` little-endian). Its allocator starts at 4096.
+    /// function `name` with `argument`, and sets property `status` to the status as a digit and,
+    /// when it is Ok, property `answer` to the answer.
     fn module_with(setup: &str, name: &str, argument: &[u8]) -> crate::Module {
         compile(&wat(
             "0_2_1",
@@ -254,7 +182,6 @@ mod tests {
                    (data (i32.const 120) "status")
                    (data (i32.const 130) "answer")
                    (data (i32.const 140) "big")
-                   (data (i32.const 150) "ptr")
                    (data (i32.const 200) "{name}")
                    (data (i32.const 300) "{argument}")
                    (func (export "proxy_on_context_create") (param i32 i32))
@@ -267,10 +194,8 @@ mod tests {
                      (i32.store8 (i32.const 1010) (i32.add (i32.const 48) (local.get $status)))
                      (drop (call $set (i32.const 120) (i32.const 6) (i32.const 1010) (i32.const 1)))
                      (if (i32.eqz (local.get $status))
-                       (then
-                         (drop (call $set (i32.const 150) (i32.const 3) (i32.const 1000) (i32.const 4)))
-                         (drop (call $set (i32.const 130) (i32.const 6)
-                           (i32.load (i32.const 1000)) (i32.load (i32.const 1004))))))
+                       (then (drop (call $set (i32.const 130) (i32.const 6)
+                         (i32.load (i32.const 1000)) (i32.load (i32.const 1004))))))
                      (i32.const 0))"#,
                 name_len = name.len(),
                 argument = data(argument),
@@ -288,12 +213,7 @@ mod tests {
     /// Runs `m`'s request headers over a deferred map of `x-a: 7` and `x-a: 8`, with the
     /// embedding's property `tollgate\0answer` set; the stream after it.
     fn run(m: &crate::Module) -> Stream {
-        run_on(m, MemoryHost::new())
-    }
-
-    /// [`run`] on `host`.
-    fn run_on(m: &crate::Module, host: MemoryHost) -> Stream {
-        let host = Rc::new(host);
+        let host = Rc::new(MemoryHost::new());
         host.properties
             .borrow_mut()
             .push((b"tollgate\0answer".to_vec(), b"42".to_vec()));
@@ -346,7 +266,7 @@ mod tests {
                 None,
                 some(b"/"),
                 None,
-                some(OFFERED),
+                some(b"tollgate.get_values"),
             ]
         );
     }
@@ -391,94 +311,5 @@ mod tests {
         let s = run(&module("tollgate.get_values", &one.repeat(MAX_READS)));
         let answer = property(&s, b"answer").unwrap();
         assert_eq!(decode(&answer), vec![Some(b"v".to_vec()); MAX_READS]);
-    }
-
-    /// [`GET_VALUES_INTO`]'s argument: the buffer at `ptr` of `cap` bytes, then `reads`.
-    fn into(ptr: u32, cap: u32, reads: &[u8]) -> Vec<u8> {
-        [&ptr.to_le_bytes()[..], &cap.to_le_bytes(), reads].concat()
-    }
-
-    fn ptr(s: &Stream) -> u32 {
-        u32::from_le_bytes(property(s, b"ptr").unwrap().try_into().unwrap())
-    }
-
-    /// A host whose shared data holds `k` = `val` with CAS token 3.
-    fn stored() -> MemoryHost {
-        let host = MemoryHost::new();
-        host.shared
-            .borrow_mut()
-            .insert(b"k".to_vec(), (b"val".to_vec(), 3));
-        host
-    }
-
-    #[test]
-    fn into_writes_the_answer_in_the_guests_buffer_with_shared_data() {
-        let reads = [
-            read(HEADER, 0, b"x-a"),
-            read(SHARED_DATA, 0, b"k"),
-            read(PROPERTY, 0, b"mine"),
-            read(SHARED_DATA, 0, b"missing"),
-        ]
-        .concat();
-        // The value's length leaves out the CAS token that precedes it.
-        let want = [
-            &1u32.to_le_bytes()[..],
-            b"7",
-            &3u32.to_le_bytes(),
-            &3u32.to_le_bytes(),
-            b"val",
-            &1u32.to_le_bytes(),
-            b"v",
-            &ABSENT.to_le_bytes(),
-        ]
-        .concat();
-        let s = run_on(
-            &module(GET_VALUES_INTO_STR, &into(2000, 64, &reads)),
-            stored(),
-        );
-        assert_eq!(property(&s, b"status").as_deref(), Some(&b"0"[..]));
-        assert_eq!(ptr(&s), 2000, "returned in the guest's buffer");
-        assert_eq!(property(&s, b"answer").unwrap(), want);
-        // The plain function gives the same answer, in memory from the guest's allocator.
-        let s = run_on(&module("tollgate.get_values", &reads), stored());
-        assert!(ptr(&s) >= 4096, "allocated: {}", ptr(&s));
-        assert_eq!(property(&s, b"answer").unwrap(), want);
-        // A buffer too small for it: allocated too, the same answer.
-        let s = run_on(
-            &module(GET_VALUES_INTO_STR, &into(2000, 20, &reads)),
-            stored(),
-        );
-        assert!(ptr(&s) >= 4096, "allocated: {}", ptr(&s));
-        assert_eq!(property(&s, b"answer").unwrap(), want);
-        // The buffer may be where the argument is (300): read whole before the answer is written.
-        let s = run_on(
-            &module(GET_VALUES_INTO_STR, &into(300, 64, &reads)),
-            stored(),
-        );
-        assert_eq!(ptr(&s), 300);
-        assert_eq!(property(&s, b"answer").unwrap(), want);
-    }
-
-    #[test]
-    fn into_refuses_a_buffer_outside_memory_and_a_short_argument() {
-        let reads = read(PROPERTY, 0, b"mine");
-        // One page of memory: a buffer at its last byte cannot take a 5-byte answer.
-        let s = run(&module(GET_VALUES_INTO_STR, &into(65535, 64, &reads)));
-        assert_eq!(property(&s, b"status").as_deref(), Some(&b"6"[..]));
-        for argument in [&[][..], &[0, 0, 0, 0, 64, 0, 0][..]] {
-            let s = run(&module(GET_VALUES_INTO_STR, argument));
-            assert_eq!(property(&s, b"status").as_deref(), Some(&b"2"[..]));
-        }
-    }
-
-    #[test]
-    fn a_store_failure_fails_the_whole_call_never_reads_as_absent() {
-        let host = stored();
-        host.shared_fails.set(Some(Status::InternalFailure));
-        let reads = [read(PROPERTY, 0, b"mine"), read(SHARED_DATA, 0, b"k")].concat();
-        let s = run_on(&module(GET_VALUES_INTO_STR, &into(2000, 64, &reads)), host);
-        // InternalFailure (10, ':' after '9'), no answer.
-        assert_eq!(property(&s, b"status").as_deref(), Some(&b":"[..]));
-        assert_eq!(property(&s, b"answer"), None);
     }
 }

@@ -122,7 +122,7 @@ impl State {
         match which {
             Builtin::PluginName => self.plugin_name().as_bytes(),
             Builtin::VmId => self.vm_id.as_bytes(),
-            Builtin::ForeignFunctions => crate::abi::foreign_functions::OFFERED,
+            Builtin::ForeignFunctions => crate::abi::foreign_functions::GET_VALUES,
         }
     }
 }

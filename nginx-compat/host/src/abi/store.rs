@@ -99,12 +99,12 @@ pub(crate) struct State {
     pub(crate) resumed: Vec<HttpId>,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stderr: Vec<u8>,
-    /// A reused buffer: the answer of `tollgate.get_values` (or `_into`) as it is assembled
+    /// A reused buffer: the answer of `tollgate.get_values` as it is assembled
     /// (`abi::foreign_functions`; taken for the call).
     pub(crate) values_out: Vec<u8>,
     /// A reused buffer: the value `proxy_get_shared_data` or `proxy_get_property` returns, or
-    /// where `tollgate.get_values` reads a property source's or a shared-data value (taken for
-    /// the call: a nested call gets an empty one).
+    /// where `tollgate.get_values` reads a property source's value (taken for the call: a
+    /// nested call gets an empty one).
     pub(crate) value: Vec<u8>,
     /// The lower-case name of the header `proxy_get_header_map_value` returns from a deferred
     /// map (read again after the guest's allocator ran).

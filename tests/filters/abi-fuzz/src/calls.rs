@@ -437,7 +437,6 @@ impl Fuzz {
                             b"",
                             b"declare_property",
                             b"tollgate.get_values",
-                            b"tollgate.get_values_into",
                         ],
                         b"",
                     ))
