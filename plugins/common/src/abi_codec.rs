@@ -130,7 +130,8 @@ impl HeaderList {
 /// 5.5) become U+FFFD. Valid UTF-8, nearly every value, keeps its buffer: no second allocation
 /// and copy, which `String::from_utf8_lossy(..).into_owned()` always makes.
 pub fn text(bytes: Vec<u8>) -> String {
-    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    crate::bytes::utf8_owned(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Encodes a property path (`["request", "path"]` → `request\0path`). A one-segment path is

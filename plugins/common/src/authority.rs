@@ -93,7 +93,7 @@ pub fn canonical_host(authority: &[u8]) -> Result<Cow<'_, str>, AuthorityError> 
     check_name(name)?;
     let lower = !name.iter().any(u8::is_ascii_uppercase);
     // Checked above: ASCII only.
-    let text = std::str::from_utf8(name).map_err(|_| AuthorityError::Character)?;
+    let text = crate::bytes::utf8(name).map_err(|_| AuthorityError::Character)?;
     if lower && name.len() == authority.len() {
         Ok(Cow::Borrowed(text))
     } else {

@@ -132,7 +132,7 @@ fn authorization(value: &[u8]) -> Result<Vec<u8>, CredentialError> {
     if scheme.is_empty() || !scheme.iter().copied().all(is_tchar) || !is_token68(token) {
         return Err(CredentialError::Syntax);
     }
-    let scheme = std::str::from_utf8(scheme).map_err(|_| CredentialError::Syntax)?;
+    let scheme = crate::bytes::utf8(scheme).map_err(|_| CredentialError::Syntax)?;
     let registered = REGISTERED_SCHEMES
         .iter()
         .find(|s| s.eq_ignore_ascii_case(scheme));

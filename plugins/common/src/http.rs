@@ -99,7 +99,7 @@ pub fn percent_decode(s: &str) -> Option<String> {
             i = i.checked_add(1)?;
         }
     }
-    String::from_utf8(out).ok()
+    crate::bytes::utf8_owned(out).ok()
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ fn quote_into(out: &mut String, value: &str) {
 /// the first malformed one (a key without `=`, an unterminated quote, an unknown escape).
 pub fn pairs(line: &[u8]) -> Pairs<'_> {
     Pairs {
-        rest: std::str::from_utf8(line).unwrap_or_default(),
+        rest: crate::bytes::utf8(line).unwrap_or_default(),
     }
 }
 

@@ -109,7 +109,7 @@ pub fn sanitize_chars(value: &str) -> String {
 /// [`sanitize`] of bytes read as UTF-8 with each invalid sequence replaced by U+FFFD (as
 /// `String::from_utf8_lossy`), so that each becomes one `_`.
 pub fn sanitize_bytes(value: &[u8]) -> Cow<'_, str> {
-    match std::str::from_utf8(value) {
+    match crate::bytes::utf8(value) {
         Ok(text) => sanitize(text),
         // The lossy text holds U+FFFD, never clean: straight to the char-by-char encoding.
         Err(_) => Cow::Owned(sanitize_chars(&String::from_utf8_lossy(value))),

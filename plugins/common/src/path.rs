@@ -241,7 +241,7 @@ fn decode(path: &[u8], policy: &PathPolicy) -> Result<Vec<u8>, PathError> {
     let mut utf8_run: Vec<u8> = Vec::new();
     let end_run = |run: &mut Vec<u8>| -> Result<(), PathError> {
         if !run.is_empty() {
-            std::str::from_utf8(run).map_err(|_| PathError::BadUtf8)?;
+            crate::bytes::utf8(run).map_err(|_| PathError::BadUtf8)?;
             run.clear();
         }
         Ok(())
@@ -340,7 +340,7 @@ fn resolve(decoded: &[u8]) -> Result<Vec<u8>, PathError> {
 pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPath<'a>, PathError> {
     let query_text = |q: Option<&'a [u8]>| match q {
         // The query is forwarded as received; it only has to be text to be carried along.
-        Some(q) => std::str::from_utf8(q)
+        Some(q) => crate::bytes::utf8(q)
             .map(Some)
             .map_err(|_| PathError::BadCharacter),
         None => Ok(None),
@@ -348,7 +348,7 @@ pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPat
     if target.first() == Some(&b'/') {
         if let Some(end) = normal_path_len(target, policy) {
             // Plain bytes are ASCII: the conversion cannot fail.
-            let path = std::str::from_utf8(target.get(..end).unwrap_or_default())
+            let path = crate::bytes::utf8(target.get(..end).unwrap_or_default())
                 .map_err(|_| PathError::BadCharacter)?;
             return Ok(RequestPath {
                 path: Cow::Borrowed(path),
@@ -373,7 +373,7 @@ pub fn normalize<'a>(target: &'a [u8], policy: &PathPolicy) -> Result<RequestPat
         ),
     };
     let normal = resolve(&decode(path, policy)?)?;
-    let normal = String::from_utf8(normal).map_err(|_| PathError::BadCharacter)?;
+    let normal = crate::bytes::utf8_owned(normal).map_err(|_| PathError::BadCharacter)?;
     let changed = absolute || normal.as_bytes() != path;
     Ok(RequestPath {
         path: Cow::Owned(normal),

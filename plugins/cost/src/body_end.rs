@@ -33,7 +33,7 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
         if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        let n: u64 = tollgate_common::bytes::utf8(digits).ok()?.parse().ok()?;
         match length {
             Some(m) if m != n => return None,
             _ => length = Some(n),

@@ -592,7 +592,7 @@ impl Config {
             Identity::Invalid(e) => return Err(e),
             Identity::Unauthenticated => UNAUTHENTICATED.to_string(),
             Identity::Absent => self.default_tenant.clone(),
-            Identity::Value(v) => match std::str::from_utf8(&v) {
+            Identity::Value(v) => match tollgate_common::bytes::utf8(&v) {
                 Ok(s) if valid_tenant(s) => s.to_string(),
                 _ => self.default_tenant.clone(),
             },

@@ -245,7 +245,7 @@ impl<'a> RequestBody<'a> {
     /// (`MemberType`; a `model` string
     /// that cannot be decoded, a lone surrogate escape in it, is `Json`).
     pub fn parse(body: &'a [u8]) -> Result<RequestBody<'a>, Unreadable> {
-        let text = std::str::from_utf8(body).map_err(|_| Unreadable::Json)?;
+        let text = tollgate_common::bytes::utf8(body).map_err(|_| Unreadable::Json)?;
         let mut de = serde_json::Deserializer::from_str(text);
         let top = serde::de::DeserializeSeed::deserialize(SlotsSeed(&TOP), &mut de)
             .map_err(|_| Unreadable::Json)?;

@@ -90,7 +90,7 @@ impl Body {
             }
             // Valid UTF-8 (the usual case) is read as text: `serde_json` then checks no string
             // again (one check of the whole value, not one per member name); the same result.
-            match std::str::from_utf8(raw) {
+            match tollgate_common::bytes::utf8(raw) {
                 Ok(text) => serde_json::from_str::<Option<T>>(text).ok(),
                 Err(_) => serde_json::from_slice::<Option<T>>(raw).ok(),
             }

@@ -73,7 +73,7 @@ impl Headers {
         if let Headers::List(list) = self {
             for name in list.cgi_aliases(&config.cgi_folds) {
                 // An alias folds to ASCII, so it is ASCII itself.
-                if let Ok(name) = std::str::from_utf8(name) {
+                if let Ok(name) = tollgate_common::bytes::utf8(name) {
                     set_request_header(name, None);
                 }
             }

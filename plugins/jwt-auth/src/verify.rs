@@ -169,7 +169,7 @@ fn parse_header(token: &str) -> Result<JwsHeader, Reason> {
         .map_err(|_| Reason::Malformed)?;
     // UTF-8 as a whole (RFC 7519 section 7.2 step 4): serde_json does not check the strings of
     // the members it skips. Found by fuzz/fuzz_targets/jwt_compact.rs.
-    let text = std::str::from_utf8(&bytes).map_err(|_| Reason::Malformed)?;
+    let text = tollgate_common::bytes::utf8(&bytes).map_err(|_| Reason::Malformed)?;
     let header: JwsHeader = serde_json::from_str(text).map_err(|_| Reason::Malformed)?;
     if header.typ.as_deref().is_some_and(|typ| !is_jwt_type(typ)) {
         return Err(Reason::Malformed);

@@ -29,7 +29,11 @@ pub fn decimal(bytes: &[u8]) -> Option<u64> {
                 .wrapping_add(u64::from(d.wrapping_sub(b'0')))
         }));
     }
-    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+    tollgate_common::bytes::utf8(bytes)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The cost filter's signals for the request (`tollgate_common::signals::COST_*`), raw.
@@ -271,7 +275,7 @@ mod tests {
     #[test]
     fn decimal_reads_as_trim_then_parse() {
         let reference =
-            |b: &[u8]| -> Option<u64> { std::str::from_utf8(b).ok()?.trim().parse().ok() };
+            |b: &[u8]| -> Option<u64> { tollgate_common::bytes::utf8(b).ok()?.trim().parse().ok() };
         let mut cases: Vec<Vec<u8>> = [
             "",
             "0",

@@ -292,7 +292,10 @@ impl Rule {
     /// Whether the request matches, reading only what the match needs.
     pub fn matches(&self, req: &impl RequestView) -> bool {
         let path = if self.route.needs_path() {
-            match req.path().and_then(|p| std::str::from_utf8(p).ok()) {
+            match req
+                .path()
+                .and_then(|p| tollgate_common::bytes::utf8(p).ok())
+            {
                 Some(path) => path,
                 None => return false,
             }
@@ -302,7 +305,10 @@ impl Rule {
         let method = if self.route.methods.is_empty() {
             ""
         } else {
-            match req.method().and_then(|m| std::str::from_utf8(m).ok()) {
+            match req
+                .method()
+                .and_then(|m| tollgate_common::bytes::utf8(m).ok())
+            {
                 Some(m) => m,
                 None => return false,
             }
@@ -325,7 +331,9 @@ impl Rule {
         let Some(value) = value else {
             return Some(1);
         };
-        let text = std::str::from_utf8(value).ok()?.trim_matches([' ', '\t']);
+        let text = tollgate_common::bytes::utf8(value)
+            .ok()?
+            .trim_matches([' ', '\t']);
         if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }

@@ -172,7 +172,7 @@ fn request_part(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
             ipv6_prefix,
         } => {
             let raw = req.source_address()?;
-            client_ip(std::str::from_utf8(&raw).ok()?, *ipv6_prefix)?
+            client_ip(tollgate_common::bytes::utf8(&raw).ok()?, *ipv6_prefix)?
         }
         KeyPart::ClientAddress {
             trusted_hops,
@@ -184,7 +184,7 @@ fn request_part(part: &KeyPart, req: &impl RequestView) -> Option<Vec<u8>> {
                 .rev()
                 .flat_map(|v| v.rsplit(|b| *b == b','))
                 .nth(usize::from(*trusted_hops).saturating_sub(1))?;
-            client_ip(std::str::from_utf8(entry).ok()?, *ipv6_prefix)?
+            client_ip(tollgate_common::bytes::utf8(entry).ok()?, *ipv6_prefix)?
         }
         KeyPart::Path => req.path()?.to_vec(),
         KeyPart::Method => req.method()?.to_vec(),
@@ -245,7 +245,7 @@ fn bound(joined: Vec<u8>) -> String {
     let joined = if joined.len() <= MAX_CLIENT_KEY_BYTES
         && joined.iter().all(|b| (0x20..0x7f).contains(b))
     {
-        match String::from_utf8(joined) {
+        match tollgate_common::bytes::utf8_owned(joined) {
             Ok(s) => return s,
             Err(e) => e.into_bytes(),
         }

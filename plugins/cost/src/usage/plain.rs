@@ -35,7 +35,7 @@ pub fn string(raw: &[u8]) -> Option<Option<String>> {
         None
     } else {
         let text = c.plain_str()?;
-        Some(String::from(std::str::from_utf8(text).ok()?))
+        Some(String::from(tollgate_common::bytes::utf8(text).ok()?))
     };
     c.end()?;
     Some(out)
