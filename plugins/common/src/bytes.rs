@@ -10,10 +10,11 @@
 //! Every loop step also pays the guest deadline's check (wasmtime's epoch check), so fewer,
 //! wider steps cost less.
 
-/// Whether `a` and `b` hold the same bytes (the same result as `a == b`), compared 8 bytes a
-/// step: lengths first, then the last 8 bytes (which cover a tail shorter than a word), then the
-/// whole words from the start. From 4 to 7 bytes, the first and the last 4 (overlapping); under
-/// 4, byte by byte (no `memcmp` call for a 2-byte label value).
+/// Whether `a` and `b` hold the same bytes (the same result as `a == b`), compared a word a
+/// step: lengths first, then the last word (which covers a tail shorter than a word), then the
+/// whole words from the start; the words are 16 bytes from 16 bytes up, else 8. From 4 to 7
+/// bytes, the first and the last 4 (overlapping); under 4, byte by byte (no `memcmp` call for a
+/// 2-byte label value).
 ///
 /// It returns at the first differing word, so its time depends on where two inputs differ: use
 /// it where that reveals nothing (e.g. against entries a client reaches only through a keyed

@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn decimal_reads_as_trim_then_parse() {
         let reference =
-            |b: &[u8]| -> Option<u64> { tollgate_common::bytes::utf8(b).ok()?.trim().parse().ok() };
+            |b: &[u8]| -> Option<u64> { std::str::from_utf8(b).ok()?.trim().parse().ok() };
         let mut cases: Vec<Vec<u8>> = [
             "",
             "0",
