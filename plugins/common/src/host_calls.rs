@@ -19,7 +19,11 @@ pub fn now_unix_secs() -> u64 {
 
 /// The host's wall clock as a `SystemTime` (`None` if the host does not answer).
 pub fn now() -> Option<std::time::SystemTime> {
-    let nanos = raw::current_time_nanos().ok()?;
+    time_from_nanos(raw::current_time_nanos().ok()?)
+}
+
+/// Unix nanoseconds (the host's clock, `proxy_get_current_time_nanoseconds`) as a `SystemTime`.
+pub fn time_from_nanos(nanos: u64) -> Option<std::time::SystemTime> {
     std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(nanos))
 }
 

@@ -1,5 +1,6 @@
-//! Several values of the running callback (request or response headers, properties) read in
-//! one host call where the host offers it, else one plain call each, only as they are asked for.
+//! Several values of the running callback (request or response headers, properties, the clock)
+//! read in one host call where the host offers it, else one plain call each, only as they are
+//! asked for.
 //!
 //! Tollgate's nginx host answers the foreign function [`GET_VALUES`]
 //! (`proxy_call_foreign_function("tollgate.get_values", ...)`, nginx-compat/host's
@@ -14,8 +15,8 @@
 //! (and one property read per VM).
 //!
 //! Encoding ([`encode`], [`decode`]): the argument holds the reads back to back, each
-//! `kind: u8` (0 property, 1 header), `map: u8` (a header's `proxy_map_type_t`, else 0),
-//! `len: u32` little-endian and the path or name; the answer holds, for each read in order,
+//! `kind: u8` (0 property, 1 header, 2 the clock), `map: u8` (a header's `proxy_map_type_t`,
+//! else 0), `len: u32` little-endian and the path or name (none for the clock); the answer holds, for each read in order,
 //! `len: u32` little-endian and the value, or `u32::MAX` alone for none. A host error on one
 //! value reads as none, as the plain calls' wrappers read it (`crate::host_calls`).
 
@@ -45,6 +46,10 @@ pub enum Read<'a> {
     /// A property, by its path in the ABI's encoding (segments joined by NUL; a one-segment
     /// path, such as a signal's name, is its own bytes).
     Property(&'a [u8]),
+    /// The host's wall clock: Unix nanoseconds, 8 bytes little-endian, as
+    /// `proxy_get_current_time_nanoseconds` gives it (read with the other values, or when asked
+    /// for on a host without [`GET_VALUES`]); [`Prefetched::clock_nanos`] decodes it.
+    Clock,
 }
 
 impl Read<'_> {
@@ -56,6 +61,7 @@ impl Read<'_> {
             (Read::Property(_), Read::Property(_))
                 | (Read::RequestHeader(_), Read::RequestHeader(_))
                 | (Read::ResponseHeader(_), Read::ResponseHeader(_))
+                | (Read::Clock, Read::Clock)
         );
         same_kind && same_bytes(self.key(), other.key())
     }
@@ -65,6 +71,7 @@ impl Read<'_> {
         match self {
             Read::Property(path) => path,
             Read::RequestHeader(name) | Read::ResponseHeader(name) => name.as_bytes(),
+            Read::Clock => &[],
         }
     }
 
@@ -111,6 +118,7 @@ pub fn encode(reads: &[Read<'_>], out: &mut Vec<u8>) -> bool {
             // proxy_map_type_t: 0 request headers, 2 response headers.
             Read::RequestHeader(_) => (1u8, 0u8),
             Read::ResponseHeader(_) => (1u8, 2u8),
+            Read::Clock => (2u8, 0u8),
         };
         let key = read.key();
         let Ok(len) = u32::try_from(key.len()) else {
@@ -164,6 +172,7 @@ enum OwnedRead {
     RequestHeader(String),
     ResponseHeader(String),
     Property(Vec<u8>),
+    Clock,
 }
 
 impl OwnedRead {
@@ -172,6 +181,7 @@ impl OwnedRead {
             OwnedRead::RequestHeader(name) => Read::RequestHeader(name),
             OwnedRead::ResponseHeader(name) => Read::ResponseHeader(name),
             OwnedRead::Property(path) => Read::Property(path),
+            OwnedRead::Clock => Read::Clock,
         }
     }
 }
@@ -188,6 +198,7 @@ impl<const N: usize> ReadList<N> {
                 Read::RequestHeader(name) => OwnedRead::RequestHeader(name.to_owned()),
                 Read::ResponseHeader(name) => OwnedRead::ResponseHeader(name.to_owned()),
                 Read::Property(path) => OwnedRead::Property(path.to_vec()),
+                Read::Clock => OwnedRead::Clock,
             }),
             argument,
         }
@@ -236,6 +247,13 @@ impl<R: Reader, const N: usize> Prefetched<'_, R, N> {
             }
             None => self.reader.read(read).map(Cow::Owned),
         }
+    }
+
+    /// The clock read at `index` of the list ([`Read::Clock`]): Unix nanoseconds; `None` when
+    /// the host gave no clock, or the value there is not 8 bytes.
+    pub fn clock_nanos(&self, index: usize) -> Option<u64> {
+        let bytes = self.get(index)?;
+        Some(u64::from_le_bytes(<[u8; 8]>::try_from(&*bytes).ok()?))
     }
 
     /// The value of `read`: from the list when it is there, else by its plain call.
@@ -320,6 +338,9 @@ mod host {
                     crate::host_calls::header_bytes(MapType::HttpResponseHeaders, name)
                 }
                 Read::Property(path) => crate::host_calls::property_encoded(path),
+                Read::Clock => crate::raw::current_time_nanos()
+                    .ok()
+                    .map(|ns| ns.to_le_bytes().to_vec()),
             }
         }
 
@@ -351,6 +372,7 @@ mod tests {
                     (Read::ResponseHeader(":status"), b"200"),
                     (Read::Property(b"wasmx.tollgate.cost"), b"outcome=ok"),
                     (Read::Property(b"empty"), b""),
+                    (Read::Clock, &CLOCK),
                 ],
                 offered,
                 calls: Cell::new(0),
@@ -380,6 +402,7 @@ mod tests {
                     (0, _) => Read::Property(key),
                     (1, 0) => Read::RequestHeader(std::str::from_utf8(key).unwrap()),
                     (1, 2) => Read::ResponseHeader(std::str::from_utf8(key).unwrap()),
+                    (2, 0) if key.is_empty() => Read::Clock,
                     _ => panic!("unexpected read"),
                 };
                 match self.lookup(read) {
@@ -402,6 +425,9 @@ mod tests {
             None
         }
     }
+
+    /// The test host's clock: Unix nanoseconds, little-endian.
+    const CLOCK: [u8; 8] = 1_764_460_800_123_456_789u64.to_le_bytes();
 
     const READS: [Read<'static>; 5] = [
         Read::RequestHeader(":path"),
@@ -468,6 +494,28 @@ mod tests {
         assert!(!p.batched());
         assert_eq!(table.calls.get(), 0);
         assert_eq!(p.get(MAX_READS).as_deref(), Some(&b"outcome=ok"[..]));
+    }
+
+    #[test]
+    fn the_clock_comes_with_the_other_values_or_by_its_own_call() {
+        let reads = [Read::ResponseHeader(":status"), Read::Clock];
+        let list = ReadList::new(reads);
+        for offered in [true, false] {
+            let table = Table::new(offered);
+            let p = list.fetch(&table);
+            assert_eq!(p.batched(), offered);
+            assert_eq!(p.clock_nanos(1), Some(1_764_460_800_123_456_789));
+            assert_eq!(p.value(Read::Clock).as_deref(), Some(&CLOCK[..]));
+            // Not a clock's 8 bytes: none.
+            assert_eq!(p.clock_nanos(0), None);
+            assert_eq!(table.calls.get(), if offered { 1 } else { 4 });
+        }
+        let mut argument = Vec::new();
+        assert!(encode(&reads, &mut argument));
+        assert_eq!(
+            argument,
+            [&[1, 2, 7, 0, 0, 0][..], b":status", &[2, 0, 0, 0, 0, 0]].concat()
+        );
     }
 
     #[test]

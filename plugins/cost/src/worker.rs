@@ -119,8 +119,8 @@ pub(crate) struct Shared {
 /// The header reads of two phases (`crate::pipeline`'s admission and response).
 pub(crate) struct PhaseReads {
     /// The tenant's identity, `content-encoding`, `content-type`, `:path` (`:method`, read
-    /// only for some requests, by its own call).
-    pub(crate) request: ReadList<4>,
+    /// only for some requests, by its own call), the clock.
+    pub(crate) request: ReadList<5>,
     /// `:status`, `content-length`, `content-encoding`, `content-type`.
     pub(crate) response: ReadList<4>,
 }
@@ -130,6 +130,7 @@ impl PhaseReads {
     pub(crate) const CONTENT_ENCODING: usize = 1;
     pub(crate) const CONTENT_TYPE: usize = 2;
     pub(crate) const PATH: usize = 3;
+    pub(crate) const CLOCK: usize = 4;
     /// Where each value of [`PhaseReads::response`] is.
     pub(crate) const STATUS: usize = 0;
     pub(crate) const CONTENT_LENGTH: usize = 1;
@@ -144,6 +145,7 @@ impl PhaseReads {
                 Read::RequestHeader("content-encoding"),
                 Read::RequestHeader("content-type"),
                 Read::RequestHeader(":path"),
+                Read::Clock,
             ]),
             response: ReadList::new([
                 Read::ResponseHeader(":status"),

@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MetricType};
 use tollgate_common::config::ConfigError;
-use tollgate_common::host_calls::micros;
+use tollgate_common::host_calls::{micros, time_from_nanos};
 use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::logfmt;
 use tollgate_common::prefetch::{HostReader, ReadList};
@@ -69,7 +69,7 @@ struct State {
     /// otherwise each request's go to the host at its end.
     holds_counters: bool,
     /// What `on_log` reads ([`log_reads::list`]).
-    log_reads: ReadList<9>,
+    log_reads: ReadList<10>,
 }
 
 impl Filter for Metrics {
@@ -269,7 +269,9 @@ fn log_request(timing: &Timing, state: &mut State) {
         let path = values.get(log_reads::at::PATH).unwrap_or_default();
         route_label(&config.routes, &path, &config.paths)
     };
-    let end = now();
+    let end = values
+        .clock_nanos(log_reads::at::CLOCK)
+        .and_then(time_from_nanos);
     let now_secs = end
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());

@@ -9,8 +9,8 @@ use crate::record::{REQUEST_SIZE, RESPONSE_CODE, RESPONSE_SIZE};
 
 /// The list, in this order: `:method`, `:path`, the tenant's identity (or, without
 /// a tenant, the jwt-auth line again), the lines of jwt-auth, rate-limit and cost, the response
-/// code, the request and response sizes.
-pub fn list(config: &Config) -> ReadList<9> {
+/// code, the request and response sizes, the clock (the request's end).
+pub fn list(config: &Config) -> ReadList<10> {
     let identity = config
         .tenant
         .as_ref()
@@ -27,6 +27,7 @@ pub fn list(config: &Config) -> ReadList<9> {
         Read::Property(RESPONSE_CODE.as_bytes()),
         Read::Property(REQUEST_SIZE.as_bytes()),
         Read::Property(RESPONSE_SIZE.as_bytes()),
+        Read::Clock,
     ])
 }
 
@@ -40,6 +41,7 @@ pub mod at {
     pub const RESPONSE_CODE: usize = 6;
     pub const REQUEST_SIZE: usize = 7;
     pub const RESPONSE_SIZE: usize = 8;
+    pub const CLOCK: usize = 9;
 }
 
 #[cfg(test)]
@@ -61,6 +63,7 @@ mod tests {
             Some(match read {
                 Read::RequestHeader(name) | Read::ResponseHeader(name) => name.as_bytes().to_vec(),
                 Read::Property(path) => path.to_vec(),
+                Read::Clock => b"clock".to_vec(),
             })
         }
         fn header_values(&self, _name: &str) -> Option<Vec<Vec<u8>>> {
@@ -82,5 +85,6 @@ mod tests {
         assert_eq!(at(at::RESPONSE_CODE), RESPONSE_CODE.as_bytes());
         assert_eq!(at(at::REQUEST_SIZE), REQUEST_SIZE.as_bytes());
         assert_eq!(at(at::RESPONSE_SIZE), RESPONSE_SIZE.as_bytes());
+        assert_eq!(at(at::CLOCK), b"clock");
     }
 }

@@ -105,12 +105,12 @@ impl Request {
         }
         match &rule.global {
             Some(_) => self.global(shared, index, rule, client, weight),
-            None => self.local(shared, index, rule, client, weight),
+            None => self.local(shared, index, rule, client, weight, req.now_unix_millis()),
         }
     }
 
     /// Checks and charges the request in shared data (local mode, and global mode's
-    /// `on_error: local`).
+    /// `on_error: local`) at Unix time `now_ms`.
     fn local(
         &mut self,
         shared: &Shared,
@@ -118,6 +118,7 @@ impl Request {
         rule: &Rule,
         client: Option<String>,
         weight: u64,
+        now_ms: u64,
     ) -> Action {
         let config = &shared.config;
         let Some(counters) = shared.counters.get(index) else {
@@ -143,13 +144,7 @@ impl Request {
             max_keys: rule.max_keys,
             store_full: config.store_full.action.limiter(),
         };
-        let report = check(
-            &HostSharedData,
-            &settings,
-            &mut targets,
-            now_unix_millis(),
-            weight,
-        );
+        let report = check(&HostSharedData, &settings, &mut targets, now_ms, weight);
         counters.add_stats(&report.stats);
         decide(
             shared,
@@ -172,7 +167,7 @@ impl Request {
         weight: u64,
     ) -> Action {
         let Some(state) = shared.global.get(index).and_then(Option::as_ref) else {
-            return self.local(shared, index, rule, client, weight);
+            return self.local(shared, index, rule, client, weight, now_unix_millis());
         };
         if !state.call.admits() {
             let failure = CallFailure::BreakerOpen;
@@ -209,7 +204,7 @@ impl Request {
         let policy = state.map_or(OnError::Local, |s| s.call.fall_back(failure));
         let counters = state.map(|s| &s.counters);
         match policy {
-            OnError::Local => self.local(shared, index, rule, client, weight),
+            OnError::Local => self.local(shared, index, rule, client, weight, now_unix_millis()),
             OnError::Allow => {
                 let counter = counters.and_then(|c| c.error_allowed);
                 decided(counter, "global_error_allowed", &rule.name);

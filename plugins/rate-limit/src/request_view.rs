@@ -13,21 +13,22 @@ use tollgate_common::prefetch::{HostReader, Prefetched, Read, ReadList};
 use crate::config::Config;
 use crate::key::RequestView;
 
-/// What a request's keys and rules read in every request, in this order: `:path` and the
-/// identity `config`'s keys read first (or `:path` again when none does). The authority and the
-/// method, which few configurations read, are read by their own calls.
-pub(crate) fn request_reads(config: &Config) -> ReadList<2> {
+/// What a request's keys and rules read in every request, in this order: `:path`, the
+/// identity `config`'s keys read first (or `:path` again when none does), and the clock the
+/// local counters are read at. The authority and the method, which few configurations read, are
+/// read by their own calls.
+pub(crate) fn request_reads(config: &Config) -> ReadList<3> {
     let identity = config
         .first_identity
         .as_ref()
         .map_or(Read::RequestHeader(":path"), Read::of_identity);
-    ReadList::new([Read::RequestHeader(":path"), identity])
+    ReadList::new([Read::RequestHeader(":path"), identity, Read::Clock])
 }
 
 /// The request as the key and the rule match read it.
 pub(crate) struct HostRequest<'a> {
-    /// `:path` and the first identity read ([`request_reads`]).
-    values: Prefetched<'a, HostReader, 2>,
+    /// `:path`, the first identity read and the clock ([`request_reads`]).
+    values: Prefetched<'a, HostReader, 3>,
     pub(crate) path: Option<Vec<u8>>,
     method: OnceCell<Option<Vec<u8>>>,
     /// The canonical host, read beforehand when the configuration reads it.
@@ -36,7 +37,7 @@ pub(crate) struct HostRequest<'a> {
 
 impl<'a> HostRequest<'a> {
     /// The request of this callback, its values read from `reads` ([`request_reads`]).
-    pub(crate) fn new(reads: &'a ReadList<2>) -> HostRequest<'a> {
+    pub(crate) fn new(reads: &'a ReadList<3>) -> HostRequest<'a> {
         HostRequest {
             values: reads.fetch(HostReader),
             path: None,
@@ -48,6 +49,12 @@ impl<'a> HostRequest<'a> {
     /// The request target as sent (`:path`, with its query).
     pub(crate) fn target(&self) -> Cow<'_, [u8]> {
         self.values.get(0).unwrap_or_default()
+    }
+
+    /// The host's clock in Unix milliseconds (0 when the host gives none, as
+    /// `host_calls::now_unix_millis`).
+    pub(crate) fn now_unix_millis(&self) -> u64 {
+        self.values.clock_nanos(2).map_or(0, |ns| ns / 1_000_000)
     }
 
     /// The authority as sent (`:authority`).

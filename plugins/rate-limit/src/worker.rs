@@ -62,5 +62,5 @@ pub(crate) struct Shared {
     pub(crate) stage: Stage,
     /// What a request's keys and rules read, in one host call where the host offers it
     /// (`crate::request_view::request_reads`).
-    pub(crate) request_reads: ReadList<2>,
+    pub(crate) request_reads: ReadList<3>,
 }

@@ -1,6 +1,7 @@
 //! `proxy_call_foreign_function`: the host's one foreign function, [`GET_VALUES`]
 //! (`tollgate.get_values`), which answers several header and property reads of the running
-//! callback in one call. Any other name is `NotFound`, as Envoy answers an unknown name.
+//! callback, and the clock, in one call. Any other name is `NotFound`, as Envoy answers an
+//! unknown name.
 //!
 //! A filter that reads five values in a callback makes five host calls on the plain ABI, each
 //! with its own trip into the guest's allocator for the answer; through this function it makes
@@ -14,14 +15,16 @@
 //! Argument: the reads, back to back, each `kind: u8`, `map: u8`, `len: u32` little-endian,
 //! then `len` bytes: kind 0 is a property (the bytes are its path, segments joined by NUL;
 //! `map` is 0), kind 1 a header (the bytes are its name, any case; `map` is its
-//! `proxy_map_type_t`). At most [`MAX_READS`] reads. Answer: for each read in order, `len: u32`
+//! `proxy_map_type_t`), kind 2 the clock (`map` and `len` are 0: the answer is 8 bytes, the
+//! Unix nanoseconds little-endian that `proxy_get_current_time_nanoseconds` gives at that
+//! moment). At most [`MAX_READS`] reads. Answer: for each read in order, `len: u32`
 //! little-endian and `len` bytes, or [`ABSENT`] alone when there is no such value (or its map
 //! does not exist). Statuses: `Ok`; `BadArgument` for an argument that does not decode or
 //! holds more than [`MAX_READS`] reads; `InternalFailure` for an answer longer than
 //! [`MAX_ANSWER_BYTES`]; `InvalidMemoryAccess` for pointers outside the guest's memory.
 
 use crate::abi::store::{
-    keep_buffer, ms, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
+    keep_buffer, ms, realtime_ns, return_bytes, Def, State, BAD_ARGUMENT, C, INTERNAL_FAILURE,
     INVALID_MEMORY_ACCESS, NOT_FOUND, R,
 };
 use crate::error::Error;
@@ -42,6 +45,8 @@ pub const ABSENT: u32 = u32::MAX;
 const PROPERTY: u8 = 0;
 /// A read's kind: a header of a map.
 const HEADER: u8 = 1;
+/// A read's kind: the clock (`proxy_get_current_time_nanoseconds`).
+const CLOCK: u8 = 2;
 
 /// Defines `proxy_call_foreign_function`.
 pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
@@ -95,6 +100,10 @@ fn get_values(state: &mut State, mut argument: &[u8], out: &mut Vec<u8>) -> Opti
         out.extend_from_slice(&ABSENT.to_le_bytes());
         let found = match kind {
             PROPERTY => state.append_property(key, out, &mut value),
+            CLOCK => {
+                out.extend_from_slice(&realtime_ns().to_le_bytes());
+                true
+            }
             _ => state.append_header_value(u32::from(map), key, out),
         };
         let len = out.len().saturating_sub(at.saturating_add(4));
@@ -117,7 +126,8 @@ fn next_read(argument: &[u8]) -> Option<(u8, u8, &[u8], &[u8])> {
     let (&map, rest) = rest.split_first()?;
     let (len, rest) = rest.split_first_chunk::<4>()?;
     let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
-    if rest.len() < len || !matches!(kind, PROPERTY | HEADER) {
+    let clock_as_written = kind != CLOCK || (map == 0 && len == 0);
+    if rest.len() < len || !matches!(kind, PROPERTY | HEADER | CLOCK) || !clock_as_written {
         return None;
     }
     let (key, rest) = rest.split_at(len);
@@ -248,14 +258,18 @@ mod tests {
             read(HEADER, 0, b":path"),
             read(HEADER, 0, b""),
             read(PROPERTY, 0, b"tollgate\0foreign_functions"),
+            read(CLOCK, 0, b""),
         ]
         .concat();
+        let before = realtime_ns();
         let s = run(&module("tollgate.get_values", &argument));
+        let after = realtime_ns();
         assert_eq!(property(&s, b"status").as_deref(), Some(&b"0"[..]));
         let answer = property(&s, b"answer").unwrap();
         let some = |v: &[u8]| Some(v.to_vec());
+        let values = decode(&answer);
         assert_eq!(
-            decode(&answer),
+            values[..10],
             [
                 some(b"7"),
                 None,
@@ -268,6 +282,13 @@ mod tests {
                 None,
                 some(b"tollgate.get_values"),
             ]
+        );
+        // The clock: 8 bytes, the Unix nanoseconds of the call.
+        let clock = values[10].clone().unwrap();
+        let ns = u64::from_le_bytes(clock.try_into().unwrap());
+        assert!(
+            (before..=after).contains(&ns),
+            "{before} <= {ns} <= {after}"
         );
     }
 
@@ -298,9 +319,12 @@ mod tests {
         assert_eq!(property(&s, b"status").as_deref(), Some(&b"1"[..]));
         // Cut short, an unknown kind, one read too many: BadArgument (2), no answer.
         let too_many = one.repeat(MAX_READS + 1);
+        // A clock read with a map or a name is not one.
         for argument in [
             &one[..one.len() - 1],
             &read(7, 0, b"mine")[..],
+            &read(CLOCK, 0, b"x")[..],
+            &read(CLOCK, 2, b"")[..],
             &too_many[..],
         ] {
             let s = run(&module("tollgate.get_values", argument));

@@ -23,7 +23,7 @@ use crate::worker::{GlobalState, PhaseReads as R, Shared};
 use super::{Check, Request, BUDGET_RESET_HEADER};
 
 /// The request headers phase's values ([`crate::worker::PhaseReads::request`]).
-type RequestValues<'a> = Prefetched<'a, HostReader, 4>;
+type RequestValues<'a> = Prefetched<'a, HostReader, 5>;
 
 /// The request's method, read only where it decides something.
 const METHOD: Read<'static> = Read::RequestHeader(":method");
@@ -53,7 +53,9 @@ impl Request {
                 );
             }
         };
-        self.started = host_calls::now();
+        self.started = values
+            .clock_nanos(R::CLOCK)
+            .and_then(host_calls::time_from_nanos);
         let now_ms = host_calls::unix_millis(self.started).unwrap_or(0);
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);

@@ -4,7 +4,7 @@
 //! booked when the request ends without a charge.
 
 use proxy_wasm::types::Action;
-use tollgate_common::host_calls::{count, now_unix_millis};
+use tollgate_common::host_calls::{count, now_unix_millis, unix_millis};
 use tollgate_common::shared_data::HostSharedData;
 
 use crate::reservation::{estimate_nano, output_tokens, reserve, Reservation};
@@ -38,7 +38,8 @@ impl Request {
             &config.ledger,
             &HostSharedData,
             key,
-            now_unix_millis(),
+            // The time of the admission's check (its read of the record, its periods).
+            unix_millis(self.started).unwrap_or_else(now_unix_millis),
             &budget,
             nano,
             self.ledger_read.take(),
