@@ -16,8 +16,9 @@
 //!
 //! Encoding ([`encode`], [`decode`]): the argument holds the reads back to back, each
 //! `kind: u8` (0 property, 1 header, 2 the clock), `map: u8` (a header's `proxy_map_type_t`,
-//! else 0), `len: u32` little-endian and the path or name (none for the clock); the answer holds, for each read in order,
-//! `len: u32` little-endian and the value, or `u32::MAX` alone for none. A host error on one
+//! else 0), `len: u32` little-endian and the path or name (none for the clock); the answer
+//! holds, for each read in order, `len: u32` little-endian and the value, or `u32::MAX` alone
+//! for none. A host error on one
 //! value reads as none, as the plain calls' wrappers read it (`crate::host_calls`).
 
 use std::borrow::Cow;
@@ -102,6 +103,14 @@ pub trait Reader {
     /// Every value of request header `name` and of its CGI spellings
     /// ([`IdentityView::header_values`]).
     fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>>;
+    /// The clock by its plain call (Unix nanoseconds; `None` on a host error). By default the
+    /// [`Read::Clock`] read decoded; a host answers it without allocating.
+    fn clock_nanos(&self) -> Option<u64> {
+        let bytes = self.read(Read::Clock)?;
+        Some(u64::from_le_bytes(
+            <[u8; 8]>::try_from(bytes.as_slice()).ok()?,
+        ))
+    }
 }
 
 /// Writes `reads` as [`GET_VALUES`]' argument into `out` (cleared first); false when there are
@@ -252,6 +261,9 @@ impl<R: Reader, const N: usize> Prefetched<'_, R, N> {
     /// The clock read at `index` of the list ([`Read::Clock`]): Unix nanoseconds; `None` when
     /// the host gave no clock, or the value there is not 8 bytes.
     pub fn clock_nanos(&self, index: usize) -> Option<u64> {
+        if self.answer.is_none() && matches!(self.reads.get(index), Some(Read::Clock)) {
+            return self.reader.clock_nanos();
+        }
         let bytes = self.get(index)?;
         Some(u64::from_le_bytes(<[u8; 8]>::try_from(&*bytes).ok()?))
     }
@@ -346,6 +358,10 @@ mod host {
 
         fn header_values(&self, name: &str) -> Option<Vec<Vec<u8>>> {
             crate::host_calls::request_header_values(name).ok()
+        }
+
+        fn clock_nanos(&self) -> Option<u64> {
+            crate::raw::current_time_nanos().ok()
         }
     }
 }
