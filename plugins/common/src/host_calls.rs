@@ -17,43 +17,9 @@ pub fn now_unix_secs() -> u64 {
     raw::current_time_nanos().map_or(0, |t| t / 1_000_000_000)
 }
 
-/// The host's wall clock as a `SystemTime` (`None` if the host does not answer).
-pub fn now() -> Option<std::time::SystemTime> {
-    time_from_nanos(raw::current_time_nanos().ok()?)
-}
-
-/// Unix nanoseconds (the host's clock, `proxy_get_current_time_nanoseconds`) as a `SystemTime`.
-pub fn time_from_nanos(nanos: u64) -> Option<std::time::SystemTime> {
-    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(nanos))
-}
-
-/// Microseconds from `start` to `end`, both read with [`now`] (`None`: either unknown, or the
-/// clock went back).
-pub fn micros(
-    start: Option<std::time::SystemTime>,
-    end: Option<std::time::SystemTime>,
-) -> Option<u64> {
-    let elapsed = end?.duration_since(start?).ok()?;
-    // In u64 (`as_micros` is a u128, a `__multi3` call in the guest), saturated.
-    Some(
-        elapsed
-            .as_secs()
-            .saturating_mul(1_000_000)
-            .saturating_add(u64::from(elapsed.subsec_micros())),
-    )
-}
-
-/// Milliseconds since the Unix epoch of `t`, a reading of [`now`] (`None` when unknown or
-/// before the epoch; saturated at `u64::MAX`).
-pub fn unix_millis(t: Option<std::time::SystemTime>) -> Option<u64> {
-    let since = t?.duration_since(std::time::UNIX_EPOCH).ok()?;
-    // In u64 (`as_millis` is a u128, a `__multi3` call in the guest), saturated.
-    Some(
-        since
-            .as_secs()
-            .saturating_mul(1_000)
-            .saturating_add(u64::from(since.subsec_millis())),
-    )
+/// The host's wall clock (`None` if the host does not answer).
+pub fn now() -> Option<crate::clock::UnixNanos> {
+    raw::current_time_nanos().ok().map(crate::clock::UnixNanos)
 }
 
 /// Installs the filters' logger at `level`: the `log` crate's macros write through
@@ -381,51 +347,5 @@ pub fn refuse_authority(filter: &str, error: crate::authority::AuthorityError) {
 pub fn forward_normal_path(path: &crate::path::RequestPath<'_>) {
     if path.changed {
         set_request_header(":path", Some(&path.target()));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use super::{micros, unix_millis};
-
-    /// The u64 arithmetic against `Duration`'s own u128 figures, saturated, across second and
-    /// sub-second boundaries and at the ends of the range.
-    #[test]
-    fn millis_and_micros_match_durations_own_figures() {
-        let nanos = [
-            0u32,
-            1,
-            999,
-            1_000,
-            999_999,
-            1_000_000,
-            500_000_000,
-            999_999_999,
-        ];
-        let secs = [
-            0u64,
-            1,
-            59,
-            1_764_460_800,
-            u64::MAX / 1_000_000,
-            u64::MAX / 1_000,
-            u64::MAX,
-        ];
-        for &s in &secs {
-            for &n in &nanos {
-                let d = Duration::new(s, n);
-                let want_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                let want_us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-                if let Some(t) = UNIX_EPOCH.checked_add(d) {
-                    assert_eq!(unix_millis(Some(t)), Some(want_ms), "{d:?}");
-                    assert_eq!(micros(Some(UNIX_EPOCH), Some(t)), Some(want_us), "{d:?}");
-                }
-            }
-        }
-        let later = UNIX_EPOCH.checked_add(Duration::from_secs(5));
-        assert_eq!(micros(later, Some(UNIX_EPOCH)), None, "the clock went back");
-        assert_eq!(unix_millis(None), None);
     }
 }

@@ -7,8 +7,10 @@
 
 pub mod abi_codec;
 pub mod allocator;
+pub mod arith;
 pub mod authority;
 pub mod bytes;
+pub mod clock;
 pub mod config;
 pub mod credential;
 pub mod error_envelope;

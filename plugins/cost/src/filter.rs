@@ -48,9 +48,9 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::config::ConfigError;
 use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{self as host_calls, now_unix_millis};
@@ -107,7 +107,7 @@ impl Filter for Cost {
     type Root = Root;
     type Request = Request;
 
-    fn configure(config: Config, root: &mut Root, started: Option<SystemTime>) -> Option<Shared> {
+    fn configure(config: Config, root: &mut Root, started: Option<UnixNanos>) -> Option<Shared> {
         if config.enforces()
             && !host_calls::eviction_allowed(&config.ledger.key(""), config.allow_eviction)
         {

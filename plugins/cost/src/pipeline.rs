@@ -80,7 +80,7 @@ pub(crate) struct Request {
     /// The response being read.
     response: ResponseReader,
     /// The host's clock at this filter's request headers, once the tenant is known.
-    started: Option<std::time::SystemTime>,
+    started: Option<tollgate_common::clock::UnixNanos>,
     /// Microseconds from `started` to the first response body bytes this filter passed on
     /// (published as `first_byte_us` for the metrics filter's time to first token).
     first_byte_us: Option<u64>,

@@ -16,6 +16,8 @@
 //! total over any number of requests is the exact sum of the rounded per-request costs: no
 //! floating point anywhere.
 
+use tollgate_common::arith::mul_wide;
+
 use crate::usage::Usage;
 
 /// atto-USD per USD.
@@ -125,9 +127,7 @@ pub fn cost_atto(usage: &Usage, price: &ModelPrice) -> Result<u128, PriceError> 
     let mut total: u128 = 0;
     for (tokens, unit) in parts {
         // u64 × u64 < 2^128: never overflows.
-        let part = u128::from(tokens)
-            .checked_mul(u128::from(unit))
-            .ok_or(PriceError::Overflow)?;
+        let part = mul_wide(tokens, unit);
         total = total.checked_add(part).ok_or(PriceError::Overflow)?;
     }
     Ok(total)

@@ -3,8 +3,7 @@
 //! gateway) and reads it over several callbacks; a table replaces the one in use only once it
 //! parsed whole and priced at least one model.
 
-use std::time::SystemTime;
-
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::host_calls::{self as host_calls, now_unix_secs};
 use tollgate_common::remote_fetch::RemoteDocument;
 
@@ -28,7 +27,7 @@ pub(crate) struct Pending {
     source: String,
     /// Fetched by this VM: stored in shared data for the others once it reads well.
     fetched_here: bool,
-    started: Option<SystemTime>,
+    started: Option<UnixNanos>,
 }
 
 /// Bytes of a remote table read per step, and the time after which a callback stops stepping
@@ -37,10 +36,10 @@ const STEP_BYTES: usize = 128 << 10;
 const STEP_MILLIS: f64 = 15.0;
 
 /// Milliseconds of the host's clock since `start` (for the load log lines).
-pub(crate) fn millis_since(start: Option<SystemTime>) -> f64 {
+pub(crate) fn millis_since(start: Option<UnixNanos>) -> f64 {
     let now = host_calls::now();
     match (start, now) {
-        (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        (Some(a), Some(b)) => b.0.saturating_sub(a.0) as f64 / 1e6,
         _ => 0.0,
     }
 }

@@ -40,6 +40,7 @@
 //! holds the budget until the next UTC midnight at the latest.
 
 use serde::Deserialize;
+use tollgate_common::arith::mul_wide;
 use tollgate_common::config::ConfigError;
 use tollgate_common::shared_data::{SharedStore, StoreError};
 
@@ -119,9 +120,8 @@ pub fn estimate_nano(price: &ModelPrice, input_tokens: u64, output_tokens: u64) 
     let input_rate = highest(&[0, 1, 2]);
     let output_rate = highest(&[3, 4]);
     // Each product of two u64 fits a u128; only the sum can overflow.
-    let atto = u128::from(input_tokens)
-        .saturating_mul(u128::from(input_rate))
-        .saturating_add(u128::from(output_tokens).saturating_mul(u128::from(output_rate)));
+    let atto =
+        mul_wide(input_tokens, input_rate).saturating_add(mul_wide(output_tokens, output_rate));
     let nano = atto.div_ceil(ATTO_PER_NANO);
     u64::try_from(nano).unwrap_or(u64::MAX)
 }

@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::types::Action as HostAction;
 use tollgate_common::bytes::same_bytes;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::config::ConfigError;
 use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{
@@ -110,7 +110,7 @@ impl Filter for JwtAuth {
     fn configure(
         config: Config,
         root: &mut Remotes,
-        _started: Option<SystemTime>,
+        _started: Option<UnixNanos>,
     ) -> Option<Shared> {
         // The root's state changes only with a configuration that loads: a refused one (a
         // second `on_configure` on a live root) leaves the previous pair as it was.

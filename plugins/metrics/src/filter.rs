@@ -15,11 +15,10 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MetricType};
+use tollgate_common::clock::{micros, UnixNanos};
 use tollgate_common::config::ConfigError;
-use tollgate_common::host_calls::{micros, time_from_nanos};
 use tollgate_common::identity::{Identity, IdentitySource};
 use tollgate_common::logfmt;
 use tollgate_common::prefetch::{HostReader, ReadList};
@@ -82,7 +81,7 @@ impl Filter for Metrics {
     fn configure(
         config: Config,
         _root: &mut (),
-        _started: Option<SystemTime>,
+        _started: Option<UnixNanos>,
     ) -> Option<RefCell<State>> {
         let tenants = config.tenant.as_ref().map(Tenants::new);
         if let Some(t) = &tenants {
@@ -152,10 +151,10 @@ fn flush(shared: &Rc<RefCell<State>>) {
 #[derive(Default)]
 struct Timing {
     /// At the request headers.
-    start: Option<SystemTime>,
+    start: Option<UnixNanos>,
 }
 
-fn now() -> Option<SystemTime> {
+fn now() -> Option<UnixNanos> {
     tollgate_common::host_calls::now()
 }
 
@@ -269,12 +268,8 @@ fn log_request(timing: &Timing, state: &mut State) {
         let path = values.get(log_reads::at::PATH).unwrap_or_default();
         route_label(&config.routes, &path, &config.paths)
     };
-    let end = values
-        .clock_nanos(log_reads::at::CLOCK)
-        .and_then(time_from_nanos);
-    let now_secs = end
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
+    let end = values.clock_nanos(log_reads::at::CLOCK).map(UnixNanos);
+    let now_secs = end.map_or(0, UnixNanos::secs);
     // The tenant: only a verified identity (or a header configured as trusted) is admitted
     // to the registry; see tollgate_common::identity and crate::tenants.
     let mut identity = None;

@@ -22,6 +22,8 @@
 
 use std::num::NonZeroU64;
 
+use tollgate_common::arith::mul_saturating;
+
 /// How far a state's timestamp may be ahead of `now` and still be treated as a race between
 /// workers rather than the clock going backwards (milliseconds).
 pub const CLOCK_TOLERANCE_MS: u64 = 1_000;
@@ -248,7 +250,7 @@ impl Limit {
                 updated_at_ms,
             } if self.algorithm == Algorithm::TokenBucket => State::TokenBucket {
                 level: level
-                    .saturating_add(weight.saturating_mul(self.step()))
+                    .saturating_add(mul_saturating(weight, self.step()))
                     .min(self.full_level()),
                 updated_at_ms,
             },
@@ -273,7 +275,7 @@ impl Limit {
     }
 
     fn full_level(&self) -> u64 {
-        self.capacity.get().saturating_mul(self.step())
+        mul_saturating(self.capacity.get(), self.step())
     }
 
     /// Milliseconds to refill `steps` level steps (rounded up).
@@ -292,9 +294,7 @@ impl Limit {
             State::FixedWindow { .. } => (full, 0),
         };
         let (mut level, updated) = if now >= updated {
-            let added = now
-                .saturating_sub(updated)
-                .saturating_mul(self.requests.get());
+            let added = mul_saturating(now.saturating_sub(updated), self.requests.get());
             (level.saturating_add(added).min(full), now)
         } else if updated.saturating_sub(now) > CLOCK_TOLERANCE_MS {
             (level, now) // the clock was set back: re-anchor, grant nothing
@@ -303,7 +303,7 @@ impl Limit {
         };
         // Refill counts from `updated`, which may be a little ahead of `now`.
         let lag = updated.saturating_sub(now);
-        let cost = weight.saturating_mul(step);
+        let cost = mul_saturating(weight, step);
         let allowed = level >= cost;
         let mut retry_after_ms = 0;
         if allowed {
@@ -315,7 +315,7 @@ impl Limit {
         let reset_after_ms = if level >= full {
             0
         } else {
-            let next_unit = remaining.saturating_add(1).saturating_mul(step);
+            let next_unit = mul_saturating(remaining.saturating_add(1), step);
             lag.saturating_add(self.refill_ms(next_unit.saturating_sub(level)))
         };
         (

@@ -7,9 +7,9 @@
 //! (a header value that is not UTF-8 would trap there).
 
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::types::Action;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::config::ConfigError;
 use tollgate_common::error_envelope::ErrorFormat;
 use tollgate_common::host_calls::{add_response_header, eviction_allowed};
@@ -53,7 +53,7 @@ impl Filter for RateLimit {
     type Root = ();
     type Request = Request;
 
-    fn configure(config: Config, _root: &mut (), _started: Option<SystemTime>) -> Option<Shared> {
+    fn configure(config: Config, _root: &mut (), _started: Option<UnixNanos>) -> Option<Shared> {
         // Every limit's state lives under `ratelimit/` (one zone in nginx).
         if !eviction_allowed("ratelimit/", config.allow_eviction) {
             return None;

@@ -23,10 +23,10 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::types::{Action, MapType};
 use tollgate_common::abi_codec::text;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::config::ConfigError;
 use tollgate_common::host_calls::{self as host_calls, count, now_unix_secs, send_json_error};
 use tollgate_common::skeleton::{Filter, FilterConfig};
@@ -85,7 +85,7 @@ impl Filter for StickyUpstream {
     /// The request's upstream and why, once chosen.
     type Request = Option<Decision>;
 
-    fn configure(config: Config, _root: &mut (), _started: Option<SystemTime>) -> Option<Shared> {
+    fn configure(config: Config, _root: &mut (), _started: Option<UnixNanos>) -> Option<Shared> {
         Some(Shared {
             config,
             counters: Counters::define(),

@@ -20,11 +20,11 @@
 //! (proxy-wasm 0.2.5, `hostcalls::dispatch_grpc_call`).
 
 use std::rc::Rc;
-use std::time::SystemTime;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 
+use crate::clock::UnixNanos;
 use crate::config::ConfigError;
 use crate::error_envelope::ErrorFormat;
 use crate::host_calls::{enter_request, leave_request, now, plugin_configuration, send_json_error};
@@ -67,7 +67,7 @@ pub trait Filter: Sized + 'static {
     fn configure(
         config: Self::Config,
         root: &mut Self::Root,
-        started: Option<SystemTime>,
+        started: Option<UnixNanos>,
     ) -> Option<Self::Shared>;
 
     /// `on_http_request_headers`.

@@ -3,8 +3,9 @@
 //! held to be read (`Request::admitted`).
 
 use proxy_wasm::types::Action;
+use tollgate_common::clock::{unix_millis, UnixNanos};
 use tollgate_common::host_calls::{
-    self as host_calls, count, keep_request_target, now_unix_millis, set_request_header,
+    count, keep_request_target, now_unix_millis, set_request_header,
 };
 use tollgate_common::prefetch::{HostReader, Prefetched, Read};
 use tollgate_common::rls::{self, CallFailure, OnError};
@@ -53,10 +54,8 @@ impl Request {
                 );
             }
         };
-        self.started = values
-            .clock_nanos(R::CLOCK)
-            .and_then(host_calls::time_from_nanos);
-        let now_ms = host_calls::unix_millis(self.started).unwrap_or(0);
+        self.started = values.clock_nanos(R::CLOCK).map(UnixNanos);
+        let now_ms = unix_millis(self.started).unwrap_or(0);
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();

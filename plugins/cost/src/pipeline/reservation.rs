@@ -4,7 +4,8 @@
 //! booked when the request ends without a charge.
 
 use proxy_wasm::types::Action;
-use tollgate_common::host_calls::{count, now_unix_millis, unix_millis};
+use tollgate_common::clock::unix_millis;
+use tollgate_common::host_calls::{count, now_unix_millis};
 use tollgate_common::shared_data::HostSharedData;
 
 use crate::reservation::{estimate_nano, output_tokens, reserve, Reservation};

@@ -3,6 +3,7 @@
 //! removed, and the booking made once the body is complete for the client.
 
 use proxy_wasm::types::{Action, BufferType, MapType};
+use tollgate_common::clock::{micros, unix_millis};
 use tollgate_common::host_calls::{self as host_calls, add_response_header};
 use tollgate_common::prefetch::HostReader;
 
@@ -67,7 +68,7 @@ impl Request {
             // Passed on by this callback's answer (every chunk continues).
             self.first_byte_seen = true;
             clock = host_calls::now();
-            self.first_byte_us = host_calls::micros(self.started, clock);
+            self.first_byte_us = micros(self.started, clock);
         }
         let chunk = host_calls::buffer(BufferType::HttpResponseBody, body_size);
         let fed = self.response.feed(
@@ -83,7 +84,7 @@ impl Request {
             }
         }
         if fed.complete {
-            self.finish_at(shared, host_calls::unix_millis(clock));
+            self.finish_at(shared, unix_millis(clock));
         }
         Action::Continue
     }
