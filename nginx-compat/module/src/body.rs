@@ -6,7 +6,7 @@ use ngx::ffi::{
     ngx_alloc_chain_link, ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_request_t,
 };
 
-use crate::util::table_elts;
+use crate::table_elts::table_elts;
 
 /// Reads the bytes of one buffer (memory, or the file part of a file buffer).
 ///

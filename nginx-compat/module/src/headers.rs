@@ -22,8 +22,9 @@ use ngx::ffi::{
 };
 use tollgate_host::HeaderMap;
 
+use crate::table_elts::table_elts;
 use crate::typed_fields::{in_field, IN_FIELDS, OUT_FIELDS};
-use crate::util::{bytes, pool_str, table_elts};
+use crate::util::{bytes, pool_str};
 
 /// The request's header map (see the module documentation), and whether the request carries
 /// hop-by-hop fields that must not reach the upstream either (`proxy-connection`, fields

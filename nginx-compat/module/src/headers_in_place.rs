@@ -47,7 +47,8 @@ use crate::headers::{
     authority, link_request_field, link_response_field, push_elt, relink_request_fields,
     request_map, request_target, response_map,
 };
-use crate::util::{bytes, pool_str, table_elts};
+use crate::table_elts::table_elts;
+use crate::util::{bytes, pool_str};
 
 /// The request map's pseudo-headers, in [`request_map`]'s order.
 const PSEUDO: [&[u8]; 4] = [b":authority", b":path", b":method", b":scheme"];

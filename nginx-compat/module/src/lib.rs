@@ -38,7 +38,7 @@
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
 // - nginx data: `headers.rs`, `headers_in_place.rs` (the header lists read and edited in place
 //   while the filters' maps are deferred), `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
-//   `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
+//   `table_elts.rs` (walking a header list), `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
 //   configuration access).
 pub mod actions;
 pub mod attributes;
@@ -63,6 +63,7 @@ pub mod phases;
 pub mod props;
 pub mod request;
 pub mod response_filters;
+pub mod table_elts;
 pub mod timers;
 pub mod typed_fields;
 pub mod upstreams;

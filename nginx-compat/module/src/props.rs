@@ -65,7 +65,7 @@ impl NgxProps {
     fn header_in(&self, name: &[u8]) -> Option<Vec<u8>> {
         // SAFETY: the request's header list is live.
         unsafe {
-            for h in crate::util::table_elts(&raw mut (*self.r).headers_in.headers) {
+            for h in crate::table_elts::table_elts(&raw mut (*self.r).headers_in.headers) {
                 if (*h).hash != 0 && bytes(&(*h).key).eq_ignore_ascii_case(name) {
                     return Some(bytes(&(*h).value).to_vec());
                 }

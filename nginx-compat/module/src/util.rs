@@ -3,8 +3,7 @@
 use std::ffi::c_char;
 
 use ngx::ffi::{
-    ngx_array_t, ngx_conf_t, ngx_list_part_t, ngx_list_t, ngx_log_t, ngx_pnalloc, ngx_pool_t,
-    ngx_str_t, ngx_table_elt_t, ngx_uint_t,
+    ngx_array_t, ngx_conf_t, ngx_log_t, ngx_pnalloc, ngx_pool_t, ngx_str_t, ngx_uint_t,
 };
 
 /// `NGX_CONF_ERROR` (`(char *) -1`).
@@ -136,47 +135,6 @@ pub unsafe fn pool_str(pool: *mut ngx_pool_t, data: &[u8]) -> Option<ngx_str_t> 
             len: data.len(),
             data: p,
         })
-    }
-}
-
-/// Iterates the elements of an `ngx_list_t` of `ngx_table_elt_t` (headers), part by part as
-/// nginx's own loops do, without allocating.
-///
-/// # Safety
-/// `list` must be an initialised list of `ngx_table_elt_t` that outlives the iteration and is
-/// not changed during it.
-pub unsafe fn table_elts(list: *mut ngx_list_t) -> TableElts {
-    TableElts {
-        // SAFETY: the caller's live list.
-        part: unsafe { &raw mut (*list).part },
-        i: 0,
-    }
-}
-
-/// The iterator of [`table_elts`].
-pub struct TableElts {
-    part: *mut ngx_list_part_t,
-    i: usize,
-}
-
-impl Iterator for TableElts {
-    type Item = *mut ngx_table_elt_t;
-
-    fn next(&mut self) -> Option<*mut ngx_table_elt_t> {
-        // SAFETY: `table_elts`' caller keeps the list alive and unchanged while this iterates.
-        unsafe {
-            while !self.part.is_null() {
-                let elts = (*self.part).elts.cast::<ngx_table_elt_t>();
-                if !elts.is_null() && self.i < (*self.part).nelts {
-                    let h = elts.add(self.i);
-                    self.i = self.i.saturating_add(1);
-                    return Some(h);
-                }
-                self.part = (*self.part).next;
-                self.i = 0;
-            }
-            None
-        }
     }
 }
 

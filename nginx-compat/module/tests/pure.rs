@@ -23,3 +23,8 @@ mod decimal;
 
 #[path = "../src/request/spare_bounds.rs"]
 mod spare_bounds;
+
+// Raw pointers into nginx's list: the one file here with `unsafe` (as in the module).
+#[allow(unsafe_code)]
+#[path = "../src/table_elts.rs"]
+mod table_elts;
