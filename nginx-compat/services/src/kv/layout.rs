@@ -3,8 +3,8 @@
 
 pub(super) const LINE: usize = 64;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TGSHMKV1");
-/// Layout version; bump on any change of the layout below.
-pub(super) const VERSION: u32 = 1;
+/// Layout version; bump on any change of the layout below or of the keys' hash (2: SipHash-1-3).
+pub(super) const VERSION: u32 = 2;
 pub(super) const NIL: u32 = u32::MAX;
 pub(super) const BUCKETS_PER_STRIPE: usize = 15;
 /// Key+value bytes in an entry's head block.

@@ -53,7 +53,7 @@
 //! # Concurrency
 //! One spinlock per stripe (see `lock.rs`: pid in the lock word, takeover from dead owners) and
 //! one for the block allocator, always taken in the order stripe → allocator. Get and set are
-//! O(1) expected: hash (SipHash with a per-zone random seed, so clients cannot aim keys at one
+//! O(1) expected: hash (SipHash-1-3 with a per-zone random seed, so clients cannot aim keys at one
 //! bucket), walk one bucket chain under the stripe lock. No lock covers the whole table; the
 //! only walks across stripes (eviction sampling) hold one foreign stripe at a time and only with
 //! `try_lock`, so they never wait on, or deadlock with, another worker.

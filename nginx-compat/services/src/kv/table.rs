@@ -235,8 +235,8 @@ impl KvZone {
 
     /// (stripe, offset of the bucket head word, hash tag)
     pub(super) fn locate(&self, key: &[u8]) -> Result<(usize, usize, u32), KvError> {
-        #[allow(deprecated)] // SipHash-2-4 with explicit keys; std offers no other keyed hasher
-        let mut h = std::hash::SipHasher::new_with_keys(self.seeds.0, self.seeds.1);
+        // SipHash-1-3 keyed by the zone's seeds: clients cannot aim keys at one bucket.
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.seeds.0, self.seeds.1);
         h.write(key);
         let hash = h.finish();
         let buckets = (self.layout.stripes as usize).saturating_mul(BUCKETS_PER_STRIPE);
