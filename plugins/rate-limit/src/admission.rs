@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use proxy_wasm::types::Action;
+use smallvec::SmallVec;
 use tollgate_common::host_calls::{forward_normal_path, now_unix_millis, send_json_error};
 use tollgate_common::identity::IdentityView;
 use tollgate_common::rls::{self, CallFailure, OnError};
@@ -16,7 +17,7 @@ use crate::answer::{decide, decided, refuse};
 use crate::config::{MissingKey, Rule};
 use crate::headers::RETRY_AFTER;
 use crate::key::{client_key, shared_key};
-use crate::limiter::{check, Settings, Target};
+use crate::limiter::{check, Settings, Target, INLINE_LIMITS};
 use crate::request_view::HostRequest;
 use crate::worker::Shared;
 
@@ -124,7 +125,7 @@ impl Request {
         let Some(counters) = shared.counters.get(index) else {
             return Action::Continue;
         };
-        let mut targets: Vec<Target<'_>> = rule
+        let mut targets: SmallVec<[Target<'_>; INLINE_LIMITS]> = rule
             .limits
             .iter()
             .map(|l| Target {

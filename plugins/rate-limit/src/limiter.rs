@@ -72,6 +72,7 @@
 //! [`OnStoreFull::Deny`], gives [`Verdict::StoreFailed`], after refunding what the request had
 //! already been charged. The key-creation lease is released even when the key's write fails.
 
+use smallvec::SmallVec;
 use tollgate_common::shared_data::{
     cas_update, create_once, CreateError, Created, KeySpace, LeaseWait, SharedStore, StoreError,
 };
@@ -128,11 +129,18 @@ pub struct Target<'a> {
     pub counted: bool,
 }
 
+/// Limits of a rule held without an allocation by the per-request lists (a rule has at most
+/// `crate::config::MAX_LIMITS_PER_RULE`; more go to the heap).
+pub const INLINE_LIMITS: usize = 2;
+
+/// One decision per limit, in limit order.
+pub type Decisions = SmallVec<[Decision; INLINE_LIMITS]>;
+
 /// The outcome for the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Every limit admitted it: the decisions in limit order.
-    Allowed(Vec<Decision>),
+    Allowed(Decisions),
     /// Limit `index` refused it; nothing stays charged.
     Limited {
         /// Index of the refusing limit.
@@ -196,7 +204,7 @@ pub fn check<S: SharedStore + ?Sized>(
     // One deadline for every key this request creates while another worker holds the lease.
     let wait = LeaseWait::default();
     let attempts = settings.cas_retries.saturating_add(1);
-    let mut pending: Vec<(State, Decision, Option<u32>)> = Vec::with_capacity(targets.len());
+    let mut pending: SmallVec<[(State, Decision, Option<u32>); INLINE_LIMITS]> = SmallVec::new();
     for (index, target) in targets.iter_mut().enumerate() {
         let (state, cas) = match read(store, settings, target, now_ms, &wait, &mut stats) {
             Ok(read) => read,
@@ -211,7 +219,7 @@ pub fn check<S: SharedStore + ?Sized>(
         }
         pending.push((next, decision, cas));
     }
-    let mut decisions: Vec<Decision> = Vec::with_capacity(targets.len());
+    let mut decisions = Decisions::new();
     for (index, &(mut next, mut decision, mut cas)) in pending.iter().enumerate() {
         let Some((charged, rest)) = targets.split_at_mut_checked(index) else {
             break;

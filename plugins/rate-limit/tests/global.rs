@@ -275,7 +275,10 @@ fn an_ok_reply_gives_every_limit_its_remaining_and_reset() {
         retry_after_ms: 0,
         window_start_ms: 0,
     };
-    assert_eq!(v, Verdict::Allowed(vec![d(9, 1_000), d(599, 42_000)]));
+    assert_eq!(
+        v,
+        Verdict::Allowed([d(9, 1_000), d(599, 42_000)].into_iter().collect())
+    );
 }
 
 #[test]
