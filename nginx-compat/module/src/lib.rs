@@ -38,8 +38,8 @@
 //   `metrics_text.rs` (what that endpoint answers, nginx-free);
 // - nginx data: `headers.rs`, `headers_in_place.rs` (the header lists read and edited in place
 //   while the filters' maps are deferred), `body.rs`, `props.rs` (over `attributes.rs`, nginx-free),
-//   `table_elts.rs` (walking a header list), `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP module's statics and typed
-//   configuration access).
+//   `table_elts.rs` (walking a header list), `upstreams.rs`, `util.rs`, and `base.rs` (the HTTP
+//   module's statics and typed configuration access).
 pub mod actions;
 pub mod attributes;
 pub mod base;

@@ -32,9 +32,6 @@ pub fn mul_wide(a: u64, b: u64) -> u128 {
 /// `a · b`, saturated at `u64::MAX` (as `u64::saturating_mul`).
 #[inline]
 pub fn mul_saturating(a: u64, b: u64) -> u64 {
-    if (a | b) >> 32 == 0 {
-        return a.wrapping_mul(b);
-    }
     u64::try_from(mul_wide(a, b)).unwrap_or(u64::MAX)
 }
 

@@ -27,21 +27,16 @@ pub fn micros(start: Option<UnixNanos>, end: Option<UnixNanos>) -> Option<u64> {
     Some(end?.0.checked_sub(start?.0)? / 1_000)
 }
 
-/// Milliseconds since the Unix epoch of `t`, a host clock reading (`None` when unknown).
-pub fn unix_millis(t: Option<UnixNanos>) -> Option<u64> {
-    t.map(UnixNanos::millis)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{micros, unix_millis, UnixNanos};
+    use super::{micros, UnixNanos};
 
     /// The u64 arithmetic against `Duration`'s own u128 figures, across second and sub-second
     /// boundaries and at the ends of the range.
     #[test]
-    fn millis_and_micros_match_durations_own_figures() {
+    fn secs_millis_and_micros_match_durations_own_figures() {
         let points = [
             0u64,
             1,
@@ -58,10 +53,7 @@ mod tests {
         for &start in &points {
             for &end in &points {
                 let d = Duration::from_nanos(end);
-                assert_eq!(
-                    unix_millis(Some(UnixNanos(end))).map(u128::from),
-                    Some(d.as_millis())
-                );
+                assert_eq!(u128::from(UnixNanos(end).millis()), d.as_millis());
                 assert_eq!(UnixNanos(end).secs(), d.as_secs());
                 let us = micros(Some(UnixNanos(start)), Some(UnixNanos(end)));
                 match end.checked_sub(start) {
@@ -75,7 +67,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(unix_millis(None), None);
         assert_eq!(micros(None, Some(UnixNanos(5))), None);
     }
 }

@@ -9,17 +9,18 @@ use std::cell::{Cell, RefCell};
 
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
+use crate::clock::UnixNanos;
 use crate::error_envelope::{self, ErrorFormat};
 use crate::{abi_codec, raw};
 
 /// The host's wall clock in Unix seconds (0 if the host does not answer).
 pub fn now_unix_secs() -> u64 {
-    raw::current_time_nanos().map_or(0, |t| t / 1_000_000_000)
+    now().map_or(0, UnixNanos::secs)
 }
 
 /// The host's wall clock (`None` if the host does not answer).
-pub fn now() -> Option<crate::clock::UnixNanos> {
-    raw::current_time_nanos().ok().map(crate::clock::UnixNanos)
+pub fn now() -> Option<UnixNanos> {
+    raw::current_time_nanos().ok().map(UnixNanos)
 }
 
 /// Installs the filters' logger at `level`: the `log` crate's macros write through
@@ -169,7 +170,7 @@ pub fn record(id: Option<u32>, value: u64) {
 
 /// The host's wall clock in Unix milliseconds (0 if unavailable).
 pub fn now_unix_millis() -> u64 {
-    raw::current_time_nanos().map_or(0, |t| t / 1_000_000)
+    now().map_or(0, UnixNanos::millis)
 }
 
 /// Sets the root context's tick period (ms); `Err` with the host's status.

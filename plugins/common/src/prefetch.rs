@@ -24,6 +24,7 @@
 use std::borrow::Cow;
 
 use crate::bytes::same_bytes;
+use crate::clock::UnixNanos;
 use crate::identity::{IdentitySource, IdentityView};
 
 /// The foreign function's name.
@@ -49,7 +50,7 @@ pub enum Read<'a> {
     Property(&'a [u8]),
     /// The host's wall clock: Unix nanoseconds, 8 bytes little-endian, as
     /// `proxy_get_current_time_nanoseconds` gives it (read with the other values, or when asked
-    /// for on a host without [`GET_VALUES`]); [`Prefetched::clock_nanos`] decodes it.
+    /// for on a host without [`GET_VALUES`]); [`Prefetched::clock`] decodes it.
     Clock,
 }
 
@@ -258,14 +259,16 @@ impl<R: Reader, const N: usize> Prefetched<'_, R, N> {
         }
     }
 
-    /// The clock read at `index` of the list ([`Read::Clock`]): Unix nanoseconds; `None` when
-    /// the host gave no clock, or the value there is not 8 bytes.
-    pub fn clock_nanos(&self, index: usize) -> Option<u64> {
+    /// The clock read at `index` of the list ([`Read::Clock`]); `None` when the host gave no
+    /// clock, or the value there is not 8 bytes.
+    pub fn clock(&self, index: usize) -> Option<UnixNanos> {
         if self.answer.is_none() && matches!(self.reads.get(index), Some(Read::Clock)) {
-            return self.reader.clock_nanos();
+            return self.reader.clock_nanos().map(UnixNanos);
         }
         let bytes = self.get(index)?;
-        Some(u64::from_le_bytes(<[u8; 8]>::try_from(&*bytes).ok()?))
+        Some(UnixNanos(u64::from_le_bytes(
+            <[u8; 8]>::try_from(&*bytes).ok()?,
+        )))
     }
 
     /// The value of `read`: from the list when it is there, else by its plain call.
@@ -520,10 +523,10 @@ mod tests {
             let table = Table::new(offered);
             let p = list.fetch(&table);
             assert_eq!(p.batched(), offered);
-            assert_eq!(p.clock_nanos(1), Some(1_764_460_800_123_456_789));
+            assert_eq!(p.clock(1), Some(UnixNanos(1_764_460_800_123_456_789)));
             assert_eq!(p.value(Read::Clock).as_deref(), Some(&CLOCK[..]));
             // Not a clock's 8 bytes: none.
-            assert_eq!(p.clock_nanos(0), None);
+            assert_eq!(p.clock(0), None);
             assert_eq!(table.calls.get(), if offered { 1 } else { 4 });
         }
         let mut argument = Vec::new();

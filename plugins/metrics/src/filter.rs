@@ -268,7 +268,7 @@ fn log_request(timing: &Timing, state: &mut State) {
         let path = values.get(log_reads::at::PATH).unwrap_or_default();
         route_label(&config.routes, &path, &config.paths)
     };
-    let end = values.clock_nanos(log_reads::at::CLOCK).map(UnixNanos);
+    let end = values.clock(log_reads::at::CLOCK);
     let now_secs = end.map_or(0, UnixNanos::secs);
     // The tenant: only a verified identity (or a header configured as trusted) is admitted
     // to the registry; see tollgate_common::identity and crate::tenants.

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 
 use proxy_wasm::types::MapType;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::identity::{HostIdentityView, IdentityView};
 use tollgate_common::prefetch::{HostReader, Prefetched, Read, ReadList};
 
@@ -54,7 +55,7 @@ impl<'a> HostRequest<'a> {
     /// The host's clock in Unix milliseconds (0 when the host gives none, as
     /// `host_calls::now_unix_millis`).
     pub(crate) fn now_unix_millis(&self) -> u64 {
-        self.values.clock_nanos(2).map_or(0, |ns| ns / 1_000_000)
+        self.values.clock(2).map_or(0, UnixNanos::millis)
     }
 
     /// The authority as sent (`:authority`).

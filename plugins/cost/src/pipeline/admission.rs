@@ -3,7 +3,7 @@
 //! held to be read (`Request::admitted`).
 
 use proxy_wasm::types::Action;
-use tollgate_common::clock::{unix_millis, UnixNanos};
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::host_calls::{
     count, keep_request_target, now_unix_millis, set_request_header,
 };
@@ -54,8 +54,8 @@ impl Request {
                 );
             }
         };
-        self.started = values.clock_nanos(R::CLOCK).map(UnixNanos);
-        let now_ms = unix_millis(self.started).unwrap_or(0);
+        self.started = values.clock(R::CLOCK);
+        let now_ms = self.started.map_or(0, UnixNanos::millis);
         let now = Periods::at(now_ms / 1_000);
         let budget = config.budget(&self.tenant);
         self.budgeted = budget.is_limited();

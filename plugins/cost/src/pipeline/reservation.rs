@@ -4,7 +4,7 @@
 //! booked when the request ends without a charge.
 
 use proxy_wasm::types::Action;
-use tollgate_common::clock::unix_millis;
+use tollgate_common::clock::UnixNanos;
 use tollgate_common::host_calls::{count, now_unix_millis};
 use tollgate_common::shared_data::HostSharedData;
 
@@ -40,7 +40,7 @@ impl Request {
             &HostSharedData,
             key,
             // The time of the admission's check (its read of the record, its periods).
-            unix_millis(self.started).unwrap_or_else(now_unix_millis),
+            self.started.map_or_else(now_unix_millis, UnixNanos::millis),
             &budget,
             nano,
             self.ledger_read.take(),

@@ -3,7 +3,7 @@
 //! removed, and the booking made once the body is complete for the client.
 
 use proxy_wasm::types::{Action, BufferType, MapType};
-use tollgate_common::clock::{micros, unix_millis};
+use tollgate_common::clock::{micros, UnixNanos};
 use tollgate_common::host_calls::{self as host_calls, add_response_header};
 use tollgate_common::prefetch::HostReader;
 
@@ -84,7 +84,7 @@ impl Request {
             }
         }
         if fed.complete {
-            self.finish_at(shared, unix_millis(clock));
+            self.finish_at(shared, clock.map(UnixNanos::millis));
         }
         Action::Continue
     }
