@@ -44,6 +44,29 @@ fn cas_semantics_follow_ngx_wasm_module() {
     assert_eq!(z.delete(b"k", 2), Err(KvError::NotFound));
 }
 
+/// The keys' buckets come from a hash keyed by seeds drawn when a zone is formatted: a client
+/// who learns where its keys fall in one zone learns nothing of another (hash flooding), while
+/// every process attached to one zone places a key alike.
+#[test]
+fn bucket_placement_is_keyed_per_zone_and_shared_by_its_processes() {
+    let keys: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("ratelimit/ns/r/0/client-{i}").into_bytes())
+        .collect();
+    let place = |z: &KvZone| -> Vec<(usize, usize, u32)> {
+        keys.iter().map(|k| z.locate(k).unwrap()).collect()
+    };
+    let region = SharedRegion::anonymous(256 * 1024).unwrap();
+    let a = KvZone::attach(region.clone(), "*", Init::Fresh, Eviction::None).unwrap();
+    let again = KvZone::attach(region, "*", Init::Existing, Eviction::None).unwrap();
+    assert_eq!(place(&a), place(&again));
+    let b = zone(256 * 1024, Eviction::None);
+    assert_ne!(
+        place(&a),
+        place(&b),
+        "two zones' seeds placed 64 keys alike"
+    );
+}
+
 #[test]
 fn token_skips_zero_when_it_wraps() {
     let z = zone(8192, Eviction::None);
