@@ -669,6 +669,13 @@ impl Vm {
         enter(store, poisoned, &guest, Some(stream), |s| call(combined, s))
     }
 
+    /// How many HTTP and gRPC calls the instance has dispatched (wrapping): a value that changed
+    /// across a callback says the callback dispatched one, whose answer the embedding must be
+    /// able to route to its request (`proxy_on_http_call_response`, `proxy_on_grpc_receive`).
+    pub fn calls_dispatched(&self) -> u64 {
+        self.store.data().dispatched
+    }
+
     /// HTTP contexts whose stream is not loaded (e.g. the filter called `proxy_set_effective_context`
     /// then `proxy_continue_stream` from `on_http_call_response` or `on_tick`) and asked to resume
     /// since the last call; the embedding resumes those requests.

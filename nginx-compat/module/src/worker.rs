@@ -56,9 +56,10 @@ impl RequestHandle {
     }
 }
 
-/// What the worker does with the requests whose HTTP contexts of module `module` were lost
-/// when it replaced that module's instance (`request::resume::orphaned`: refuse them).
-pub type OrphanedHook = fn(module: usize, orphans: Vec<(RequestHandle, HttpId)>);
+/// What the worker does with the requests in flight when it replaced module `module`'s
+/// instance: those with an HTTP context in the old one lost it (`request::resume::orphaned`:
+/// refuse them).
+pub type OrphanedHook = fn(module: usize, in_flight: &[RequestHandle]);
 
 /// The worker's state.
 pub struct Worker {
@@ -72,8 +73,12 @@ pub struct Worker {
     pub vms: Vec<VmSlot>,
     /// Root context of each filter in its module's shared `Vm` (`None`: not available).
     pub roots: Vec<Option<RootId>>,
-    /// Live requests by (module, http context), to route `take_resumed` and call answers.
+    /// Requests by (module, http context), to route `take_resumed` and call answers: those a
+    /// filter paused or dispatched a call from (the only ones ever looked for by context).
     pub live: rustc_hash::FxHashMap<(usize, u32), RequestHandle>,
+    /// Every request in flight with a chain (in no order; each knows its place), for the
+    /// refusal of those whose contexts a replaced instance held ([`OrphanedHook`]).
+    pub in_flight: crate::request::in_flight::InFlight<RequestHandle>,
     /// Tick timers, one per filter that asked for one (boxed: nginx keeps the address).
     pub ticks: Vec<Box<TickTimer>>,
     /// [`tollgate_host::tick_generation`] when the periods were last followed
@@ -192,6 +197,7 @@ impl Worker {
             modules,
             filters,
             live: rustc_hash::FxHashMap::default(),
+            in_flight: Default::default(),
             ticks: Vec::new(),
             ticks_seen: None,
             poll,
@@ -268,15 +274,8 @@ impl Worker {
             slot.generation = generation;
         }
         // Requests of the old generation lose their contexts: the request layer refuses them.
-        let mut orphans = Vec::new();
-        self.live.retain(|&(module, http), h| {
-            if module != m {
-                return true;
-            }
-            orphans.push((*h, HttpId(http)));
-            false
-        });
-        (self.orphaned)(m, orphans);
+        self.live.retain(|&(module, _), _| module != m);
+        (self.orphaned)(m, self.in_flight.as_slice());
     }
 
     /// `proxy_on_done` for every filter's root context, as the worker exits (on a reload or a

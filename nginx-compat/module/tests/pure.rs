@@ -24,6 +24,9 @@ mod decimal;
 #[path = "../src/request/spare_bounds.rs"]
 mod spare_bounds;
 
+#[path = "../src/request/in_flight.rs"]
+mod in_flight;
+
 // Raw pointers into nginx's list: the one file here with `unsafe` (as in the module).
 #[allow(unsafe_code)]
 #[path = "../src/table_elts.rs"]

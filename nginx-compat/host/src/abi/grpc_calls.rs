@@ -97,6 +97,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             }
             let owner = state.root().map_or(state.effective, |r| r.id);
             state.grpc_calls.insert(token, (owner, state.effective));
+            state.dispatched = state.dispatched.wrapping_add(1);
             if mem::write_u32(mem, ret_token, token) {
                 OK
             } else {

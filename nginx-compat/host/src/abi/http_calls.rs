@@ -84,6 +84,7 @@ pub(crate) fn define(d: &mut Def<'_>) -> Result<(), Error> {
             }
             let ctx = state.effective;
             state.calls.insert(token, ctx);
+            state.dispatched = state.dispatched.wrapping_add(1);
             if mem::write_u32(mem, ret_token, token) {
                 OK
             } else {

@@ -84,6 +84,10 @@ pub(crate) struct State {
     pub(crate) next_token: u32,
     /// Pending HTTP calls: token to the context that dispatched it.
     pub(crate) calls: FxHashMap<u32, u32>,
+    /// HTTP and gRPC calls dispatched since the instance started (wrapping): an embedding
+    /// compares it around a callback to learn that the callback dispatched one
+    /// ([`crate::Vm::calls_dispatched`]).
+    pub(crate) dispatched: u64,
     /// Pending unary gRPC calls: token (1 mod 4, see `abi::grpc_calls`) to the root context
     /// that owns it (proxy-wasm-cpp-host makes every call on the effective context's root) and
     /// the context that dispatched it (whose request's stream the embedding may load).
@@ -140,6 +144,7 @@ impl State {
             call_response: None,
             next_token: 1,
             calls: FxHashMap::default(),
+            dispatched: 0,
             grpc_calls: FxHashMap::default(),
             next_grpc_token: 1,
             grpc_receive: None,

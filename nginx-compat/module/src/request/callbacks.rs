@@ -5,9 +5,9 @@
 
 use tollgate_host::{Action, LocalResponse, StreamCallback};
 
-use super::context::{RequestCtx, VmRef};
+use super::context::{from_handle, RequestCtx, VmRef};
 use crate::util::{level, log};
-use crate::worker::Worker;
+use crate::worker::{RequestHandle, Worker};
 /// How a run of callbacks ended.
 pub enum Outcome {
     /// All filters continued.
@@ -23,13 +23,45 @@ pub enum Outcome {
 }
 
 impl RequestCtx {
-    /// Removes this request from the worker's live map.
+    /// Removes this request from the worker's list of requests in flight and from its live map:
+    /// each entry it made there, when the entry is still its own (after a module's instance was
+    /// replaced, a newer request may hold the same context id there).
     pub fn unregister(&mut self, w: &mut Worker) {
-        for s in &self.slots {
-            if let (VmRef::Shared { module, .. }, Some(h)) = (s.vm, s.http) {
-                w.live.remove(&(module, h.0));
+        let me = self.handle();
+        if let Some(at) = self.in_flight_at.take() {
+            if let Some((moved, to)) = w.in_flight.remove(me, at) {
+                // SAFETY: the list holds live contexts only (each leaves it here, before it is
+                // freed).
+                if let Some(c) = unsafe { from_handle(moved) } {
+                    c.in_flight_at = Some(to);
+                }
             }
         }
+        for s in &mut self.slots {
+            if let (true, VmRef::Shared { module, .. }, Some(h)) =
+                (std::mem::take(&mut s.registered), s.vm, s.http)
+            {
+                if w.live.get(&(module, h.0)) == Some(&me) {
+                    w.live.remove(&(module, h.0));
+                }
+            }
+        }
+    }
+
+    /// Puts filter `i`'s HTTP context in the worker's live map (see `Slot::registered`).
+    fn register(&mut self, w: &mut Worker, i: usize) {
+        let me = self.handle();
+        if let Some(s) = self.slots.get_mut(i) {
+            if let (false, VmRef::Shared { module, .. }, Some(h)) = (s.registered, s.vm, s.http) {
+                w.live.insert((module, h.0), me);
+                s.registered = true;
+            }
+        }
+    }
+
+    /// This context's handle for the worker's maps.
+    fn handle(&mut self) -> RequestHandle {
+        RequestHandle::new((self as *mut RequestCtx).cast())
     }
 
     /// Calls `cb` of filter `i`. `Err` (logged, naming the filter and the callback) when the
@@ -69,19 +101,26 @@ impl RequestCtx {
                 None => Err("its instance is gone".to_owned()),
             },
         };
-        let (res, module) = match target {
+        let (res, module, dispatched) = match target {
             Ok((vm, id, module)) => {
                 // Calls the filter makes take this request's location's directives.
                 let _entered = w.host.enter_request(self.r);
-                (
-                    vm.on_stream(cb, id, &mut self.stream, eos).map_err(|e| e.0),
-                    module,
-                )
+                let calls = vm.calls_dispatched();
+                let res = vm.on_stream(cb, id, &mut self.stream, eos).map_err(|e| e.0);
+                let dispatched = vm.calls_dispatched() != calls;
+                (res, module, dispatched)
             }
-            Err(e) => (Err(e), None),
+            Err(e) => (Err(e), None, false),
         };
         match res {
-            Ok(a) => Ok(a),
+            Ok(a) => {
+                // Only a paused request, or one whose filter awaits an answer, is ever looked
+                // for by its context (`Worker::live`): the others never enter the map.
+                if a == Action::Pause || dispatched {
+                    self.register(w, i);
+                }
+                Ok(a)
+            }
             Err(e) => {
                 let name = w
                     .filters

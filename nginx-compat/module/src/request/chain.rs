@@ -43,11 +43,16 @@ impl RequestCtx {
                     vm: VmRef::None,
                     http: None,
                     failed: false,
+                    registered: false,
                 });
             }
         }
         if self.slots.len() == first {
             return false;
+        }
+        if self.in_flight_at.is_none() {
+            let me = RequestHandle::new((self as *mut RequestCtx).cast());
+            self.in_flight_at = Some(w.in_flight.add(me));
         }
         self.create_contexts(w, isolation, first);
         self.phase = Phase::Headers(first);
@@ -57,7 +62,6 @@ impl RequestCtx {
     /// Creates the HTTP contexts of the slots from `first` on (and the request's own instances
     /// for `stream`/`filter`).
     fn create_contexts(&mut self, w: &mut Worker, isolation: Isolation, first: usize) {
-        let me = RequestHandle::new((self as *mut RequestCtx).cast());
         let req_log = self.log(w);
         for i in first..self.slots.len() {
             let Some(filter) = self.slots.get(i).map(|s| s.filter) else {
@@ -97,9 +101,6 @@ impl RequestCtx {
                 Ok((vm_ref, http)) => {
                     s.vm = vm_ref;
                     s.http = Some(http);
-                    if let VmRef::Shared { module, .. } = vm_ref {
-                        w.live.insert((module, http.0), me);
-                    }
                     let vm = match vm_ref {
                         VmRef::Shared { module, .. } => {
                             w.vms.get(module).and_then(|s| s.vm.as_ref())

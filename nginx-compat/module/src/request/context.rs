@@ -41,6 +41,10 @@ pub struct Slot {
     /// The filter cannot run on this request (its context could not be created, or it
     /// failed): the request is refused, never passed on without it.
     pub failed: bool,
+    /// Its HTTP context is in the worker's live map (`Worker::live`): from the first of its
+    /// callbacks that paused the request or dispatched a call, the only ways an answer, a
+    /// resumption or an instance's replacement can later need to find this request.
+    pub registered: bool,
 }
 
 /// Progress of the request side.
@@ -95,6 +99,9 @@ pub struct RequestCtx {
     pub body_loaded: bool,
     /// `on_log` ran.
     pub finished: bool,
+    /// Where this request is in the worker's list of requests in flight
+    /// (`Worker::in_flight`), from its first chain on until it is unregistered.
+    pub in_flight_at: Option<usize>,
     /// A response-side callback failed: the response was replaced by a 500 (`Replaced`, in the
     /// header filter: that 500 goes out) or the rest of it is cut (`Cut`, in the body filter).
     pub response_failed: Option<ResponseFailure>,

@@ -110,6 +110,7 @@ impl RequestCtx {
             body_read: false,
             body_loaded: false,
             finished: false,
+            in_flight_at: None,
             response_failed: None,
             refused: false,
             resp_buffering: false,

@@ -49,6 +49,7 @@ pub mod callbacks;
 mod chain;
 pub mod context;
 pub mod context_lifetime;
+pub mod in_flight;
 pub mod local_response;
 pub mod resume;
 pub mod spare_bounds;

@@ -3,26 +3,29 @@
 //! module instance was replaced are refused and resumed into that refusal.
 
 use ngx::ffi::ngx_event_t;
-use tollgate_host::HttpId;
 
 use super::context::{from_handle, Phase, RequestCtx, VmRef};
 use crate::worker::RequestHandle;
-/// The worker replaced module `module`'s instance: the filters of that module on each request
-/// in `orphans` (with the HTTP context it had) cannot run any more, so the request is refused
-/// (fail closed); those paused waiting for it are resumed into that refusal instead of waiting
-/// for ever. (The worker's hook, see `Worker::orphaned`.)
-pub fn orphaned(module: usize, orphans: Vec<(RequestHandle, HttpId)>) {
-    let mut resumed = Vec::with_capacity(orphans.len());
-    for (h, http) in orphans {
-        // SAFETY: the handles come from the worker's live map, just removed from it.
-        if let Some(ctx) = unsafe { from_handle(h) } {
-            for s in &mut ctx.slots {
-                if s.http == Some(http)
-                    && matches!(s.vm, VmRef::Shared { module: m, .. } if m == module)
-                {
-                    s.failed = true;
-                }
+/// The worker replaced module `module`'s instance: the filters of that module with an HTTP
+/// context on each request in `in_flight` cannot run any more, so the request is refused (fail
+/// closed, also where its response would skip the chain); those paused waiting for it are
+/// resumed into that refusal instead of waiting for ever. (The worker's hook, see
+/// `Worker::orphaned`.)
+pub fn orphaned(module: usize, in_flight: &[RequestHandle]) {
+    let mut resumed = Vec::new();
+    for &h in in_flight {
+        // SAFETY: the worker's list holds live contexts only.
+        let Some(ctx) = (unsafe { from_handle(h) }) else {
+            continue;
+        };
+        let mut lost = false;
+        for s in &mut ctx.slots {
+            if s.http.is_some() && matches!(s.vm, VmRef::Shared { module: m, .. } if m == module) {
+                s.failed = true;
+                lost = true;
             }
+        }
+        if lost {
             resumed.push(h);
         }
     }
