@@ -93,55 +93,54 @@ class _SlowUpstream(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_response_whose_filter_instance_was_replaced_meanwhile_is_refused(nginx, tmp_path):
+@pytest.fixture
+def guarded_slow(nginx, tmp_path):
+    """nginx with the trapping guard (testdata/trap.wat) on `/slow` (proxied to `_SlowUpstream`)
+    and on `/trap` (which traps it)."""
+    wasm = compile_wat("trap.wat", tmp_path / "trap.wasm")
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        yield nginx(f"    module trap {wasm};", f"""
+        location /slow {{ proxy_wasm trap; proxy_pass http://127.0.0.1:{upstream.server_address[1]}; }}
+        location /trap {{ proxy_wasm trap; return 200 never; }}""")
+    finally:
+        upstream.shutdown()
+
+
+def test_a_response_whose_filter_instance_was_replaced_meanwhile_is_refused(guarded_slow):
     """The guard exports no response callback (testdata/trap.wat: on_request_headers only), so
     the header filter skips the chain for the response unless a filter of it failed. Request A
     passes the guard and waits on a slow upstream; request B makes the guard trap, which replaces
     the instance that holds A's HTTP context (the worker marks A's filter failed, an orphan). A's
     response is refused (500), never passed on without its filter."""
-    wasm = compile_wat("trap.wat", tmp_path / "trap.wasm")
-    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowUpstream)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    try:
-        n = nginx(f"    module trap {wasm};", f"""
-        location /slow {{ proxy_wasm trap; proxy_pass http://127.0.0.1:{upstream.server_address[1]}; }}
-        location /trap {{ proxy_wasm trap; return 200 never; }}""")
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            a = pool.submit(n.get, "/slow")
-            time.sleep(0.4)
-            assert n.get("/trap").status_code == 500
-            r = a.result(timeout=10)
-        assert r.status_code == 500 and "upstream" not in r.text, (r.status_code, r.text)
-        assert n.get("/slow").status_code == 200, "the replaced instance guards the next requests"
-        assert "on_response_headers failed: answering 500 instead of the response" in n.log.read_text()
-    finally:
-        upstream.shutdown()
+    n = guarded_slow
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        a = pool.submit(n.get, "/slow")
+        time.sleep(0.4)
+        assert n.get("/trap").status_code == 500
+        r = a.result(timeout=10)
+    assert r.status_code == 500 and "upstream" not in r.text, (r.status_code, r.text)
+    assert n.get("/slow").status_code == 200, "the replaced instance guards the next requests"
+    assert "on_response_headers failed: answering 500 instead of the response" in n.log.read_text()
 
 
-def test_requests_in_flight_are_refused_after_others_finished_out_of_order(nginx, tmp_path):
+def test_requests_in_flight_are_refused_after_others_finished_out_of_order(guarded_slow):
     """The worker lists the requests in flight so that a replaced instance's requests are refused
     (above); each leaves the list when it ends, the last one taking its place. Requests end out
     of order here (B before A and C), then D is in flight when the guard traps: D is refused, the
     requests that ended were answered, and the next request passes (a context left in the list
     would be taken for a live request: `request/in_flight.rs` is unit-tested for its places)."""
-    wasm = compile_wat("trap.wat", tmp_path / "trap.wasm")
-    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowUpstream)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    try:
-        n = nginx(f"    module trap {wasm};", f"""
-        location /slow {{ proxy_wasm trap; proxy_pass http://127.0.0.1:{upstream.server_address[1]}; }}
-        location /trap {{ proxy_wasm trap; return 200 never; }}""")
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            early = []
-            for seconds in (1.0, 0.1, 1.0):
-                early.append(pool.submit(n.get, f"/slow?s={seconds}"))
-                time.sleep(0.15)
-            assert [f.result(timeout=10).status_code for f in early] == [200, 200, 200]
-            d = pool.submit(n.get, "/slow?s=1.0")
-            time.sleep(0.4)
-            assert n.get("/trap").status_code == 500
-            r = d.result(timeout=10)
-        assert r.status_code == 500 and "upstream" not in r.text, (r.status_code, r.text)
-        assert n.get("/slow?s=0.1").status_code == 200
-    finally:
-        upstream.shutdown()
+    n = guarded_slow
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        early = []
+        for seconds in (1.0, 0.1, 1.0):
+            early.append(pool.submit(n.get, f"/slow?s={seconds}"))
+            time.sleep(0.15)
+        assert [f.result(timeout=10).status_code for f in early] == [200, 200, 200]
+        d = pool.submit(n.get, "/slow?s=1.0")
+        time.sleep(0.4)
+        assert n.get("/trap").status_code == 500
+        r = d.result(timeout=10)
+    assert r.status_code == 500 and "upstream" not in r.text, (r.status_code, r.text)
+    assert n.get("/slow?s=0.1").status_code == 200
