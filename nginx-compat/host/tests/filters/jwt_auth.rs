@@ -249,9 +249,12 @@ fn jwt_auth_remote_jwks_over_http_call() {
         "remote_jwks": {"cluster": "idp", "path": "/jwks.json", "authority": "idp.test"}}}}"#;
     let root = vm.create_root("jwt_auth", config.as_bytes()).unwrap();
     assert!(vm.tick_period_ms(root) > 0);
+    let dispatched = vm.calls_dispatched();
     vm.on_tick(root).unwrap();
     let calls = host.calls.borrow().clone();
     assert_eq!(calls.len(), 1, "logs:\n{}", host.log_text());
+    // The count an embedding compares around a callback to learn that it dispatched a call.
+    assert_eq!(vm.calls_dispatched(), dispatched + 1);
     let call = &calls[0];
     assert_eq!(call.upstream, "idp");
     assert_eq!(header(&call.headers, ":path"), Some("/jwks.json"));
@@ -269,6 +272,11 @@ fn jwt_auth_remote_jwks_over_http_call() {
         "keys_unavailable",
         "logs:\n{}",
         host.log_text()
+    );
+    assert_eq!(
+        vm.calls_dispatched(),
+        dispatched + 1,
+        "a request that dispatched nothing"
     );
     vm.on_http_call_response(call.token, Some(response))
         .unwrap();
