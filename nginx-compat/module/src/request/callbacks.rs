@@ -7,7 +7,7 @@ use tollgate_host::{Action, LocalResponse, StreamCallback};
 
 use super::context::{from_handle, RequestCtx, VmRef};
 use crate::util::{level, log};
-use crate::worker::{RequestHandle, Worker};
+use crate::worker::Worker;
 /// How a run of callbacks ended.
 pub enum Outcome {
     /// All filters continued.
@@ -57,11 +57,6 @@ impl RequestCtx {
                 s.registered = true;
             }
         }
-    }
-
-    /// This context's handle for the worker's maps.
-    fn handle(&mut self) -> RequestHandle {
-        RequestHandle::new((self as *mut RequestCtx).cast())
     }
 
     /// Calls `cb` of filter `i`. `Err` (logged, naming the filter and the callback) when the

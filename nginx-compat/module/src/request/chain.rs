@@ -10,7 +10,7 @@ use tollgate_host::{HttpId, StreamCallback, Vm};
 use super::context::{Phase, RequestCtx, Slot, VmRef};
 use crate::conf::Isolation;
 use crate::util::{level, log};
-use crate::worker::{RequestHandle, Worker};
+use crate::worker::Worker;
 
 impl RequestCtx {
     /// Adds the filters of the location chain `chain` that have not run on this request
@@ -51,7 +51,7 @@ impl RequestCtx {
             return false;
         }
         if self.in_flight_at.is_none() {
-            let me = RequestHandle::new((self as *mut RequestCtx).cast());
+            let me = self.handle();
             self.in_flight_at = Some(w.in_flight.add(me));
         }
         self.create_contexts(w, isolation, first);

@@ -143,6 +143,11 @@ pub enum ResponseFailure {
 }
 
 impl RequestCtx {
+    /// This context's handle for the worker's maps and lists ([`from_handle`] turns it back).
+    pub fn handle(&mut self) -> RequestHandle {
+        RequestHandle::new((self as *mut RequestCtx).cast())
+    }
+
     /// The request's connection log (with its client and request in every line), or the
     /// worker's.
     pub(super) fn log(&self, w: &Worker) -> *mut ngx::ffi::ngx_log_t {
@@ -158,11 +163,11 @@ impl RequestCtx {
     }
 }
 
-/// The context behind a worker's handle.
+/// The context behind a worker's handle ([`RequestCtx::handle`]).
 ///
 /// # Safety
-/// `h` must come from the worker's live map (entries are removed before their request is
-/// freed), and no other reference to that context may be live.
+/// `h` must come from the worker's live map or its list of requests in flight (entries are
+/// removed before their request is freed), and no other reference to that context may be live.
 pub unsafe fn from_handle<'a>(h: RequestHandle) -> Option<&'a mut RequestCtx> {
     // SAFETY: as the caller guarantees; handles are made from `*mut RequestCtx` only.
     unsafe { h.as_ptr().cast::<RequestCtx>().as_mut() }
