@@ -98,7 +98,7 @@ pub fn classify(target: &[u8]) -> Target {
     let path = target
         .get(..memchr::memchr2(b'?', b'#', target).unwrap_or(target.len()))
         .unwrap_or_default();
-    if is_normal(path) {
+    if is_own_normal_form(path) {
         // Its own normal form, read the same both ways (no `%`), every segment kept as it is
         // (no `.` or `;`): the usual API path, in one pass over its bytes and one back over its
         // last segment.
@@ -120,7 +120,7 @@ pub fn classify(target: &[u8]) -> Target {
 /// Whether a path (no query or fragment) has none of the bytes [`normal_form`] changes (`%`,
 /// `\`, capital letters) or [`segments`] looks at beyond `/` (`.`, `;`). Every byte is looked
 /// at, with no branch (the compiler makes it 16 bytes a step with SIMD).
-fn is_normal(path: &[u8]) -> bool {
+fn is_own_normal_form(path: &[u8]) -> bool {
     !path.iter().fold(false, |found, &b| {
         found | matches!(b, b'%' | b'\\' | b'A'..=b'Z' | b'.' | b';')
     })
@@ -446,7 +446,7 @@ mod tests {
     }
 
     /// `classify` reads a target a second time only when it encodes a separator, and a target
-    /// that is its own normal form (`is_normal`) by its last segment alone: every target built
+    /// that is its own normal form (`is_own_normal_form`) by its last segment alone: every target built
     /// from these pieces is classified as reading its normal form both ways always would.
     #[test]
     fn one_reading_suffices_without_an_encoded_separator() {
