@@ -158,3 +158,48 @@ def test_instructions_smoke():
     assert abs(sum(by_filter.values()) - cells["floor-1"]["layers_per_request"]["wasm JIT"]) < 1, by_filter
     assert [m["label"] for m in results["modules"]] == ["built"]
     assert "valgrind" in (ROOT / "bench" / "results" / "instructions.smoke.md").read_text()
+
+
+def test_envoy_profile_classes():
+    """bench/envoy_profile.py's classes, on `perf script -F ip,dso` text: a sample whose own
+    frame is V8's compiled wasm, one in Envoy under a wasm frame (a host call), and one with
+    no wasm on its stack."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import envoy_profile
+
+    script = "\n".join([
+        "\t    72a51d4c07c [unknown] (/tmp/perf-9439.map)",
+        "\t        2f7f359 [unknown] (/x/envoy/_bin/envoy)",
+        "",
+        "\t        163961 __memcmp_evex_movbe (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+        "\t        2f88665 [unknown] (/x/envoy/_bin/envoy)",
+        "\t    72a5292355b [unknown] (/tmp/perf-9439.map)",
+        "\t        2fac060 [unknown] (/x/envoy/_bin/envoy)",
+        "",
+        "\tffffffff82010855 tcp_sendmsg_locked ([kernel.kallsyms])",
+        "\t        10aba4 __send (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+        "\t        2fac060 [unknown] (/x/envoy/_bin/envoy)",
+        "",
+    ])
+    assert envoy_profile.classify(script) == {"wasm code": 1, "host calls": 1, "rest: kernel": 1}
+
+
+def test_envoy_profile_smoke():
+    """bench/envoy_profile.py --smoke: perf records each Envoy variant for a second; only our
+    stack has samples in wasm code and in host calls, and the report is written."""
+    if "envoy" not in selected_hosts():
+        pytest.skip("Envoy is not among TOLLGATE_HOSTS")
+    apt = subprocess.run([str(ROOT / "scripts" / "apt.sh"), "linux-perf"], capture_output=True, text=True, timeout=600)
+    assert apt.returncode == 0, apt.stderr[-3000:]
+    k6 = subprocess.run([str(ROOT / "scripts" / "k6.sh")], capture_output=True, text=True, timeout=1200)
+    assert k6.returncode == 0, k6.stderr[-3000:]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "envoy_profile.py"), "--smoke"], cwd=ROOT / "bench",
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads((ROOT / "bench" / "results" / "envoy_profile.smoke.json").read_text())
+    assert set(rows) == {"proxy-only", "tollgate-likely", "native-likely"}
+    ours, native = rows["tollgate-likely"][0], rows["native-likely"][0]
+    assert ours["requests"] > 0 and native["requests"] > 0
+    assert ours["us_per_request"]["wasm code"] > 0 and ours["us_per_request"]["host calls"] > 0
+    assert native["us_per_request"]["wasm code"] == 0 and native["us_per_request"]["host calls"] == 0
+    assert (ROOT / "bench" / "results" / "envoy_profile.smoke.md").read_text().startswith("# Envoy")
