@@ -18,6 +18,8 @@ start does).
     python3 bench/startup.py                      # 2 workers, 3 rounds
     python3 bench/startup.py --workers 8 --rounds 3
     python3 bench/startup.py --smoke              # one round: tests/e2e/test_bench_smoke.py
+    python3 bench/startup.py --module main=/tmp/main.so --module now=target/nginx/ngx_http_tollgate_wasm_module.so
+    python3 bench/startup.py --chain jwt-auth --cpus 0,1 ...   # one filter (a variant of instructions.py), nginx on CPUs 0-1
 
 Writes bench/results/startup.json and .md (medians with min and max)."""
 
@@ -83,17 +85,18 @@ def children(pid: int) -> list[int]:
 
 
 def cell(variant: str, workers: int, spec: lab.GatewaySpec, request: instructions.Request, prefix: pathlib.Path,
-         warm_cache: pathlib.Path) -> dict:
+         warm_cache: pathlib.Path, module: pathlib.Path | None = None, cpus: str | None = None) -> dict:
     prefix.mkdir(parents=True)
     port, admin = lab.free_port(), lab.free_port()
-    conf_text = lab.nginx_config(spec, prefix, port, admin, prefix / "error.log", "notice")
+    conf_text = lab.nginx_config(spec, prefix, port, admin, prefix / "error.log", "notice", module)
     conf_text = conf_text.replace(f"worker_processes {spec.workers};", f"worker_processes {workers};")
     cache = {"no-cache": None, "cache-cold": prefix / "cache", "cache-warm": warm_cache}[variant]
     if cache is not None:
         conf_text = conf_text.replace("wasm {\n", f"wasm {{\n    tollgate_compiled_cache {cache};\n", 1)
     conf = prefix / "nginx.conf"
     conf.write_text(conf_text)
-    argv = [str(lab.NGINX_BINARY), "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+    argv = (["taskset", "-c", cpus] if cpus else []) + \
+        [str(lab.NGINX_BINARY), "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
     t0 = time.monotonic()
     subprocess.run(argv + ["-t", "-q"], check=True, capture_output=True, timeout=TIMEOUT_S)
     nginx_t = time.monotonic() - t0
@@ -129,10 +132,22 @@ def main() -> int:
     ap.add_argument("--wasm", action="append", default=[], metavar="LABEL=DIR",
                     help="a build of the filters (repeatable): builds compared in the same rounds, interleaved "
                          "(default: the built filters alone)")
+    ap.add_argument("--module", action="append", default=[], metavar="LABEL=PATH",
+                    help="a build of the nginx module (repeatable), with the built filters: compared as --wasm")
+    ap.add_argument("--chain", default="full",
+                    help="the filters: a variant of bench/instructions.py (default full: the five filters)")
+    ap.add_argument("--cpus", default=None, metavar="LIST",
+                    help="run nginx (master and workers) on these CPUs only (taskset -c LIST): compilation's "
+                         "threads follow the CPUs nginx may use")
     a = ap.parse_args()
-    builds = [tuple(w.split("=", 1)) for w in a.wasm] or [("built", None)]
-    if any(len(b) != 2 for b in builds):
-        raise SystemExit("--wasm wants LABEL=DIR")
+    if a.wasm and a.module:
+        raise SystemExit("--wasm or --module, not both")
+    pairs = [tuple(w.split("=", 1)) for w in a.wasm or a.module]
+    if any(len(b) != 2 for b in pairs):
+        raise SystemExit("--wasm wants LABEL=DIR, --module LABEL=PATH")
+    # (label, filters' directory or None, module or None); none given: the built ones.
+    builds = [(label, None, pathlib.Path(path).resolve()) if a.module else (label, path, None) for label, path in pairs] \
+        or [("built", None, None)]
     default_wasm = lab.paths.WASM_DIR
     # One build: rows named by variant (as before); several: "LABEL VARIANT".
     row_name = (lambda label, v: v) if len(builds) == 1 else (lambda label, v: f"{label} {v}")
@@ -145,21 +160,23 @@ def main() -> int:
     keys = jwt_auth.make_keys(ttl=86400)
     request = instructions.stack_full_request(keys)
     upstreams = {}
-    runs: dict[str, list[dict]] = {row_name(label, v): [] for label, _ in builds for v in VARIANTS}
+    runs: dict[str, list[dict]] = {row_name(label, v): [] for label, _, _ in builds for v in VARIANTS}
     try:
         for name in sticky_upstream.UPSTREAMS:
             upstreams[name] = lab.DemoUpstream(name, workdir)
         ports = {k: u.port for k, u in upstreams.items()}
-        spec = instructions.variant_spec("full", keys, ports)
-        for label, wasm in builds:
+        spec = instructions.variant_spec(a.chain, keys, ports)
+        for label, wasm, module in builds:
             lab.paths.WASM_DIR = pathlib.Path(wasm) if wasm else default_wasm
-            cell("cache-warm", a.workers, spec, request, workdir / f"fill-{label}", workdir / f"warm-cache-{label}")  # fills it (its -t)
+            cell("cache-warm", a.workers, spec, request, workdir / f"fill-{label}", workdir / f"warm-cache-{label}",
+                 module, a.cpus)  # fills it (its -t)
         for r in range(a.rounds):
-            for label, wasm in builds:
+            for label, wasm, module in builds:
                 lab.paths.WASM_DIR = pathlib.Path(wasm) if wasm else default_wasm
                 for v in VARIANTS:
                     name = row_name(label, v)
-                    row = cell(v, a.workers, spec, request, workdir / f"{label}-{v}-{r + 1}", workdir / f"warm-cache-{label}")
+                    row = cell(v, a.workers, spec, request, workdir / f"{label}-{v}-{r + 1}", workdir / f"warm-cache-{label}",
+                               module, a.cpus)
                     runs[name].append(row)
                     print(f"round {r + 1} {name}: nginx -t {row['nginx_t']:.2f} s, start {row['start']:.2f} s, "
                           f"reload {row['reload']:.2f} s (modules reused {row['reused']}, stored {row['compiled']})", flush=True)
@@ -170,12 +187,17 @@ def main() -> int:
                        "max": max(x[k] for x in rs)} for k in ("nginx_t", "start", "reload")} for v, rs in runs.items()}
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": machine(),
               "workers": a.workers, "rounds": a.rounds, "runs": runs, "summary": summary,
+              "chain": a.chain, "cpus": a.cpus,
               "command": f"python3 bench/startup.py --workers {a.workers} --rounds {a.rounds}"
-                         + "".join(f" --wasm {label}={wasm}" for label, wasm in builds if wasm)}
+                         + (f" --chain {a.chain}" if a.chain != "full" else "") + (f" --cpus {a.cpus}" if a.cpus else "")
+                         + "".join(f" --wasm {label}={wasm}" for label, wasm, _ in builds if wasm)
+                         + "".join(f" --module {label}={module}" for label, _, module in builds if module)}
     out = BENCH / "results"
     (out / f"{a.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
-    lines = [f"# Start and reload with the full chain ({a.workers} workers)", "",
+    chain = "the full chain" if a.chain == "full" else f"the `{a.chain}` chain"
+    where = f", nginx on CPUs {a.cpus}" if a.cpus else ""
+    lines = [f"# Start and reload with {chain} ({a.workers} workers{where})", "",
              f"{result['date']}; {result['machine'].get('cpu', '')}, {os.cpu_count()} CPUs.", "",
              f"    {result['command']}", "",
              "Seconds, median (min–max) of the rounds: `nginx -t`; `start`, from spawning nginx to the first 200 "

@@ -1,5 +1,6 @@
 //! Compiling modules: [`Engine`] and [`Module`].
 
+use rayon::prelude::*;
 use wasmtime::InstancePre;
 
 use crate::abi::store::State;
@@ -42,14 +43,14 @@ pub struct Module {
 }
 
 impl Engine {
-    /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), no parallel
-    /// compilation inside one module (wasmtime is built without its `parallel-compilation`
-    /// feature, whose thread pool would outlive the call: [`Engine::compile_all`] compiles
-    /// modules side by side on threads it joins instead, so no thread is left at fork),
+    /// Cranelift at opt level `speed` (a perf map when [`PERF_MAP_ENV`] is set), a module's
+    /// functions compiled in parallel (wasmtime's `parallel-compilation`) on a thread pool that
+    /// lives only for the call ([`compile_pool`]: no thread is left when nginx's master forks),
     /// signals-based traps (guard pages instead of bounds checks).
     pub fn new() -> Result<Engine, Error> {
         let mut config = wasmtime::Config::new();
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        config.parallel_compilation(true);
         // For profilers: the compiled functions' names and addresses in /tmp/perf-<pid>.map
         // (bench/instructions.py attributes the wasm code's instructions to filters with it).
         if std::env::var_os(PERF_MAP_ENV).is_some_and(|v| !v.is_empty()) {
@@ -77,126 +78,103 @@ impl Engine {
             .map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
     }
 
-    /// Compile a module from its binary. Errors: not Wasm, no `proxy_abi_version_0_2_1` /
-    /// `proxy_abi_version_0_2_0` export (0.1.0 is not supported), no exported `memory`, or an
-    /// import outside the modules `env` (unknown names there are linked to a stub returning
-    /// `Unimplemented`) and `wasi_snapshot_preview1` (unknown names return `ENOSYS`), or an
-    /// import whose type differs from the ABI's.
+    /// Compile a module from its binary ([`Engine::compile_all`] for one module). Errors: not
+    /// Wasm, no `proxy_abi_version_0_2_1` / `proxy_abi_version_0_2_0` export (0.1.0 is not
+    /// supported), no exported `memory`, or an import outside the modules `env` (unknown names
+    /// there are linked to a stub returning `Unimplemented`) and `wasi_snapshot_preview1`
+    /// (unknown names return `ENOSYS`), or an import whose type differs from the ABI's; no
+    /// thread could be started for the compilation.
     pub fn compile(&self, wasm: &[u8]) -> Result<Module, Error> {
-        let (module, _) = self.compile_raw(wasm, None)?;
-        self.link(module, wasm)
+        self.compile_all(&[wasm], None)
+            .pop()
+            .unwrap_or_else(|| Err(Error("no compilation result".into())))
+            .map(|(module, _)| module)
     }
 
-    /// Compiles every module of `wasms` (as [`Engine::compile`]), several at once: one thread
-    /// per module, at most [`std::thread::available_parallelism`] at a time, all of them ended
-    /// before this returns (so it is still safe in the nginx master before fork). With `cache`,
-    /// a module whose compiled code is there is loaded instead ([`CompiledCache`]), and each
-    /// result comes with what the cache did, for the log. Results in `wasms`' order.
+    /// Compiles every module of `wasms` and links each with the host functions: several
+    /// modules at once (one thread per module, at most [`std::thread::available_parallelism`]
+    /// at a time), each module's functions in parallel, on threads that have all ended before
+    /// this returns ([`compile_pool`], so it is still safe in the nginx master before fork).
+    /// With `cache`, a module whose compiled code is there is loaded instead
+    /// ([`CompiledCache`]), and each result comes with what the cache did, for the log.
+    /// Results in `wasms`' order.
+    ///
+    /// # Errors
+    /// Per module: it does not compile, is not a proxy-wasm module (ABI 0.2.1 or 0.2.0, a
+    /// memory named `memory`), imports what the host does not offer; for all: no thread could
+    /// be started.
     pub fn compile_all(
         &self,
         wasms: &[&[u8]],
         cache: Option<&CompiledCache>,
     ) -> Vec<Result<(Module, Option<CacheNote>), Error>> {
-        let compiled = self.compile_raw_all(wasms, cache);
+        let compiled = match compile_pool(|| self.compile_raw_all(wasms, cache)) {
+            Ok(compiled) => compiled,
+            Err(e) => return wasms.iter().map(|_| Err(e.clone())).collect(),
+        };
         compiled
             .into_iter()
-            .zip(wasms)
-            .map(|(r, wasm)| {
-                let (module, note) = r?;
-                Ok((self.link(module, wasm)?, note))
+            .map(|r| {
+                let (compiled, note) = r?;
+                Ok((self.link(compiled)?, note))
             })
             .collect()
     }
 
-    /// The wasmtime module of `wasm`: from `cache` when given (with what it did), else compiled.
+    /// The compiled parts of `wasm` ([`Compiled`]): its module from `cache` when given (with
+    /// what it did), else compiled; checked; its adapter compiled.
     fn compile_raw(
         &self,
         wasm: &[u8],
         cache: Option<&CompiledCache>,
-    ) -> Result<(wasmtime::Module, Option<CacheNote>), Error> {
-        match cache {
+    ) -> Result<(Compiled, Option<CacheNote>), Error> {
+        let (module, note) = match cache {
             Some(c) => c
                 .load_or_compile(&self.engine, wasm)
                 .map(|(m, note)| (m, Some(note))),
             None => wasmtime::Module::new(&self.engine, wasm).map(|m| (m, None)),
         }
-        .map_err(|e| Error::wasm("cannot compile the module", &e))
+        .map_err(|e| Error::wasm("cannot compile the module", &e))?;
+        let abi = abi_of(&module)?;
+        let stubs = stubs::stub_callbacks(wasm);
+        let plan = Plan::of(&module, &stubs);
+        let adapter = plan.compile(&self.engine)?;
+        let compiled = Compiled {
+            module,
+            abi,
+            stubs,
+            plan,
+            adapter,
+        };
+        Ok((compiled, note))
     }
 
-    /// The wasmtime modules of `wasms`, compiled (or loaded) on scoped threads.
+    /// [`Engine::compile_raw`] of each of `wasms`, side by side on the pool this runs in
+    /// ([`compile_pool`]).
     fn compile_raw_all(
         &self,
         wasms: &[&[u8]],
         cache: Option<&CompiledCache>,
-    ) -> Vec<Result<(wasmtime::Module, Option<CacheNote>), Error>> {
-        let one = |wasm: &[u8]| self.compile_raw(wasm, cache);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, std::num::NonZeroUsize::get)
-            .min(wasms.len());
-        if threads <= 1 {
-            return wasms.iter().map(|w| one(w)).collect();
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<std::sync::Mutex<Option<_>>> =
-            wasms.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let (Some(wasm), Some(slot)) = (wasms.get(i), results.get(i)) else {
-                        break;
-                    };
-                    let r = one(wasm);
-                    if let Ok(mut slot) = slot.lock() {
-                        *slot = Some(r);
-                    }
-                });
-            }
-        });
-        results
-            .into_iter()
-            .map(|slot| match slot.into_inner() {
-                Ok(Some(r)) => r,
-                _ => Err(Error(
-                    "a compilation thread stopped without a result".into(),
-                )),
-            })
+    ) -> Vec<Result<(Compiled, Option<CacheNote>), Error>> {
+        wasms
+            .par_iter()
+            .map(|wasm| self.compile_raw(wasm, cache))
             .collect()
     }
 
-    /// Checks a compiled module's ABI exports and links it (see [`Engine::compile`]).
-    fn link(&self, module: wasmtime::Module, wasm: &[u8]) -> Result<Module, Error> {
-        let has =
-            |name: &str| matches!(module.get_export(name), Some(wasmtime::ExternType::Func(_)));
-        let abi = if has("proxy_abi_version_0_2_1") {
-            AbiVersion::V0_2_1
-        } else if has("proxy_abi_version_0_2_0") {
-            AbiVersion::V0_2_0
-        } else if has("proxy_abi_version_0_1_0") {
-            return Err(Error(
-                "proxy-wasm ABI 0.1.0 is not supported (0.2.0 and 0.2.1 are)".into(),
-            ));
-        } else {
-            return Err(Error(
-                "not a proxy-wasm module: no proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 export"
-                    .into(),
-            ));
-        };
-        if !matches!(
-            module.get_export("memory"),
-            Some(wasmtime::ExternType::Memory(_))
-        ) {
-            return Err(Error(
-                "the module exports no memory named \"memory\"".into(),
-            ));
-        }
+    /// Links compiled parts with the host functions (see [`Engine::compile`]).
+    fn link(&self, compiled: Compiled) -> Result<Module, Error> {
+        let Compiled {
+            module,
+            abi,
+            stubs,
+            plan,
+            adapter,
+        } = compiled;
         let linker = link::linker(&self.engine, &module)?;
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| Error::wasm("cannot link the module", &e))?;
-        let stubs = stubs::stub_callbacks(wasm);
-        let plan = Plan::of(&module, &stubs);
-        let adapter = plan.compile(&self.engine)?;
         Ok(Module {
             pre,
             abi,
@@ -205,6 +183,85 @@ impl Engine {
             adapter,
         })
     }
+}
+
+/// What compiling a module gives before it is linked (all of it `Send`: made on the
+/// compilation's threads, linked on the caller's).
+struct Compiled {
+    module: wasmtime::Module,
+    abi: AbiVersion,
+    stubs: Vec<crate::stream::StreamCallback>,
+    plan: Plan,
+    adapter: wasmtime::Module,
+}
+
+/// The proxy-wasm ABI version `module` exports, once it is known to export a memory named
+/// `memory`.
+///
+/// # Errors
+/// ABI 0.1.0, no ABI version export, or no memory export.
+fn abi_of(module: &wasmtime::Module) -> Result<AbiVersion, Error> {
+    let has = |name: &str| matches!(module.get_export(name), Some(wasmtime::ExternType::Func(_)));
+    let abi = if has("proxy_abi_version_0_2_1") {
+        AbiVersion::V0_2_1
+    } else if has("proxy_abi_version_0_2_0") {
+        AbiVersion::V0_2_0
+    } else if has("proxy_abi_version_0_1_0") {
+        return Err(Error(
+            "proxy-wasm ABI 0.1.0 is not supported (0.2.0 and 0.2.1 are)".into(),
+        ));
+    } else {
+        return Err(Error(
+            "not a proxy-wasm module: no proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 export"
+                .into(),
+        ));
+    };
+    if !matches!(
+        module.get_export("memory"),
+        Some(wasmtime::ExternType::Memory(_))
+    ) {
+        return Err(Error(
+            "the module exports no memory named \"memory\"".into(),
+        ));
+    }
+    Ok(abi)
+}
+
+/// Runs `compile` on a rayon thread pool of [`std::thread::available_parallelism`] threads
+/// that exists only for this call: wasmtime's `parallel-compilation` compiles a module's
+/// functions on the pool it runs in, and this pool's threads are told to stop and joined
+/// (`pthread_join`) before it returns, where rayon's global pool would keep its threads for the
+/// life of the process, across nginx's fork. Every compilation of the engine goes through here,
+/// and parallel work inside it must use this pool (rayon's iterators, not threads of its own:
+/// theirs would reach for the global pool).
+///
+/// # Errors
+/// The pool's threads could not be started.
+fn compile_pool<R: Send>(compile: impl FnOnce() -> R + Send) -> Result<R, Error> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let handles = std::sync::Mutex::new(Vec::new());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tollgate-compile-{i}"))
+        .spawn_handler(|thread| {
+            let mut builder = std::thread::Builder::new();
+            if let Some(name) = thread.name() {
+                builder = builder.name(name.to_owned());
+            }
+            let handle = builder.spawn(|| thread.run())?;
+            if let Ok(mut handles) = handles.lock() {
+                handles.push(handle);
+            }
+            Ok(())
+        })
+        .build();
+    // The pool is dropped at the closure's end, which tells its threads to stop.
+    let result = pool.map(|pool| pool.install(compile));
+    for handle in handles.into_inner().unwrap_or_default() {
+        // A thread that panicked has ended all the same.
+        let _ = handle.join();
+    }
+    result.map_err(|e| Error(format!("cannot start the compilation threads: {e}")))
 }
 
 impl Module {
