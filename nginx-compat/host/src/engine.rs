@@ -227,6 +227,9 @@ fn abi_of(module: &wasmtime::Module) -> Result<AbiVersion, Error> {
     Ok(abi)
 }
 
+/// The stack of each compilation thread (bytes): 8 MiB, what a process's main thread gets.
+const COMPILE_STACK: usize = 8 << 20;
+
 /// Runs `compile` on a rayon thread pool of [`std::thread::available_parallelism`] threads
 /// that exists only for this call: wasmtime's `parallel-compilation` compiles a module's
 /// functions on the pool it runs in, and this pool's threads are told to stop and joined
@@ -243,6 +246,9 @@ fn compile_pool<R: Send>(compile: impl FnOnce() -> R + Send) -> Result<R, Error>
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("tollgate-compile-{i}"))
+        // A main thread's stack (reserved, not committed): work stealing can run a module's
+        // compilation on top of another's on one thread.
+        .stack_size(COMPILE_STACK)
         .spawn_handler(|thread| {
             let mut builder = std::thread::Builder::new();
             if let Some(name) = thread.name() {
