@@ -91,10 +91,10 @@ impl Engine {
             .map(|(module, _)| module)
     }
 
-    /// Compiles every module of `wasms` and links each with the host functions: several
-    /// modules at once (one thread per module, at most [`std::thread::available_parallelism`]
-    /// at a time), each module's functions in parallel, on threads that have all ended before
-    /// this returns ([`compile_pool`], so it is still safe in the nginx master before fork).
+    /// Compiles every module of `wasms` and links each with the host functions: the modules
+    /// side by side and each module's functions in parallel, as tasks of one pool whose threads
+    /// have all ended before this returns ([`compile_pool`], so it is still safe in the nginx
+    /// master before fork).
     /// With `cache`, a module whose compiled code is there is loaded instead
     /// ([`CompiledCache`]), and each result comes with what the cache did, for the log.
     /// Results in `wasms`' order.
@@ -108,26 +108,21 @@ impl Engine {
         wasms: &[&[u8]],
         cache: Option<&CompiledCache>,
     ) -> Vec<Result<(Module, Option<CacheNote>), Error>> {
-        let compiled = match compile_pool(|| self.compile_raw_all(wasms, cache)) {
-            Ok(compiled) => compiled,
-            Err(e) => return wasms.iter().map(|_| Err(e.clone())).collect(),
-        };
-        compiled
-            .into_iter()
-            .map(|r| {
-                let (compiled, note) = r?;
-                Ok((self.link(compiled)?, note))
-            })
-            .collect()
+        let one = |wasm: &&[u8]| self.compile_one(wasm, cache);
+        match compile_pool(|| wasms.par_iter().map(one).collect()) {
+            Ok(modules) => modules,
+            Err(e) => wasms.iter().map(|_| Err(e.clone())).collect(),
+        }
     }
 
-    /// The compiled parts of `wasm` ([`Compiled`]): its module from `cache` when given (with
-    /// what it did), else compiled; checked; its adapter compiled.
-    fn compile_raw(
+    /// The module of `wasm`: from `cache` when given (with what it did), else compiled; checked
+    /// ([`abi_of`]), linked with the host functions, its adapter compiled. Runs on the pool of
+    /// [`compile_pool`].
+    fn compile_one(
         &self,
         wasm: &[u8],
         cache: Option<&CompiledCache>,
-    ) -> Result<(Compiled, Option<CacheNote>), Error> {
+    ) -> Result<(Module, Option<CacheNote>), Error> {
         let (module, note) = match cache {
             Some(c) => c
                 .load_or_compile(&self.engine, wasm)
@@ -136,66 +131,25 @@ impl Engine {
         }
         .map_err(|e| Error::wasm("cannot compile the module", &e))?;
         let abi = abi_of(&module)?;
-        let stubs = stubs::stub_callbacks(wasm);
-        let plan = Plan::of(&module, &stubs);
-        let adapter = plan.compile(&self.engine)?;
-        let compiled = Compiled {
-            module,
-            abi,
-            stubs,
-            plan,
-            adapter,
-        };
-        Ok((compiled, note))
-    }
-
-    /// [`Engine::compile_raw`] of each of `wasms`, side by side on the pool this runs in
-    /// ([`compile_pool`]).
-    fn compile_raw_all(
-        &self,
-        wasms: &[&[u8]],
-        cache: Option<&CompiledCache>,
-    ) -> Vec<Result<(Compiled, Option<CacheNote>), Error>> {
-        wasms
-            .par_iter()
-            .map(|wasm| self.compile_raw(wasm, cache))
-            .collect()
-    }
-
-    /// Links compiled parts with the host functions (see [`Engine::compile`]).
-    fn link(&self, compiled: Compiled) -> Result<Module, Error> {
-        let Compiled {
-            module,
-            abi,
-            stubs,
-            plan,
-            adapter,
-        } = compiled;
         let linker = link::linker(&self.engine, &module)?;
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| Error::wasm("cannot link the module", &e))?;
-        Ok(Module {
+        let stubs = stubs::stub_callbacks(wasm);
+        let plan = Plan::of(&module, &stubs);
+        let adapter = plan.compile(&self.engine)?;
+        let module = Module {
             pre,
             abi,
             stubs,
             plan,
             adapter,
-        })
+        };
+        Ok((module, note))
     }
 }
 
-/// What compiling a module gives before it is linked (all of it `Send`: made on the
-/// compilation's threads, linked on the caller's).
-struct Compiled {
-    module: wasmtime::Module,
-    abi: AbiVersion,
-    stubs: Vec<crate::stream::StreamCallback>,
-    plan: Plan,
-    adapter: wasmtime::Module,
-}
-
-/// The proxy-wasm ABI version `module` exports, once it is known to export a memory named
+/// The proxy-wasm ABI version `module` exports; also checks that it exports a memory named
 /// `memory`.
 ///
 /// # Errors
