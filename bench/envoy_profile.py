@@ -40,10 +40,9 @@ import time
 BENCH = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent)]
 
-import cost  # noqa: E402
+import gateway  # noqa: E402
 import jwt_auth  # noqa: E402
 import metrics  # noqa: E402
-import rate_limit  # noqa: E402
 import runner  # noqa: E402
 
 import lab  # noqa: E402
@@ -54,13 +53,11 @@ FREQUENCY = 1999  # samples a second per CPU busy (odd, so as not to beat with t
 
 
 def variants(keys: jwt_auth.Keys) -> dict:
-    """gateway.py's stack-likely variants (the same configurations)."""
+    """gateway.py's stack-likely variants, caches off."""
     return {
         "proxy-only": [],
-        "tollgate-likely": [metrics.tollgate(True), jwt_auth.tollgate(keys, False),
-                            rate_limit.tollgate(False, True), cost.tollgate(True)],
-        "native-likely": [jwt_auth.native(keys, False),
-                          rate_limit.native(rate_limit.HUGE, rate_limit.HUGE, "1s")],
+        "tollgate-likely": gateway.likely_stack(keys, False),
+        "native-likely": gateway.native_likely_stack(keys, False),
     }
 
 

@@ -53,6 +53,18 @@ from lab import GatewaySpec
 HOSTS = "envoy,nginx"
 
 
+def likely_stack(keys: jwt_auth.Keys, cached: bool) -> list:
+    """Our likely stack, in chain order: metrics, jwt-auth (its verified-token cache on or off),
+    rate-limit, cost. jwt-auth verifies the subject the other filters take their identity from."""
+    return [metrics.tollgate(True), jwt_auth.tollgate(keys, cached), rate_limit.tollgate(False, True), cost.tollgate(True)]
+
+
+def native_likely_stack(keys: jwt_auth.Keys, cached: bool) -> list:
+    """Envoy's native likely stack: `jwt_authn` (its cache on or off) and a `local_ratelimit`
+    that never rejects."""
+    return [jwt_auth.native(keys, cached), rate_limit.native(rate_limit.HUGE, rate_limit.HUGE, "1s")]
+
+
 def main() -> None:
     opts = runner.options(connections="1,8,32", workers="1,2", hosts=HOSTS, smoke_workers="1", name="gateway")
     name = opts.pop("name")
@@ -63,10 +75,9 @@ def main() -> None:
 
     blue = lambda up: {"blue": up["blue"]}
     rl_native = lambda: rate_limit.native(rate_limit.HUGE, rate_limit.HUGE, "1s")
-    # In the stacks, jwt-auth verifies the subject the other filters take their identity from.
-    likely = lambda: [metrics.tollgate(True), jwt_auth.tollgate(keys, False), rate_limit.tollgate(False, True), cost.tollgate(True)]
-    native_likely = lambda: [jwt_auth.native(keys, False), rl_native()]
-    likely_cached = lambda: [metrics.tollgate(True), jwt_auth.tollgate(keys, True), rate_limit.tollgate(False, True), cost.tollgate(True)]
+    likely = lambda: likely_stack(keys, False)
+    native_likely = lambda: native_likely_stack(keys, False)
+    likely_cached = lambda: likely_stack(keys, True)
     floors = lambda n: [dataclasses.replace(runner.wasm_floor(), config={"instance": i}) for i in range(n)]
     variants = {
         "proxy-only": lambda up: spec([], blue(up)),
@@ -89,7 +100,7 @@ def main() -> None:
         # the same configuration stands in a chain.
         "wasm-floor-5": lambda up: spec(floors(5), blue(up)),
         "tollgate-likely-cached": lambda up: spec(likely_cached(), blue(up)),
-        "native-likely-cached": lambda up: spec([jwt_auth.native(keys, True), rl_native()], blue(up)),
+        "native-likely-cached": lambda up: spec(native_likely_stack(keys, True), blue(up)),
     }
     hs256 = {"TOKEN_HS256": keys.hs256}
     sticky = {"STICKY_UPSTREAM": "blue"}  # STICKY_COOKIE: set by prepare()
