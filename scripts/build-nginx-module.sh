@@ -35,6 +35,7 @@ cd "$ROOT/nginx-compat"
 cargo build -q --release -p tollgate-module
 mkdir -p "$ROOT/target/nginx"
 so="$ROOT/nginx-compat/target/release/libtollgate_module.so"
+no_abi_imports "$so"
 out="$ROOT/target/nginx/ngx_http_tollgate_wasm_module.so"
 if ! cmp -s "$so" "$out"; then
   cp "$so" "$out.tmp" && mv "$out.tmp" "$out"   # atomic: a running nginx keeps its mapping

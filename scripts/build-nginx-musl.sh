@@ -213,6 +213,7 @@ if ! nm -D --defined-only "$so" | grep -w ngx_modules >/dev/null; then
   log "$so exports no ngx_modules: the module crate (nginx-compat/module) has no nginx module yet"
   exit 1
 fi
+no_abi_imports "$so"
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 if [ "$needed" != "libc.so " ]; then
   log "$so needs '$needed': only musl's libc.so is expected"; exit 1

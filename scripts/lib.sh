@@ -14,6 +14,18 @@ log() {
     printf '[%s] %s\n' "$(basename "$0")" "$*" >&2
   fi
 }
+# Fails (exit 1, logged) when nginx module $1 imports a proxy-wasm ABI function: the proxy-wasm
+# SDK's `#[no_mangle]` exports come with any native use of its crate, even of its types alone,
+# and import the ABI's `proxy_*` functions, which no nginx has (the module would not load:
+# dlopen's "undefined symbol"). Named at the build instead.
+no_abi_imports() {
+  local imports
+  imports=$(nm -D --undefined-only "$1" | awk '$2 ~ /^proxy_/ {print $2}')
+  if [ -n "$imports" ]; then
+    log "$1 imports proxy-wasm ABI functions (a native use of the proxy-wasm crate, e.g. of tollgate-common's wasm-only code): $(echo "$imports" | head -3 | tr '\n' ' ')"
+    exit 1
+  fi
+}
 envoy_bin() { ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -n1; }
 # The wasm filters (crate directories under plugins/ that build a cdylib).
 plugin_crates() { grep -l 'cdylib' "$ROOT"/plugins/*/Cargo.toml | xargs -n1 dirname | xargs -n1 basename; }
