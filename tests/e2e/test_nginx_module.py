@@ -93,21 +93,20 @@ def test_reloads_keep_serving_and_the_master_does_not_grow(nginx):
     def rss() -> int:
         return int(next(l for l in open(f"/proc/{master}/status") if l.startswith("VmRSS")).split()[1])
 
-    def workers() -> set[str]:
-        return set(pathlib.Path(f"/proc/{master}/task/{master}/children").read_text().split())
-
     sizes = []
     for i in range(16):
         assert n.get("/", headers=auth).status_code == 200
         assert n.get("/").status_code == 401
-        old = workers()
+        old = set(n.workers())
         os.kill(master, signal.SIGHUP)
         # Measured once the cycle is done (new workers only): during a reload the master holds
         # the compiler's transient memory, whose size depends on when it is sampled.
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (workers() & old or not workers()):
+        now = set(n.workers())
+        while time.monotonic() < deadline and (now & old or not now):
             time.sleep(0.05)
-        assert not workers() & old, "the reload finished within 20 s"
+            now = set(n.workers())
+        assert now and not now & old, "the reload finished within 20 s"
         sizes.append(rss())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and n.get("/", headers=auth).status_code != 200:
